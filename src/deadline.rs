@@ -1,0 +1,135 @@
+//! Lease and cut-off arithmetic from the Lambda context, and the clock it all reads.
+//!
+//! Lambda gives each invocation a deadline (epoch milliseconds). A claim's lease lasts until
+//! that deadline: if the function is killed there, the lease lapses at the moment the work was
+//! certainly abandoned, and a redelivery can take the message over. The processor also stops
+//! *starting* messages a safety margin before the deadline and reports the unstarted ones as
+//! failures, so the invocation returns a partial batch response instead of timing out (a timeout
+//! would redeliver the whole batch, including what already succeeded).
+
+use std::time::{Duration, SystemTime};
+
+/// Where the processor reads the time.
+///
+/// [`Clock::system`] (the default) is the wall clock, which the Lambda deadline is expressed
+/// in. [`Clock::tokio`] follows tokio's clock, so tests can drive leases and deadlines with
+/// `tokio::time::pause()` and `advance()` instead of sleeping.
+#[derive(Debug, Clone)]
+pub struct Clock(ClockKind);
+
+#[derive(Debug, Clone)]
+enum ClockKind {
+    System,
+    Tokio {
+        base_system: SystemTime,
+        base_instant: tokio::time::Instant,
+    },
+}
+
+impl Clock {
+    /// The system wall clock.
+    pub fn system() -> Self {
+        Clock(ClockKind::System)
+    }
+
+    /// A clock that starts at the current wall time and then advances with tokio's clock
+    /// (`tokio::time::Instant`). Create it inside the runtime whose time you pause.
+    pub fn tokio() -> Self {
+        Clock(ClockKind::Tokio {
+            base_system: SystemTime::now(),
+            base_instant: tokio::time::Instant::now(),
+        })
+    }
+
+    /// The current time.
+    pub fn now(&self) -> SystemTime {
+        match &self.0 {
+            ClockKind::System => SystemTime::now(),
+            ClockKind::Tokio {
+                base_system,
+                base_instant,
+            } => *base_system + base_instant.elapsed(),
+        }
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::system()
+    }
+}
+
+/// The time budget of one invocation.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    clock: Clock,
+    /// The Lambda deadline, if the context has one.
+    deadline: Option<SystemTime>,
+    /// No message starts at or after this time.
+    cutoff: Option<SystemTime>,
+    /// Lease used when there is no deadline.
+    lease: Duration,
+}
+
+impl Budget {
+    /// `deadline_ms` is `Context::deadline`: epoch milliseconds, 0 meaning "no deadline" (as in
+    /// `Context::default()`, used outside Lambda). A deadline already in the past is a real
+    /// deadline that has passed: nothing starts.
+    pub(crate) fn new(clock: Clock, deadline_ms: u64, margin: Duration, lease: Duration) -> Self {
+        let deadline = (deadline_ms != 0)
+            .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms));
+        let cutoff = deadline.map(|d| d.checked_sub(margin).unwrap_or(SystemTime::UNIX_EPOCH));
+        Budget {
+            clock,
+            deadline,
+            cutoff,
+            lease,
+        }
+    }
+
+    pub(crate) fn now(&self) -> SystemTime {
+        self.clock.now()
+    }
+
+    /// Whether a message may still start now.
+    pub(crate) fn may_start(&self) -> bool {
+        self.cutoff.is_none_or(|c| self.now() < c)
+    }
+
+    /// The lease for a claim taken now: the invocation's deadline, or `now + lease` without one.
+    pub(crate) fn lease_until(&self, now: SystemTime) -> SystemTime {
+        self.deadline.unwrap_or(now + self.lease)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_deadline_means_none() {
+        let b = Budget::new(Clock::system(), 0, Duration::from_secs(2), Duration::from_secs(60));
+        assert!(b.may_start());
+        let now = b.now();
+        assert_eq!(b.lease_until(now), now + Duration::from_secs(60));
+    }
+
+    #[test]
+    fn past_deadline_means_expired() {
+        // 1 ms after the epoch: a real deadline, long gone.
+        let b = Budget::new(Clock::system(), 1, Duration::from_secs(2), Duration::from_secs(60));
+        assert!(!b.may_start());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cutoff_is_margin_before_deadline() {
+        let clock = Clock::tokio();
+        let now = crate::store::epoch_millis(clock.now()) as u64;
+        let b = Budget::new(clock, now + 10_000, Duration::from_secs(2), Duration::from_secs(60));
+        assert!(b.may_start());
+        tokio::time::advance(Duration::from_millis(7_999)).await;
+        assert!(b.may_start());
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(!b.may_start());
+    }
+}

@@ -1,0 +1,183 @@
+//! Idempotency keys: where a message's key comes from, and how it is namespaced.
+//!
+//! The key decides what counts as "the same message". The default, the SQS message id, catches
+//! redeliveries of one message (a crash, a lost acknowledgement, a timeout). A key from the body
+//! (say `/order_id`) also catches a producer that sent the same business event twice under two
+//! message ids. Every key is prefixed with a namespace (`namespace#key`), so two consumers that
+//! share one table never see each other's records.
+
+use aws_lambda_events::sqs::SqsMessage;
+use sha2::{Digest, Sha256};
+
+use crate::{Error, ErrorKind};
+
+/// Where the idempotency key of a message comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeySource {
+    /// The SQS `messageId` (the default). Catches redeliveries; a producer that sends the same
+    /// event twice produces two message ids and is not caught.
+    MessageId,
+    /// A JSON pointer (RFC 6901, e.g. `/order_id` or `/payment/id`) into the JSON body. A string
+    /// is used as is; a number or boolean as its JSON text; an object or array as its JSON text.
+    /// A missing or `null` value, or a body that is not JSON, means the key is missing.
+    JsonPointer(String),
+    /// The string value of a message attribute (`messageAttributes.NAME.stringValue`).
+    MessageAttribute(String),
+    /// The SHA-256 of the raw body: identical bodies are the same message.
+    BodySha256,
+    /// The FIFO `MessageDeduplicationId` attribute (explicit or content-based).
+    DeduplicationId,
+}
+
+impl Default for KeySource {
+    fn default() -> Self {
+        KeySource::MessageId
+    }
+}
+
+impl KeySource {
+    /// Parses the textual form used by the CLI and the reference consumer's environment:
+    /// `message-id`, `json:/pointer`, `attribute:NAME`, `body-sha256`, `dedup-id`.
+    pub fn parse(s: &str) -> Result<KeySource, Error> {
+        let s = s.trim();
+        if let Some(ptr) = s.strip_prefix("json:") {
+            if !(ptr.is_empty() || ptr.starts_with('/')) {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!("JSON pointer {ptr:?} must start with '/' (e.g. json:/order_id)"),
+                ));
+            }
+            return Ok(KeySource::JsonPointer(ptr.to_owned()));
+        }
+        if let Some(name) = s.strip_prefix("attribute:") {
+            if name.is_empty() {
+                return Err(Error::new(ErrorKind::Config, "attribute: needs a name"));
+            }
+            return Ok(KeySource::MessageAttribute(name.to_owned()));
+        }
+        match s {
+            "message-id" | "message_id" => Ok(KeySource::MessageId),
+            "body-sha256" | "body_sha256" => Ok(KeySource::BodySha256),
+            "dedup-id" | "deduplication-id" => Ok(KeySource::DeduplicationId),
+            other => Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "unknown key source {other:?}: expected message-id, json:/pointer, \
+                     attribute:NAME, body-sha256 or dedup-id"
+                ),
+            )),
+        }
+    }
+
+    /// Extracts the raw (un-namespaced) key of `msg`. `Ok(None)` means the message does not
+    /// carry it; `Err` explains why it could not be derived.
+    pub(crate) fn extract(&self, msg: &SqsMessage) -> Result<Option<String>, Error> {
+        Ok(match self {
+            KeySource::MessageId => msg.message_id.clone().filter(|s| !s.is_empty()),
+            KeySource::JsonPointer(ptr) => {
+                let body = msg.body.as_deref().unwrap_or("");
+                let value: serde_json::Value = serde_json::from_str(body).map_err(|e| {
+                    // Position only: the serde message can quote the body, which stays out of logs.
+                    Error::new(
+                        ErrorKind::MissingKey,
+                        format!(
+                            "cannot read key {ptr:?}: body is not JSON (error at line {} column {})",
+                            e.line(),
+                            e.column()
+                        ),
+                    )
+                })?;
+                match value.pointer(ptr) {
+                    None | Some(serde_json::Value::Null) => None,
+                    Some(serde_json::Value::String(s)) if s.is_empty() => None,
+                    Some(serde_json::Value::String(s)) => Some(s.clone()),
+                    Some(other) => Some(other.to_string()),
+                }
+            }
+            KeySource::MessageAttribute(name) => msg
+                .message_attributes
+                .get(name)
+                .and_then(|a| a.string_value.clone())
+                .filter(|s| !s.is_empty()),
+            KeySource::BodySha256 => Some(sha256_hex(msg.body.as_deref().unwrap_or("").as_bytes())),
+            KeySource::DeduplicationId => msg
+                .attributes
+                .get("MessageDeduplicationId")
+                .cloned()
+                .filter(|s| !s.is_empty()),
+        })
+    }
+
+    /// A short description for errors and logs.
+    pub fn describe(&self) -> String {
+        match self {
+            KeySource::MessageId => "the message id".into(),
+            KeySource::JsonPointer(p) => format!("JSON pointer {p:?}"),
+            KeySource::MessageAttribute(n) => format!("message attribute {n:?}"),
+            KeySource::BodySha256 => "the body's SHA-256".into(),
+            KeySource::DeduplicationId => "the MessageDeduplicationId".into(),
+        }
+    }
+}
+
+/// What to do with a message that does not carry the configured key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MissingKey {
+    /// Report the message as failed (the default): it is retried and, if it never gets a key,
+    /// reaches the dead-letter queue where someone can look at it.
+    #[default]
+    Fail,
+    /// Run the handler without a claim: no deduplication for this message.
+    ProcessWithoutDedup,
+}
+
+/// The full key: `namespace#raw`.
+pub(crate) fn namespaced(namespace: &str, raw: &str) -> String {
+    format!("{namespace}#{raw}")
+}
+
+/// Lowercase hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(body: &str) -> SqsMessage {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("m-1".into());
+        m.body = Some(body.into());
+        m
+    }
+
+    #[test]
+    fn json_pointer_values() {
+        let k = KeySource::JsonPointer("/order_id".into());
+        assert_eq!(k.extract(&msg(r#"{"order_id":"o-1"}"#)).unwrap().as_deref(), Some("o-1"));
+        assert_eq!(k.extract(&msg(r#"{"order_id":42}"#)).unwrap().as_deref(), Some("42"));
+        assert_eq!(k.extract(&msg(r#"{"order_id":null}"#)).unwrap(), None);
+        assert_eq!(k.extract(&msg(r#"{"other":1}"#)).unwrap(), None);
+        let err = k.extract(&msg("not json {secret}")).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::MissingKey);
+        assert!(!err.to_string().contains("secret"), "body leaked into error: {err}");
+    }
+
+    #[test]
+    fn parse_forms() {
+        assert_eq!(KeySource::parse("message-id").unwrap(), KeySource::MessageId);
+        assert_eq!(
+            KeySource::parse("json:/a/b").unwrap(),
+            KeySource::JsonPointer("/a/b".into())
+        );
+        assert_eq!(
+            KeySource::parse("attribute:Idem").unwrap(),
+            KeySource::MessageAttribute("Idem".into())
+        );
+        assert!(KeySource::parse("json:order_id").is_err());
+        assert!(KeySource::parse("bogus").is_err());
+    }
+}

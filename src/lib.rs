@@ -1,0 +1,93 @@
+//! # sqs-claim
+//!
+//! Effectively-once processing of Amazon SQS batches in AWS Lambda.
+//!
+//! SQS delivers at least once: a crash, a lost acknowledgement or a timeout redelivers a message.
+//! sqs-claim claims every message in a store *before* any side effect, runs your handler only if
+//! the claim is won, and records the completion, fenced by the claimant's token, so a
+//! redelivered message is skipped as a duplicate and a worker whose lease lapsed cannot
+//! overwrite the one that took over. The Lambda gets back a partial batch response listing only
+//! the messages that must be retried.
+//!
+//! ```no_run
+//! use sqs_claim::{Message, Processor, DynamoDbStore, KeySource};
+//! use tower::service_fn;
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), lambda_runtime::Error> {
+//!     let config = aws_config::load_from_env().await;
+//!     let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&config), "claims");
+//!     let handler = service_fn(|msg: Message| async move {
+//!         let order: serde_json::Value = msg.json()?;
+//!         // ... charge the card, passing msg.key() as the provider's idempotency key ...
+//!         # let _ = order;
+//!         Ok::<(), sqs_claim::Error>(())
+//!     });
+//!     let processor = Processor::builder(store, handler)
+//!         .key(KeySource::JsonPointer("/order_id".into()))
+//!         .namespace("payments")
+//!         .build();
+//!     lambda_runtime::run(processor).await
+//! }
+//! ```
+//!
+//! ## The data path, and where each step lives
+//!
+//! | step | module |
+//! |------|--------|
+//! | event in → records; FIFO detection; standard (bounded, by index) and FIFO (per group) paths | [`processor`] |
+//! | record → idempotency key (`namespace#key`) | [`key`] |
+//! | lease and cut-off from the Lambda deadline | [`deadline`] |
+//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) | [`store`] (contract) and its adapters |
+//! | handler: a `tower::Service<Message>`; errors and panics caught per message | [`processor`], [`message`] |
+//! | complete (with the handler's atomic effects) or release, fenced by the owner token | [`store`] |
+//! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
+//! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
+//!
+//! ## Stores
+//!
+//! All stores keep one contract, written once in [`store`] and proven for each by
+//! [`store::conformance`] against the real server:
+//! [`MemoryStore`] (unit tests), [`DynamoDbStore`] (feature `dynamodb`, the production default).
+//!
+//! ## Feature flags
+//!
+//! | feature | default | what it adds |
+//! |---------|---------|--------------|
+//! | `dynamodb` | yes | [`DynamoDbStore`], with atomic effects via `TransactWriteItems` |
+//! | `sqs` | yes | the SQS publisher |
+//! | `sqlite` | yes | the embedded SQLite store (local runs, the CLI) |
+//! | `redis` | no | the Redis store and the tiered store |
+//! | `postgres` | no | the PostgreSQL store |
+#![warn(missing_docs)]
+
+pub mod deadline;
+mod error;
+pub mod key;
+pub mod message;
+pub mod outcome;
+pub mod processor;
+#[cfg(feature = "sqs")]
+pub mod publish;
+pub mod store;
+
+pub use deadline::Clock;
+pub use error::{BoxError, Error, ErrorKind};
+pub use key::{KeySource, MissingKey};
+pub use message::Message;
+pub use outcome::{BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome};
+pub use processor::{
+    Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
+};
+pub use store::{ClaimStore, Effects, MemoryStore};
+
+#[cfg(feature = "dynamodb")]
+pub use store::DynamoDbStore;
+
+/// The event and response types, re-exported so users need not pin `aws_lambda_events`.
+pub mod events {
+    pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+}
+
+#[cfg(feature = "dynamodb")]
+pub use aws_sdk_dynamodb;

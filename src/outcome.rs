@@ -1,0 +1,243 @@
+//! Per-message outcomes, and how they become the batch response.
+//!
+//! This is where a failure becomes an `itemIdentifier`: [`BatchReport::response`] lists the
+//! message id of every message whose outcome is not a success, once, in batch order. Successes
+//! (processed and duplicate) are left out, which tells Lambda to delete them.
+
+use std::collections::HashSet;
+use std::time::SystemTime;
+
+use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse};
+use serde::Serialize;
+use serde::ser::SerializeStruct;
+
+/// What happened to one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler ran and the completion was recorded (or, without effects, the handler ran
+    /// and its side effect stands even if recording it failed; see the README's table).
+    Processed,
+    /// The key was already completed: the handler was skipped. Counts as a success.
+    Duplicate,
+    /// Another worker holds a live claim on the key. Reported as a failure, so SQS redelivers
+    /// it after the visibility timeout, when the other worker has finished or its lease lapsed.
+    HeldElsewhere {
+        /// When the other worker's lease lapses, if known.
+        lease_until: Option<SystemTime>,
+    },
+    /// The message failed and is reported for redelivery.
+    Failed(Failure),
+    /// The message was not started (deadline, or an earlier failure in its FIFO group or
+    /// batch) and is reported for redelivery.
+    NotStarted(NotStarted),
+}
+
+impl Outcome {
+    /// Whether Lambda should delete the message (processed or duplicate).
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Processed | Outcome::Duplicate)
+    }
+
+    /// The stable name used in reports: `processed`, `duplicate`, `held_elsewhere`, `failed`,
+    /// `not_started`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate => "duplicate",
+            Outcome::HeldElsewhere { .. } => "held_elsewhere",
+            Outcome::Failed(_) => "failed",
+            Outcome::NotStarted(_) => "not_started",
+        }
+    }
+
+    /// A one-line explanation for failures and skipped messages.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Outcome::Processed | Outcome::Duplicate => None,
+            Outcome::HeldElsewhere { .. } => Some("another worker holds a live claim".into()),
+            Outcome::Failed(f) => Some(format!("{}: {}", f.kind.as_str(), f.message)),
+            Outcome::NotStarted(r) => Some(r.as_str().into()),
+        }
+    }
+}
+
+/// Why a message failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The category.
+    pub kind: FailureKind,
+    /// A human-readable explanation (never the body).
+    pub message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The category of a [`Failure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailureKind {
+    /// The handler returned an error. The claim was released.
+    Handler,
+    /// The handler panicked. The panic was caught, the claim released.
+    Panic,
+    /// The message lacks the configured idempotency key.
+    MissingKey,
+    /// The key was completed before with a different payload fingerprint.
+    PayloadMismatch,
+    /// The store could not be reached (fail-closed: nothing ran).
+    StoreUnavailable,
+    /// The store refused the request (misconfiguration: a missing table, say).
+    StoreRejected,
+    /// The store refused one of the handler's atomic effects; nothing was committed.
+    EffectRejected,
+    /// The claim was taken over by another worker before the completion, and the handler's
+    /// effects were therefore not committed.
+    LostClaim,
+}
+
+impl FailureKind {
+    /// A short stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Handler => "handler_error",
+            FailureKind::Panic => "handler_panic",
+            FailureKind::MissingKey => "missing_key",
+            FailureKind::PayloadMismatch => "payload_mismatch",
+            FailureKind::StoreUnavailable => "store_unavailable",
+            FailureKind::StoreRejected => "store_rejected",
+            FailureKind::EffectRejected => "effect_rejected",
+            FailureKind::LostClaim => "lost_claim",
+        }
+    }
+}
+
+/// Why a message was not started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotStarted {
+    /// The invocation's deadline (minus the safety margin) was reached.
+    Deadline,
+    /// An earlier message of the same FIFO message group did not succeed.
+    EarlierFailureInGroup,
+    /// An earlier message of the FIFO batch did not succeed (whole-batch mode).
+    EarlierFailureInBatch,
+}
+
+impl NotStarted {
+    /// A short stable name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotStarted::Deadline => "deadline",
+            NotStarted::EarlierFailureInGroup => "earlier_failure_in_group",
+            NotStarted::EarlierFailureInBatch => "earlier_failure_in_batch",
+        }
+    }
+}
+
+/// The outcome of one message of the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemReport {
+    /// The SQS message id.
+    pub message_id: String,
+    /// The idempotency key, if the message had one.
+    pub key: Option<String>,
+    /// What happened.
+    pub outcome: Outcome,
+}
+
+impl Serialize for ItemReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let detail = self.outcome.detail();
+        let mut st = s.serialize_struct("ItemReport", 4)?;
+        st.serialize_field("message_id", &self.message_id)?;
+        st.serialize_field("key", &self.key)?;
+        st.serialize_field("outcome", self.outcome.name())?;
+        if let Some(d) = detail {
+            st.serialize_field("detail", &d)?;
+        } else {
+            st.skip_field("detail")?;
+        }
+        st.end()
+    }
+}
+
+/// How many messages ended in each outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    /// Handler ran, completion recorded.
+    pub processed: usize,
+    /// Skipped: already completed.
+    pub duplicate: usize,
+    /// Reported for retry: claimed by another worker.
+    pub held_elsewhere: usize,
+    /// Reported for retry: failed.
+    pub failed: usize,
+    /// Reported for retry: not started.
+    pub not_started: usize,
+}
+
+/// The outcome of every message of a batch, in batch order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReport {
+    items: Vec<ItemReport>,
+}
+
+impl BatchReport {
+    pub(crate) fn new(items: Vec<ItemReport>) -> Self {
+        BatchReport { items }
+    }
+
+    /// Every message's outcome, in batch order.
+    pub fn items(&self) -> &[ItemReport] {
+        &self.items
+    }
+
+    /// Counts per outcome.
+    pub fn counts(&self) -> Counts {
+        let mut c = Counts::default();
+        for item in &self.items {
+            match item.outcome {
+                Outcome::Processed => c.processed += 1,
+                Outcome::Duplicate => c.duplicate += 1,
+                Outcome::HeldElsewhere { .. } => c.held_elsewhere += 1,
+                Outcome::Failed(_) => c.failed += 1,
+                Outcome::NotStarted(_) => c.not_started += 1,
+            }
+        }
+        c
+    }
+
+    /// The partial batch response: every message that did not succeed, once, in batch order.
+    /// Every identifier is a non-empty message id from the batch (the processor refuses a batch
+    /// with a record it could not name).
+    pub fn response(&self) -> SqsBatchResponse {
+        let mut seen = HashSet::new();
+        let mut response = SqsBatchResponse::default();
+        for item in &self.items {
+            if !item.outcome.is_success() && seen.insert(item.message_id.as_str()) {
+                let mut failure = BatchItemFailure::default();
+                failure.item_identifier = item.message_id.clone();
+                response.batch_item_failures.push(failure);
+            }
+        }
+        response
+    }
+
+    /// The report as one JSON value:
+    /// `{"response": <batch response>, "outcomes": [{"message_id", "key", "outcome", "detail"?}], "counts": {...}}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "response": self.response(),
+            "outcomes": self.items,
+            "counts": self.counts(),
+        })
+    }
+}

@@ -1,0 +1,399 @@
+//! The shared conformance suite: the store contract, as executable checks.
+//!
+//! Every store's integration test calls [`run_all`] (and [`atomic_effects`] where the store
+//! supports effects) against the real server. The checks panic with a message naming the broken
+//! rule, so they read as test failures. Keys are prefixed with a fresh UUID, so the suite can run
+//! against a shared server and in parallel with itself.
+//!
+//! Time is passed explicitly (the contract's `now`), so lease lapse and expiry are exercised
+//! without sleeping, on every backend.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! let store = sqs_claim::MemoryStore::new();
+//! sqs_claim::store::conformance::run_all(&store).await;
+//! # }
+//! ```
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use futures::future::join_all;
+use futures::stream::{self, StreamExt};
+
+use super::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, Status};
+use crate::ErrorKind;
+
+const LEASE: Duration = Duration::from_secs(30);
+const TTL: Duration = Duration::from_secs(3600);
+
+/// A unique key prefix for one run of a check.
+fn prefix(check: &str) -> String {
+    format!("conformance#{}#{check}", uuid::Uuid::new_v4())
+}
+
+/// A time in whole seconds, so second-granularity stores (DynamoDB's TTL) compare exactly.
+fn base_time() -> SystemTime {
+    let now = super::epoch_seconds(SystemTime::now());
+    super::from_epoch_seconds(now)
+}
+
+fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        now,
+        lease_until: now + LEASE,
+        expires_at: now + TTL,
+        fingerprint: None,
+    }
+}
+
+async fn acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>, why: &str) -> ClaimToken {
+    match store.claim(req).await {
+        Ok(Claim::Acquired(token)) => token,
+        other => panic!("{why}: expected Acquired for key {:?}, got {other:?}", req.key),
+    }
+}
+
+/// Runs every check of the contract except atomic effects (see [`atomic_effects`]).
+pub async fn run_all<S: ClaimStore>(store: &S) {
+    fresh_claim_is_acquired(store).await;
+    completed_key_is_a_duplicate(store).await;
+    live_lease_is_held_elsewhere(store).await;
+    lapsed_lease_is_taken_over(store).await;
+    expired_record_counts_as_absent(store).await;
+    stale_token_cannot_complete(store).await;
+    stale_token_cannot_release(store).await;
+    release_allows_reclaim(store).await;
+    completion_is_idempotent_per_token(store).await;
+    fingerprint_is_returned(store).await;
+    long_and_odd_keys(store).await;
+    race(store, 200, 32).await;
+    takeover_race(store, 50, 32).await;
+}
+
+/// A key never seen is acquired, and tokens are unique per claim.
+pub async fn fresh_claim_is_acquired<S: ClaimStore>(store: &S) {
+    let p = prefix("fresh");
+    let now = base_time();
+    let a = acquire(store, request(&format!("{p}#a"), now), "fresh key").await;
+    let b = acquire(store, request(&format!("{p}#b"), now), "another fresh key").await;
+    assert_ne!(a, b, "two claims must get different owner tokens");
+}
+
+/// After completion, a claim of the same key returns `Completed` with the record.
+pub async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
+    let key = prefix("duplicate");
+    let now = base_time();
+    let token = acquire(store, request(&key, now), "first claim").await;
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("complete with the owner token must succeed");
+    // Even long after the lease would have lapsed, a completed record is a duplicate.
+    match store.claim(request(&key, now + LEASE * 10)).await {
+        Ok(Claim::Completed(rec)) => assert_eq!(rec.status, Status::Completed),
+        other => panic!("claim of a completed key must return Completed, got {other:?}"),
+    }
+}
+
+/// While a lease is live, other claimers are told the key is held, and when it lapses.
+pub async fn live_lease_is_held_elsewhere<S: ClaimStore>(store: &S) {
+    let key = prefix("held");
+    let now = base_time();
+    acquire(store, request(&key, now), "first claim").await;
+    match store.claim(request(&key, now + LEASE / 2)).await {
+        Ok(Claim::HeldElsewhere { lease_until }) => {
+            if let Some(l) = lease_until {
+                let diff = l
+                    .duration_since(now + LEASE)
+                    .unwrap_or_else(|e| e.duration());
+                assert!(
+                    diff < Duration::from_secs(1),
+                    "HeldElsewhere must report the holder's lease ({l:?} vs {:?})",
+                    now + LEASE
+                );
+            }
+        }
+        other => panic!("claim under a live lease must return HeldElsewhere, got {other:?}"),
+    }
+}
+
+/// Once an in-progress lease has lapsed, a new claimer takes the key over.
+pub async fn lapsed_lease_is_taken_over<S: ClaimStore>(store: &S) {
+    let key = prefix("takeover");
+    let now = base_time();
+    let old = acquire(store, request(&key, now), "first claim").await;
+    let later = now + LEASE + Duration::from_secs(1);
+    let new = acquire(store, request(&key, later), "claim after the lease lapsed").await;
+    assert_ne!(old, new, "a takeover must issue a new token");
+}
+
+/// An expired record counts as absent, even if the backend has not deleted it yet.
+pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
+    let key = prefix("expired");
+    let now = base_time();
+    let token = acquire(store, request(&key, now), "first claim").await;
+    store
+        .complete(&key, &token, now + Duration::from_secs(60), Effects::none())
+        .await
+        .expect("complete must succeed");
+    let after = now + Duration::from_secs(62);
+    acquire(store, request(&key, after), "claim after the record expired").await;
+}
+
+/// A worker whose lease lapsed and was taken over cannot complete: fencing.
+pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
+    let key = prefix("fence-complete");
+    let now = base_time();
+    let stale = acquire(store, request(&key, now), "first claim").await;
+    let later = now + LEASE + Duration::from_secs(1);
+    let fresh = acquire(store, request(&key, later), "takeover").await;
+    let err = store
+        .complete(&key, &stale, later + TTL, Effects::none())
+        .await
+        .expect_err("a stale token must not complete");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
+    // The new owner's claim is untouched: still in progress, and completable by its owner.
+    match store.claim(request(&key, later)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("a stale complete must change nothing, got {other:?}"),
+    }
+    store
+        .complete(&key, &fresh, later + TTL, Effects::none())
+        .await
+        .expect("the new owner must still complete");
+}
+
+/// A worker whose lease lapsed and was taken over cannot release: fencing.
+pub async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
+    let key = prefix("fence-release");
+    let now = base_time();
+    let stale = acquire(store, request(&key, now), "first claim").await;
+    let later = now + LEASE + Duration::from_secs(1);
+    let fresh = acquire(store, request(&key, later), "takeover").await;
+    let err = store
+        .release(&key, &stale)
+        .await
+        .expect_err("a stale token must not release");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale release: {err}");
+    match store.claim(request(&key, later)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("a stale release must change nothing, got {other:?}"),
+    }
+    // Nor can anyone release a completed record.
+    store
+        .complete(&key, &fresh, later + TTL, Effects::none())
+        .await
+        .expect("owner completes");
+    let err = store
+        .release(&key, &fresh)
+        .await
+        .expect_err("a completed record must not be released");
+    assert_eq!(err.kind(), ErrorKind::LostClaim);
+    match store.claim(request(&key, later)).await {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!("release of a completed record must change nothing, got {other:?}"),
+    }
+}
+
+/// After a release by the owner, the key can be claimed again at once.
+pub async fn release_allows_reclaim<S: ClaimStore>(store: &S) {
+    let key = prefix("release");
+    let now = base_time();
+    let token = acquire(store, request(&key, now), "first claim").await;
+    store.release(&key, &token).await.expect("owner releases");
+    acquire(store, request(&key, now), "claim after release").await;
+    let err = store
+        .release(&key, &token)
+        .await
+        .expect_err("a released token must not release the next claim");
+    assert_eq!(err.kind(), ErrorKind::LostClaim);
+}
+
+/// Completing twice with the same token succeeds (a retry after an ambiguous error).
+pub async fn completion_is_idempotent_per_token<S: ClaimStore>(store: &S) {
+    let key = prefix("complete-twice");
+    let now = base_time();
+    let token = acquire(store, request(&key, now), "first claim").await;
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("first complete");
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("a repeated complete with the same token must succeed");
+}
+
+/// The fingerprint stored at claim time comes back with a completed record.
+pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
+    let key = prefix("fingerprint");
+    let now = base_time();
+    let mut req = request(&key, now);
+    req.fingerprint = Some("abc123");
+    let token = acquire(store, req, "first claim").await;
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("complete");
+    match store.claim(request(&key, now)).await {
+        Ok(Claim::Completed(rec)) => {
+            assert_eq!(rec.fingerprint.as_deref(), Some("abc123"), "fingerprint")
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+}
+
+/// Keys with unicode, separators and lengths past DynamoDB's 2048-byte limit work.
+pub async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
+    let p = prefix("odd");
+    let now = base_time();
+    let long_a = format!("{p}#{}", "a".repeat(5000));
+    let long_b = format!("{p}#{}b", "a".repeat(4999));
+    for key in [
+        format!("{p}#ünïcødé 🚀 with spaces:and/slashes"),
+        long_a.clone(),
+        long_b.clone(),
+    ] {
+        let token = acquire(store, request(&key, now), "odd key").await;
+        store
+            .complete(&key, &token, now + TTL, Effects::none())
+            .await
+            .expect("complete odd key");
+        match store.claim(request(&key, now)).await {
+            Ok(Claim::Completed(_)) => {}
+            other => panic!("odd key must dedupe, got {other:?}"),
+        }
+    }
+}
+
+/// `claimers` concurrent claims on each of `keys` fresh keys: exactly one winner per key.
+pub async fn race<S: ClaimStore>(store: &S, keys: usize, claimers: usize) {
+    let p = prefix("race");
+    let now = base_time();
+    let winners: Vec<usize> = stream::iter(0..keys)
+        .map(|k| {
+            let key = format!("{p}#{k}");
+            async move {
+                let results = join_all((0..claimers).map(|_| store.claim(request(&key, now)))).await;
+                results
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(Claim::Acquired(_)) => 1,
+                        Ok(Claim::HeldElsewhere { .. }) => 0,
+                        other => panic!("race on {key:?}: unexpected answer {other:?}"),
+                    })
+                    .sum::<usize>()
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for (k, w) in winners.iter().enumerate() {
+        assert_eq!(*w, 1, "key #{k}: {w} of {claimers} concurrent claimers won, expected exactly 1");
+    }
+}
+
+/// `claimers` concurrent takeovers of each of `keys` lapsed leases: exactly one winner per key.
+pub async fn takeover_race<S: ClaimStore>(store: &S, keys: usize, claimers: usize) {
+    let p = prefix("takeover-race");
+    let now = base_time();
+    let later = now + LEASE + Duration::from_secs(1);
+    for k in 0..keys {
+        let key = format!("{p}#{k}");
+        acquire(store, request(&key, now), "initial claim").await;
+    }
+    let winners: Vec<usize> = stream::iter(0..keys)
+        .map(|k| {
+            let key = format!("{p}#{k}");
+            async move {
+                join_all((0..claimers).map(|_| store.claim(request(&key, later))))
+                    .await
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(Claim::Acquired(_)) => 1,
+                        Ok(Claim::HeldElsewhere { .. }) => 0,
+                        other => panic!("takeover race on {key:?}: unexpected {other:?}"),
+                    })
+                    .sum::<usize>()
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for (k, w) in winners.iter().enumerate() {
+        assert_eq!(*w, 1, "takeover of key #{k}: {w} winners, expected exactly 1");
+    }
+}
+
+/// How the suite makes and observes a store's effects (see [`atomic_effects`]).
+pub trait EffectProbe<S: ClaimStore>: Sync {
+    /// An effect that, once committed, makes `applied(marker)` true.
+    fn write(&self, marker: &str) -> S::Effect;
+    /// An effect the store will refuse (a business condition that fails).
+    fn rejected(&self, marker: &str) -> S::Effect;
+    /// Whether the effect `write(marker)` was committed.
+    fn applied(&self, marker: &str) -> impl Future<Output = bool> + Send;
+}
+
+/// Effects commit with the completion, or not at all.
+pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+    let key = prefix("effects");
+    let (m_ok, m_bad, m_again) = (format!("{key}#ok"), format!("{key}#bad"), format!("{key}#again"));
+    let now = base_time();
+    let token = acquire(store, request(&key, now), "first claim").await;
+
+    // A refused effect cancels everything: no effect, no completion.
+    let err = store
+        .complete(
+            &key,
+            &token,
+            now + TTL,
+            vec![probe.write(&m_ok), probe.rejected(&m_bad)].into(),
+        )
+        .await
+        .expect_err("a refused effect must fail the completion");
+    assert_eq!(err.kind(), ErrorKind::EffectRejected, "refused effect: {err}");
+    assert!(!probe.applied(&m_ok).await, "a cancelled completion must not apply any effect");
+    match store.claim(request(&key, now)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("a cancelled completion must leave the claim in progress, got {other:?}"),
+    }
+
+    // The owner can release and retry; this time everything commits together.
+    store.release(&key, &token).await.expect("release after cancel");
+    let token = acquire(store, request(&key, now), "claim after release").await;
+    store
+        .complete(&key, &token, now + TTL, vec![probe.write(&m_ok)].into())
+        .await
+        .expect("complete with a good effect");
+    assert!(probe.applied(&m_ok).await, "a committed completion must apply its effect");
+    match store.claim(request(&key, now)).await {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!("expected Completed after commit, got {other:?}"),
+    }
+
+    // A repeated completion is a no-op: its effects are not applied again.
+    store
+        .complete(&key, &token, now + TTL, vec![probe.write(&m_again)].into())
+        .await
+        .expect("repeated complete succeeds");
+    assert!(
+        !probe.applied(&m_again).await,
+        "a repeated completion must not apply effects"
+    );
+
+    // A stale token's effects are never applied.
+    let key2 = format!("{key}#stale");
+    let m_stale = format!("{key}#stale-effect");
+    let stale = acquire(store, request(&key2, now), "claim").await;
+    let later = now + LEASE + Duration::from_secs(1);
+    acquire(store, request(&key2, later), "takeover").await;
+    let err = store
+        .complete(&key2, &stale, later + TTL, vec![probe.write(&m_stale)].into())
+        .await
+        .expect_err("stale complete with effects must fail");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete with effects: {err}");
+    assert!(!probe.applied(&m_stale).await, "a stale completion must not apply effects");
+}

@@ -1,0 +1,225 @@
+//! [`MemoryStore`]: the contract in a `Mutex<HashMap>`, for unit tests and single-process use.
+//!
+//! It never reads a clock of its own (times come from the caller), so tests drive leases and
+//! expiry deterministically with `tokio::time::pause()` and `advance()` through the processor's
+//! [`Clock`](crate::Clock). It can also pretend to be down, to test what the processor does
+//! during an outage.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::SystemTime;
+
+use super::{Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status};
+use crate::{Error, ErrorKind};
+
+/// An effect for [`MemoryStore`]: closures run under the store's lock during completion.
+///
+/// Completion first runs every effect's check; if any check fails, the completion is cancelled
+/// (the claim stays in progress, nothing is applied) and fails with
+/// [`ErrorKind::EffectRejected`]. Only then are the effects applied, in order. This gives the
+/// same all-or-nothing shape as a DynamoDB transaction, within one process.
+#[derive(Clone)]
+pub struct MemoryEffect {
+    check: Arc<dyn Fn() -> Result<(), String> + Send + Sync>,
+    apply: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl MemoryEffect {
+    /// An effect that always applies.
+    pub fn new(apply: impl Fn() + Send + Sync + 'static) -> Self {
+        MemoryEffect {
+            check: Arc::new(|| Ok(())),
+            apply: Arc::new(apply),
+        }
+    }
+
+    /// An effect that applies only if `check` returns `Ok` (like a DynamoDB condition).
+    pub fn conditional(
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+        apply: impl Fn() + Send + Sync + 'static,
+    ) -> Self {
+        MemoryEffect {
+            check: Arc::new(check),
+            apply: Arc::new(apply),
+        }
+    }
+}
+
+impl std::fmt::Debug for MemoryEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemoryEffect")
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    status: Status,
+    token: ClaimToken,
+    lease_until: Option<SystemTime>,
+    expires_at: SystemTime,
+    fingerprint: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    records: Mutex<HashMap<String, Entry>>,
+    unavailable: AtomicBool,
+    failing_completions: AtomicUsize,
+}
+
+/// An in-process claim store. Cloning it shares the same records.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every call fail with [`ErrorKind::StoreUnavailable`] while `down` is true, as a
+    /// store outage would.
+    pub fn set_unavailable(&self, down: bool) {
+        self.shared.unavailable.store(down, Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` completions fail with [`ErrorKind::StoreUnavailable`] without
+    /// writing anything (a transient error on the completion write).
+    pub fn fail_next_completions(&self, n: usize) {
+        self.shared.failing_completions.store(n, Ordering::SeqCst);
+    }
+
+    /// The status of the record for `key`, if one exists (expired or not).
+    pub fn status(&self, key: &str) -> Option<Status> {
+        self.records().get(key).map(|e| e.status)
+    }
+
+    /// How many records the store holds (expired ones included).
+    pub fn len(&self) -> usize {
+        self.records().len()
+    }
+
+    /// Whether the store holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn records(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+        // A panic while holding this lock cannot leave a half-written entry (every write is a
+        // single insert or remove), so a poisoned lock is still consistent.
+        self.shared
+            .records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn check_up(&self) -> Result<(), Error> {
+        if self.shared.unavailable.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                "memory store is marked unavailable",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ClaimStore for MemoryStore {
+    type Effect = MemoryEffect;
+
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+        self.check_up()?;
+        let mut records = self.records();
+        if let Some(old) = records.get(req.key) {
+            let expired = old.expires_at <= req.now;
+            let lapsed = old.status == Status::InProgress
+                && old.lease_until.is_some_and(|l| l <= req.now);
+            if !expired && !lapsed {
+                return Ok(match old.status {
+                    Status::Completed => Claim::Completed(ClaimRecord {
+                        status: old.status,
+                        expires_at: old.expires_at,
+                        lease_until: old.lease_until,
+                        fingerprint: old.fingerprint.clone(),
+                    }),
+                    Status::InProgress => Claim::HeldElsewhere {
+                        lease_until: old.lease_until,
+                    },
+                });
+            }
+        }
+        let token = ClaimToken::generate();
+        records.insert(
+            req.key.to_owned(),
+            Entry {
+                status: Status::InProgress,
+                token: token.clone(),
+                lease_until: Some(req.lease_until),
+                expires_at: req.expires_at,
+                fingerprint: req.fingerprint.map(str::to_owned),
+            },
+        );
+        Ok(Claim::Acquired(token))
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<MemoryEffect>,
+    ) -> Result<(), Error> {
+        self.check_up()?;
+        if self
+            .shared
+            .failing_completions
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                "injected completion failure",
+            ));
+        }
+        let mut records = self.records();
+        let Some(entry) = records.get_mut(key).filter(|e| &e.token == token) else {
+            return Err(Error::lost_claim(key));
+        };
+        if entry.status == Status::Completed {
+            // A retry of a completion that already landed: nothing to do, effects included.
+            return Ok(());
+        }
+        let mut applies = Vec::with_capacity(effects.len());
+        for (i, effect) in effects.into_vec().into_iter().enumerate() {
+            (effect.check)().map_err(|reason| {
+                Error::new(
+                    ErrorKind::EffectRejected,
+                    format!("effect #{i} rejected: {reason}"),
+                )
+            })?;
+            applies.push(effect.apply);
+        }
+        for apply in applies {
+            apply();
+        }
+        entry.status = Status::Completed;
+        entry.lease_until = None;
+        entry.expires_at = expires_at;
+        Ok(())
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        self.check_up()?;
+        let mut records = self.records();
+        match records.get(key) {
+            Some(e) if &e.token == token && e.status == Status::InProgress => {
+                records.remove(key);
+                Ok(())
+            }
+            _ => Err(Error::lost_claim(key)),
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The store contract: how a message is claimed, completed and released.
+//!
+//! Every store (memory, DynamoDB, SQLite, Redis, PostgreSQL) implements [`ClaimStore`], and the
+//! semantics below are the whole of what the processor relies on. They are proven for each store
+//! by the shared [`conformance`] suite, run against the real server.
+//!
+//! # The record
+//!
+//! A store keeps at most one record per key:
+//!
+//! | field         | meaning                                                                |
+//! |---------------|------------------------------------------------------------------------|
+//! | `status`      | [`Status::InProgress`] while a worker runs the handler, then [`Status::Completed`] |
+//! | `token`       | the owner token of the claim that wrote it (fencing)                   |
+//! | `lease_until` | while in progress: when the claimant's lease lapses (the Lambda deadline) |
+//! | `expires_at`  | when the record stops counting at all (the TTL)                        |
+//! | `fingerprint` | optional hash of the payload, to tell "same key, other body"           |
+//!
+//! # The contract
+//!
+//! * **claim** succeeds, atomically and in one round trip, if and only if
+//!   1. no record exists for the key, or
+//!   2. the record's `expires_at` is not after `now` (an expired record counts as absent even
+//!      if the backend has not deleted it yet: DynamoDB's TTL deletion is lazy), or
+//!   3. the record is in progress and its `lease_until` is not after `now` (the claimant died or
+//!      overran its deadline; the new claimant takes over).
+//!
+//!   On success the store writes a fresh record with a new unique token and returns
+//!   [`Claim::Acquired`]. Otherwise it changes nothing and returns [`Claim::Completed`] with the
+//!   stored record, or [`Claim::HeldElsewhere`] with the time the other lease lapses. Of any
+//!   number of concurrent claimers of one key, exactly one acquires it.
+//! * **complete** marks the record completed with a new `expires_at`, and commits the handler's
+//!   effects in the same atomic step, only if the record still carries `token` and is in
+//!   progress. Completing again with the same token after a success is a no-op success (so a
+//!   retry after an ambiguous network error is safe and never applies effects twice). Otherwise
+//!   it fails with [`ErrorKind::LostClaim`](crate::ErrorKind::LostClaim) and changes nothing.
+//!   If an effect is refused the whole step is cancelled and it fails with
+//!   [`ErrorKind::EffectRejected`](crate::ErrorKind::EffectRejected).
+//! * **release** deletes the record only if it still carries `token` and is in progress;
+//!   otherwise it fails with `LostClaim` and changes nothing. After a release the key can be
+//!   claimed again at once.
+//! * Times are passed in by the caller (`now` in [`ClaimRequest`]); a store compares them and
+//!   never reads its own clock for the contract's decisions. This keeps every store
+//!   deterministic under test and makes the processor's clock the only clock.
+//! * Unreachable backends fail with [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable);
+//!   requests the backend refuses for good fail with
+//!   [`ErrorKind::StoreRejected`](crate::ErrorKind::StoreRejected).
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::Error;
+
+pub mod conformance;
+pub mod memory;
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+#[cfg(feature = "redis")]
+pub mod tiered;
+
+pub use memory::MemoryStore;
+
+#[cfg(feature = "dynamodb")]
+pub use dynamodb::DynamoDbStore;
+
+/// The state of a stored claim record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    /// A worker holds the claim and is running the handler.
+    InProgress,
+    /// The handler succeeded and the completion was written.
+    Completed,
+}
+
+impl Status {
+    /// The stored spelling, compatible with Powertools idempotency tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::InProgress => "INPROGRESS",
+            Status::Completed => "COMPLETED",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<Status> {
+        match s {
+            "INPROGRESS" => Some(Status::InProgress),
+            "COMPLETED" => Some(Status::Completed),
+            _ => None,
+        }
+    }
+}
+
+/// An owner token: unique to one successful claim, and required to complete or release it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimToken(String);
+
+impl ClaimToken {
+    /// A new random token (UUID v4).
+    pub fn generate() -> Self {
+        ClaimToken(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// Wraps a token read back from a store.
+    pub fn from_string(token: String) -> Self {
+        ClaimToken(token)
+    }
+
+    /// The token as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ClaimToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a claim asks for. Built by the processor; stores read it.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    /// The full idempotency key (namespace included).
+    pub key: &'a str,
+    /// The caller's current time: every expiry and lease comparison uses it.
+    pub now: SystemTime,
+    /// When this claim's lease lapses if it is neither completed nor released.
+    pub lease_until: SystemTime,
+    /// When the record stops counting at all (the TTL).
+    pub expires_at: SystemTime,
+    /// Optional payload fingerprint, stored with the record.
+    pub fingerprint: Option<&'a str>,
+}
+
+/// A stored record, as returned when a claim finds the key already completed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRecord {
+    /// The record's status.
+    pub status: Status,
+    /// When the record expires.
+    pub expires_at: SystemTime,
+    /// The lease of an in-progress record (`None` once completed, or if the writer set none).
+    pub lease_until: Option<SystemTime>,
+    /// The fingerprint stored with the claim, if any.
+    pub fingerprint: Option<String>,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This caller now holds the claim, with this owner token.
+    Acquired(ClaimToken),
+    /// The key was already processed; the record is returned (for fingerprint checks).
+    Completed(ClaimRecord),
+    /// Another worker holds a live lease on the key until this time.
+    HeldElsewhere {
+        /// When the other claimant's lease lapses.
+        lease_until: Option<SystemTime>,
+    },
+}
+
+/// Handler effects to commit atomically with a completion.
+///
+/// A handler's response converts into `Effects` (`()` means none). Each store defines what an
+/// effect is ([`ClaimStore::Effect`]): a DynamoDB `TransactWriteItem`, an SQL statement, ...
+#[derive(Debug)]
+pub struct Effects<E>(Vec<E>);
+
+impl<E> Effects<E> {
+    /// No effects.
+    pub fn none() -> Self {
+        Effects(Vec::new())
+    }
+
+    /// One effect.
+    pub fn one(effect: E) -> Self {
+        Effects(vec![effect])
+    }
+
+    /// Whether there are no effects.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// How many effects.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The effects, in order.
+    pub fn as_slice(&self) -> &[E] {
+        &self.0
+    }
+
+    /// The effects, in order, by value.
+    pub fn into_vec(self) -> Vec<E> {
+        self.0
+    }
+}
+
+impl<E> Default for Effects<E> {
+    fn default() -> Self {
+        Effects::none()
+    }
+}
+
+impl<E> From<()> for Effects<E> {
+    fn from((): ()) -> Self {
+        Effects::none()
+    }
+}
+
+impl<E> From<Vec<E>> for Effects<E> {
+    fn from(v: Vec<E>) -> Self {
+        Effects(v)
+    }
+}
+
+impl<E> FromIterator<E> for Effects<E> {
+    fn from_iter<I: IntoIterator<Item = E>>(iter: I) -> Self {
+        Effects(iter.into_iter().collect())
+    }
+}
+
+/// A store of claims. See the [module documentation](self) for the contract every
+/// implementation keeps.
+///
+/// The methods return `impl Future + Send` so the processor calls them without boxing.
+pub trait ClaimStore: Send + Sync + 'static {
+    /// What a handler may return to be committed atomically with the completion. A store that
+    /// cannot commit effects atomically uses [`NoEffects`].
+    /// Effects are cloned to retry a completion after a transient error.
+    type Effect: Clone + Send + Sync + 'static;
+
+    /// Tries to claim `request.key`. See the contract above.
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<Claim, Error>> + Send;
+
+    /// Marks the claim completed until `expires_at`, committing `effects` in the same atomic
+    /// step, if `token` still holds it.
+    fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<Self::Effect>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Deletes the claim if `token` still holds it, so the key can be claimed again at once.
+    fn release(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The effect type of stores that cannot commit effects atomically: it has no values, so a
+/// handler for such a store can only return `()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoEffects {}
+
+/// Milliseconds since the Unix epoch (0 for times before it).
+pub fn epoch_millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit).
+pub fn epoch_seconds(t: SystemTime) -> i64 {
+    epoch_millis(t).div_euclid(1000)
+}
+
+/// The time `millis` after the Unix epoch (negative values clamp to the epoch).
+pub fn from_epoch_millis(millis: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
+}
+
+/// The time `secs` after the Unix epoch (negative values clamp to the epoch).
+pub fn from_epoch_seconds(secs: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
