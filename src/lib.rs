@@ -69,6 +69,8 @@ pub mod outcome;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+pub mod reference;
 pub mod store;
 
 pub use deadline::Clock;

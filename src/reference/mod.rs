@@ -1,0 +1,1 @@
+//! The reference consumer: a small payments example (stub: being written).
