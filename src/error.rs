@@ -112,10 +112,6 @@ impl Error {
         self.kind == ErrorKind::StoreUnavailable
     }
 
-    pub(crate) fn store_unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
-        Error::with_source(ErrorKind::StoreUnavailable, message, source)
-    }
-
     pub(crate) fn lost_claim(key: &str) -> Self {
         Error::new(
             ErrorKind::LostClaim,

@@ -1,0 +1,674 @@
+//! [`DynamoDbStore`]: the production store, one conditional write per claim.
+//!
+//! # Table
+//!
+//! A table with a string partition key (`id` by default) and TTL enabled on `expiration`.
+//! Attribute names are those of Powertools for AWS Lambda idempotency tables, plus the owner
+//! token, and can be changed with [`DynamoDbStore::with_attributes`]:
+//!
+//! | attribute                | type | meaning |
+//! |--------------------------|------|---------|
+//! | `id`                     | S    | the idempotency key (hashed if longer than 2048 bytes) |
+//! | `expiration`             | N    | epoch **seconds**: the TTL attribute, and the record's end |
+//! | `in_progress_expiration` | N    | epoch **milliseconds**: the claimant's lease (removed on completion) |
+//! | `status`                 | S    | `INPROGRESS` or `COMPLETED` |
+//! | `validation`             | S    | the payload fingerprint, if any |
+//! | `claim_token`            | S    | the owner token that fences completion and release |
+//!
+//! # Round trips
+//!
+//! * claim: one `PutItem` with the condition `attribute_not_exists(id) OR expiration <= :now_s
+//!   OR (status = INPROGRESS AND in_progress_expiration <= :now_ms)` and
+//!   `ReturnValuesOnConditionCheckFailure = ALL_OLD`, so a refused claim tells "completed" from
+//!   "held elsewhere" without a second read. TTL deletion is lazy (up to days), so the
+//!   condition compares the expiry itself: an expired item still present behaves as absent.
+//! * complete without effects: one `UpdateItem` conditional on the token and `INPROGRESS`.
+//! * complete with effects: one `TransactWriteItems` holding that same conditional update and
+//!   the handler's writes (at most 99), all or nothing. A cancelled transaction is reported
+//!   with the reason of every refused action.
+//! * release: one `DeleteItem` conditional on the token and `INPROGRESS`.
+
+use std::collections::HashMap;
+use std::time::SystemTime;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
+    TimeToLiveStatus, TransactWriteItem, Update,
+};
+
+use super::{
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status, epoch_millis,
+    from_epoch_millis, from_epoch_seconds,
+};
+use crate::{Error, ErrorKind};
+
+/// DynamoDB's limit on a partition key value, in bytes.
+pub const MAX_KEY_BYTES: usize = 2048;
+
+/// The most effects one completion can carry: `TransactWriteItems` takes 100 actions, one of
+/// which is the completion itself.
+pub const MAX_EFFECTS: usize = 99;
+
+/// Attribute names of the claims table. The defaults match Powertools idempotency tables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DynamoDbAttributes {
+    /// Partition key (S). Default `id`.
+    pub key: String,
+    /// Record expiry in epoch seconds, the TTL attribute (N). Default `expiration`.
+    pub expiration: String,
+    /// Lease of an in-progress claim in epoch milliseconds (N). Default `in_progress_expiration`.
+    pub lease: String,
+    /// `INPROGRESS` / `COMPLETED` (S). Default `status`.
+    pub status: String,
+    /// Payload fingerprint (S). Default `validation`.
+    pub fingerprint: String,
+    /// Owner token (S). Default `claim_token`.
+    pub token: String,
+}
+
+impl Default for DynamoDbAttributes {
+    fn default() -> Self {
+        DynamoDbAttributes {
+            key: "id".into(),
+            expiration: "expiration".into(),
+            lease: "in_progress_expiration".into(),
+            status: "status".into(),
+            fingerprint: "validation".into(),
+            token: "claim_token".into(),
+        }
+    }
+}
+
+impl DynamoDbAttributes {
+    /// The default names, to change some of them:
+    /// `DynamoDbAttributes::new().with_key("pk")`.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the partition key attribute name.
+    pub fn with_key(mut self, name: impl Into<String>) -> Self {
+        self.key = name.into();
+        self
+    }
+
+    /// Sets the expiry (TTL) attribute name.
+    pub fn with_expiration(mut self, name: impl Into<String>) -> Self {
+        self.expiration = name.into();
+        self
+    }
+
+    /// Sets the lease attribute name.
+    pub fn with_lease(mut self, name: impl Into<String>) -> Self {
+        self.lease = name.into();
+        self
+    }
+
+    /// Sets the status attribute name.
+    pub fn with_status(mut self, name: impl Into<String>) -> Self {
+        self.status = name.into();
+        self
+    }
+
+    /// Sets the fingerprint attribute name.
+    pub fn with_fingerprint(mut self, name: impl Into<String>) -> Self {
+        self.fingerprint = name.into();
+        self
+    }
+
+    /// Sets the owner token attribute name.
+    pub fn with_token(mut self, name: impl Into<String>) -> Self {
+        self.token = name.into();
+        self
+    }
+
+    fn names(&self) -> HashMap<String, String> {
+        HashMap::from([
+            ("#id".to_owned(), self.key.clone()),
+            ("#exp".to_owned(), self.expiration.clone()),
+            ("#lease".to_owned(), self.lease.clone()),
+            ("#status".to_owned(), self.status.clone()),
+            ("#token".to_owned(), self.token.clone()),
+        ])
+    }
+}
+
+/// A claim store on a DynamoDB table. Cheap to clone (the SDK client is an `Arc`).
+#[derive(Debug, Clone)]
+pub struct DynamoDbStore {
+    client: Client,
+    table: String,
+    attrs: DynamoDbAttributes,
+}
+
+impl DynamoDbStore {
+    /// A store on `table`, with the default attribute names.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoDbStore {
+            client,
+            table: table.into(),
+            attrs: DynamoDbAttributes::default(),
+        }
+    }
+
+    /// A store on `table` with a client configured from the standard AWS environment
+    /// (region, credentials, and `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local).
+    pub async fn from_env(table: impl Into<String>) -> Self {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::new(Client::new(&config), table)
+    }
+
+    /// Uses other attribute names.
+    pub fn with_attributes(mut self, attrs: DynamoDbAttributes) -> Self {
+        self.attrs = attrs;
+        self
+    }
+
+    /// The SDK client (to build effects on other tables with the same configuration).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The attribute names in use.
+    pub fn attributes(&self) -> &DynamoDbAttributes {
+        &self.attrs
+    }
+
+    /// The stored partition key for `key`: the key itself, or `sha256:<hex>` of it when it is
+    /// longer than DynamoDB allows. Deterministic, so every worker maps a key the same way.
+    pub fn storage_key(key: &str) -> String {
+        if key.len() > MAX_KEY_BYTES {
+            format!("sha256:{}", crate::key::sha256_hex(key.as_bytes()))
+        } else {
+            key.to_owned()
+        }
+    }
+
+    /// Creates the table (on-demand capacity, string partition key) and enables TTL on the
+    /// expiry attribute. Idempotent: an existing table is left as it is, and TTL is enabled
+    /// only if it is not already.
+    pub async fn create_table(&self) -> Result<(), Error> {
+        let created = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(&self.attrs.key)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(build_error)?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(&self.attrs.key)
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(build_error)?,
+            )
+            .send()
+            .await;
+        match created {
+            Ok(_) => {}
+            Err(e) if e.code() == Some("ResourceInUseException") => {}
+            Err(e) => return Err(classify("CreateTable", e)),
+        }
+        wait_active(&self.client, &self.table).await?;
+        enable_ttl(&self.client, &self.table, &self.attrs.expiration).await
+    }
+
+    fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([(
+            self.attrs.key.clone(),
+            AttributeValue::S(Self::storage_key(key)),
+        )])
+    }
+
+    fn parse_record(&self, item: &HashMap<String, AttributeValue>) -> Option<Parsed> {
+        let status = item
+            .get(&self.attrs.status)
+            .and_then(|v| v.as_s().ok())
+            .and_then(|s| Status::parse(s))?;
+        let number = |name: &str| {
+            item.get(name)
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse::<i64>().ok())
+        };
+        Some(Parsed {
+            record: ClaimRecord {
+                status,
+                expires_at: number(&self.attrs.expiration)
+                    .map(from_epoch_seconds)
+                    .unwrap_or(SystemTime::UNIX_EPOCH),
+                lease_until: number(&self.attrs.lease).map(from_epoch_millis),
+                fingerprint: item
+                    .get(&self.attrs.fingerprint)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned(),
+            },
+            token: item
+                .get(&self.attrs.token)
+                .and_then(|v| v.as_s().ok())
+                .cloned(),
+        })
+    }
+
+    /// Classifies the item returned with a refused claim.
+    fn refused_claim(&self, item: Option<&HashMap<String, AttributeValue>>) -> Claim {
+        match item.and_then(|i| self.parse_record(i)) {
+            Some(p) if p.record.status == Status::Completed => Claim::Completed(p.record),
+            Some(p) => Claim::HeldElsewhere {
+                lease_until: p.record.lease_until,
+            },
+            // An item we cannot read (written by something else, or gone between the write and
+            // the answer): never run the handler on it; the message is retried later.
+            None => Claim::HeldElsewhere { lease_until: None },
+        }
+    }
+
+    /// After a refused completion: the same token already completed it (a retry after an
+    /// ambiguous error) is a success; anything else means the claim was lost.
+    fn refused_completion(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        item: Option<&HashMap<String, AttributeValue>>,
+    ) -> Result<(), Error> {
+        match item.and_then(|i| self.parse_record(i)) {
+            Some(p)
+                if p.record.status == Status::Completed
+                    && p.token.as_deref() == Some(token.as_str()) =>
+            {
+                Ok(())
+            }
+            _ => Err(Error::lost_claim(key)),
+        }
+    }
+
+    fn completion_update(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+    ) -> Result<Update, Error> {
+        let mut names = self.attrs.names();
+        names.remove("#id");
+        Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(self.key_value(key)))
+            .update_expression("SET #status = :completed, #exp = :exp REMOVE #lease")
+            .condition_expression("#token = :token AND #status = :inprogress")
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":completed".to_owned(), s(Status::Completed.as_str())),
+                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
+                (":exp".to_owned(), n(expiry_seconds(expires_at))),
+                (":token".to_owned(), s(token.as_str())),
+            ])))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(build_error)
+    }
+}
+
+struct Parsed {
+    record: ClaimRecord,
+    token: Option<String>,
+}
+
+impl ClaimStore for DynamoDbStore {
+    type Effect = TransactWriteItem;
+
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+        let token = ClaimToken::generate();
+        let mut item = self.key_value(req.key);
+        item.insert(self.attrs.expiration.clone(), n(expiry_seconds(req.expires_at)));
+        item.insert(self.attrs.lease.clone(), n(epoch_millis(req.lease_until)));
+        item.insert(self.attrs.status.clone(), s(Status::InProgress.as_str()));
+        item.insert(self.attrs.token.clone(), s(token.as_str()));
+        if let Some(fp) = req.fingerprint {
+            item.insert(self.attrs.fingerprint.clone(), s(fp));
+        }
+        let mut names = self.attrs.names();
+        names.remove("#token");
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(
+                "attribute_not_exists(#id) OR #exp <= :now_s \
+                 OR (#status = :inprogress AND #lease <= :now_ms)",
+            )
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":now_s".to_owned(), n(super::epoch_seconds(req.now))),
+                (":now_ms".to_owned(), n(epoch_millis(req.now))),
+                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
+            ])))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Claim::Acquired(token)),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                PutItemError::ConditionalCheckFailedException(ccf) => {
+                    Ok(self.refused_claim(ccf.item()))
+                }
+                _ => Err(classify("PutItem (claim)", SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(classify("PutItem (claim)", e)),
+        }
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<TransactWriteItem>,
+    ) -> Result<(), Error> {
+        let update = self.completion_update(key, token, expires_at)?;
+        if effects.is_empty() {
+            let result = self
+                .client
+                .update_item()
+                .table_name(update.table_name())
+                .set_key(Some(update.key().clone()))
+                .update_expression(update.update_expression())
+                .condition_expression(update.condition_expression().unwrap_or_default())
+                .set_expression_attribute_names(update.expression_attribute_names().cloned())
+                .set_expression_attribute_values(update.expression_attribute_values().cloned())
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            return match result {
+                Ok(_) => Ok(()),
+                Err(SdkError::ServiceError(e)) => match e.err() {
+                    UpdateItemError::ConditionalCheckFailedException(ccf) => {
+                        self.refused_completion(key, token, ccf.item())
+                    }
+                    _ => Err(classify("UpdateItem (complete)", SdkError::ServiceError(e))),
+                },
+                Err(e) => Err(classify("UpdateItem (complete)", e)),
+            };
+        }
+
+        if effects.len() > MAX_EFFECTS {
+            return Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "{} effects in one completion: DynamoDB transactions take at most {MAX_EFFECTS} \
+                     besides the completion",
+                    effects.len()
+                ),
+            ));
+        }
+        let mut items = Vec::with_capacity(effects.len() + 1);
+        items.push(TransactWriteItem::builder().update(update).build());
+        items.extend(effects.into_vec());
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                TransactWriteItemsError::TransactionCanceledException(tc) => {
+                    self.cancelled(key, token, tc.cancellation_reasons())
+                }
+                _ => Err(classify("TransactWriteItems (complete)", SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(classify("TransactWriteItems (complete)", e)),
+        }
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        let mut names = self.attrs.names();
+        names.retain(|k, _| k == "#token" || k == "#status");
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_value(key)))
+            .condition_expression("#token = :token AND #status = :inprogress")
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":token".to_owned(), s(token.as_str())),
+                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
+            ])))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                DeleteItemError::ConditionalCheckFailedException(_) => Err(Error::lost_claim(key)),
+                _ => Err(classify("DeleteItem (release)", SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(classify("DeleteItem (release)", e)),
+        }
+    }
+}
+
+impl DynamoDbStore {
+    /// Interprets a cancelled completion transaction. Action 0 is the completion; the rest are
+    /// the handler's effects.
+    fn cancelled(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        reasons: &[aws_sdk_dynamodb::types::CancellationReason],
+    ) -> Result<(), Error> {
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
+        if code(0) == "ConditionalCheckFailed" {
+            // Either this token completed already (a retry after an ambiguous error: its
+            // effects committed then, and must not be applied again) or the claim was lost.
+            return self.refused_completion(key, token, reasons.first().and_then(|r| r.item()));
+        }
+        let transient = reasons.iter().any(|r| {
+            matches!(
+                r.code(),
+                Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")
+            )
+        });
+        let refused: Vec<String> = reasons
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, r)| r.code().is_some_and(|c| c != "None"))
+            .map(|(i, r)| {
+                format!(
+                    "effect #{}: {}{}",
+                    i - 1,
+                    r.code().unwrap_or("?"),
+                    r.message().map(|m| format!(" ({m})")).unwrap_or_default()
+                )
+            })
+            .collect();
+        let summary = if refused.is_empty() {
+            format!("completion action: {}", code(0))
+        } else {
+            refused.join("; ")
+        };
+        let kind = if transient {
+            ErrorKind::StoreUnavailable
+        } else {
+            ErrorKind::EffectRejected
+        };
+        Err(Error::new(
+            kind,
+            format!("transaction cancelled, nothing was written: {summary}"),
+        ))
+    }
+}
+
+async fn wait_active(client: &Client, table: &str) -> Result<(), Error> {
+    use aws_sdk_dynamodb::types::TableStatus;
+    for _ in 0..120 {
+        let out = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| classify("DescribeTable", e))?;
+        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    Err(Error::new(
+        ErrorKind::StoreUnavailable,
+        format!("table {table} did not become ACTIVE within 60 s"),
+    ))
+}
+
+/// Enables TTL on `attribute` unless it already is (enabling twice is an error in DynamoDB).
+pub(crate) async fn enable_ttl(client: &Client, table: &str, attribute: &str) -> Result<(), Error> {
+    let current = client
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|e| classify("DescribeTimeToLive", e))?;
+    if let Some(d) = current.time_to_live_description() {
+        let on = matches!(
+            d.time_to_live_status(),
+            Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+        );
+        if on {
+            return match d.attribute_name() {
+                Some(a) if a != attribute => Err(Error::new(
+                    ErrorKind::StoreRejected,
+                    format!("table {table} has TTL on {a:?}, but the store expects {attribute:?}"),
+                )),
+                _ => Ok(()),
+            };
+        }
+    }
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .enabled(true)
+                .attribute_name(attribute)
+                .build()
+                .map_err(build_error)?,
+        )
+        .send()
+        .await
+        .map_err(|e| classify("UpdateTimeToLive", e))?;
+    Ok(())
+}
+
+/// Record expiry in whole seconds, rounded up: a record may outlive its TTL by under a second,
+/// never fall short of it.
+fn expiry_seconds(t: SystemTime) -> i64 {
+    let ms = epoch_millis(t);
+    ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
+    Error::with_source(ErrorKind::StoreRejected, "invalid DynamoDB request", e)
+}
+
+/// Maps an SDK error to the crate's kinds: throttling, server errors, timeouts and network
+/// failures are transient (`StoreUnavailable`); the rest (missing table, validation, access
+/// denied) will not fix themselves (`StoreRejected`).
+pub(crate) fn classify<E, R>(op: &str, e: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let transient_codes = [
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "ThrottlingException",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+        "LimitExceededException",
+    ];
+    let code = e.code().map(str::to_owned);
+    let (kind, what) = match &e {
+        SdkError::ServiceError(_) => {
+            let c = code.as_deref().unwrap_or("unknown");
+            let kind = if transient_codes.contains(&c) {
+                ErrorKind::StoreUnavailable
+            } else {
+                ErrorKind::StoreRejected
+            };
+            (kind, format!("DynamoDB {op} failed: {c}"))
+        }
+        SdkError::ConstructionFailure(_) => (
+            ErrorKind::StoreRejected,
+            format!("DynamoDB {op}: request could not be built"),
+        ),
+        SdkError::TimeoutError(_) => (
+            ErrorKind::StoreUnavailable,
+            format!("DynamoDB {op} timed out"),
+        ),
+        SdkError::DispatchFailure(_) => (
+            ErrorKind::StoreUnavailable,
+            format!("DynamoDB {op}: could not reach the endpoint (network, DNS or credentials)"),
+        ),
+        _ => (
+            ErrorKind::StoreUnavailable,
+            format!("DynamoDB {op}: unexpected response"),
+        ),
+    };
+    let source = aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string();
+    Error::with_source(kind, what, source)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_keys_are_hashed_deterministically() {
+        let short = "ns#order-1";
+        assert_eq!(DynamoDbStore::storage_key(short), short);
+        let long = format!("ns#{}", "x".repeat(3000));
+        let a = DynamoDbStore::storage_key(&long);
+        assert_eq!(a, DynamoDbStore::storage_key(&long));
+        assert!(a.len() <= MAX_KEY_BYTES);
+        assert_ne!(a, DynamoDbStore::storage_key(&format!("{long}y")));
+        let exactly = "k".repeat(MAX_KEY_BYTES);
+        assert_eq!(DynamoDbStore::storage_key(&exactly), exactly);
+    }
+
+    #[test]
+    fn expiry_rounds_up() {
+        assert_eq!(expiry_seconds(from_epoch_millis(10_000)), 10);
+        assert_eq!(expiry_seconds(from_epoch_millis(10_001)), 11);
+        assert_eq!(expiry_seconds(from_epoch_millis(10_999)), 11);
+    }
+}

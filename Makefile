@@ -1,0 +1,76 @@
+# sqs-claim: every command a user or CI needs. `make help` lists them.
+#
+# The two commands that set everything up on a fresh machine:
+#   make demo   - builds the CLI and runs the reference consumer on a sample event (embedded store)
+#   make test   - starts the stand-ins (DynamoDB Local, ministack; Redis and PostgreSQL checked)
+#                 and runs the whole test suite against them
+
+SHELL := /bin/bash
+CARGO ?= cargo
+EVENT ?= events/plain.json
+STORE ?=
+STANDINS_ENV := .standins/env
+BIN := $(or $(CARGO_TARGET_DIR),target)/debug/sqs-claim
+
+.PHONY: help build demo invoke balances test test-unit lint fmt clippy cfn-lint bench watch \
+        standins-up standins-down services deploy clean-state
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## Build the library, the CLI and the Lambda binary
+	$(CARGO) build --all-features --bins
+
+demo: ## Run the reference consumer on events/plain.json with the embedded store (run it again: all duplicates)
+	$(CARGO) build --bin sqs-claim
+	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
+	$(BIN) balances $(if $(STORE),--store $(STORE))
+
+invoke: ## Run the reference consumer on EVENT=events/....json [STORE=url]
+	$(CARGO) build --bin sqs-claim
+	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
+
+balances: ## Print account balances [STORE=url]
+	$(CARGO) build --bin sqs-claim
+	$(BIN) balances $(if $(STORE),--store $(STORE))
+
+clean-state: ## Forget the embedded store (.sqs-claim/)
+	rm -rf .sqs-claim
+
+standins-up: ## Start DynamoDB Local and ministack on 127.0.0.1 (installs them on first use)
+	scripts/standins.sh up
+
+standins-down: ## Stop DynamoDB Local and ministack (by PID)
+	scripts/standins.sh down
+
+services: ## Check Redis (6379) and PostgreSQL (5432) answer; start them if not
+	scripts/services.sh check
+
+test: standins-up services ## Run the whole test suite against the real servers
+	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --all-features --no-fail-fast
+
+test-unit: ## Unit tests only (no servers needed)
+	$(CARGO) test --all-features --lib
+
+fmt: ## Format
+	$(CARGO) fmt --all
+
+clippy:
+	$(CARGO) clippy --all-targets --all-features -- -D warnings
+
+cfn-lint:
+	@command -v cfn-lint >/dev/null || python3 -m pip install --quiet cfn-lint
+	cfn-lint template.yaml
+
+lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint
+	$(CARGO) fmt --all -- --check
+
+bench: ## Benchmarks (print ratios against a baseline measured in the same run)
+	$(CARGO) bench --all-features
+
+watch: ## cargo lambda watch with the embedded store (then: cargo lambda invoke consumer --data-file events/plain.json)
+	cargo lambda watch --bin consumer
+
+deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time)
+	sam build
+	sam deploy --guided

@@ -1,0 +1,179 @@
+//! The store contract against DynamoDB Local (AWS's own implementation), started by
+//! `scripts/standins.sh up` (`make test` does it).
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
+use aws_sdk_dynamodb::Client;
+use sqs_claim::store::conformance::{self, EffectProbe};
+use sqs_claim::store::dynamodb::DynamoDbAttributes;
+use sqs_claim::{ClaimStore, DynamoDbStore};
+
+fn endpoint() -> String {
+    std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
+}
+
+fn client() -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .build();
+    Client::from_conf(config)
+}
+
+async fn fresh_store(name: &str) -> DynamoDbStore {
+    let table = format!("{name}-{}", uuid::Uuid::new_v4());
+    let store = DynamoDbStore::new(client(), table);
+    store.create_table().await.unwrap_or_else(|e| {
+        panic!(
+            "cannot create a table on DynamoDB Local at {}: {e}\n\
+             run `make test`, or `scripts/standins.sh up` first",
+            endpoint()
+        )
+    });
+    store
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_suite() {
+    let store = fresh_store("conformance").await;
+    conformance::run_all(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_with_custom_attribute_names() {
+    let table = format!("custom-{}", uuid::Uuid::new_v4());
+    let attrs = DynamoDbAttributes::new()
+        .with_key("pk")
+        .with_expiration("ttl")
+        .with_token("owner");
+    let store = DynamoDbStore::new(client(), table).with_attributes(attrs);
+    store.create_table().await.expect("create table");
+    conformance::fresh_claim_is_acquired(&store).await;
+    conformance::completed_key_is_a_duplicate(&store).await;
+    conformance::stale_token_cannot_complete(&store).await;
+    conformance::expired_record_counts_as_absent(&store).await;
+}
+
+#[tokio::test]
+async fn create_table_is_idempotent_and_enables_ttl() {
+    let store = fresh_store("init").await;
+    store.create_table().await.expect("second create_table is a no-op");
+    let ttl = store
+        .client()
+        .describe_time_to_live()
+        .table_name(store.table())
+        .send()
+        .await
+        .expect("describe ttl");
+    let d = ttl.time_to_live_description().expect("ttl description");
+    assert_eq!(d.attribute_name(), Some("expiration"));
+}
+
+/// Effects are puts into a side table; a rejected effect is a condition check on an item that
+/// does not exist.
+struct Probe {
+    client: Client,
+    table: String,
+}
+
+impl Probe {
+    fn key(marker: &str) -> HashMap<String, AttributeValue> {
+        HashMap::from([("id".to_owned(), AttributeValue::S(marker.to_owned()))])
+    }
+}
+
+impl EffectProbe<DynamoDbStore> for Probe {
+    fn write(&self, marker: &str) -> TransactWriteItem {
+        TransactWriteItem::builder()
+            .put(
+                Put::builder()
+                    .table_name(&self.table)
+                    .set_item(Some(Self::key(marker)))
+                    .build()
+                    .expect("put"),
+            )
+            .build()
+    }
+
+    fn rejected(&self, marker: &str) -> TransactWriteItem {
+        TransactWriteItem::builder()
+            .condition_check(
+                ConditionCheck::builder()
+                    .table_name(&self.table)
+                    .set_key(Some(Self::key(marker)))
+                    .condition_expression("attribute_exists(id)")
+                    .build()
+                    .expect("condition check"),
+            )
+            .build()
+    }
+
+    async fn applied(&self, marker: &str) -> bool {
+        self.client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(marker)))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("get item")
+            .item()
+            .is_some()
+    }
+}
+
+#[tokio::test]
+async fn atomic_effects_in_one_transaction() {
+    let store = fresh_store("effects").await;
+    let side = fresh_store("effects-side").await;
+    let probe = Probe {
+        client: client(),
+        table: side.table().to_owned(),
+    };
+    conformance::atomic_effects(&store, &probe).await;
+}
+
+#[tokio::test]
+async fn missing_table_is_rejected_not_unavailable() {
+    let store = DynamoDbStore::new(client(), format!("no-such-table-{}", uuid::Uuid::new_v4()));
+    let now = std::time::SystemTime::now();
+    let err = store
+        .claim(sqs_claim::store::ClaimRequest {
+            key: "k",
+            now,
+            lease_until: now,
+            expires_at: now,
+            fingerprint: None,
+        })
+        .await
+        .expect_err("claim on a missing table must fail");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreRejected, "{err}");
+    assert!(err.to_string().contains("ResourceNotFound"), "{err}");
+}
+
+#[tokio::test]
+async fn unreachable_endpoint_is_unavailable() {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url("http://127.0.0.1:1")
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .build();
+    let store = DynamoDbStore::new(Client::from_conf(config), "t");
+    let now = std::time::SystemTime::now();
+    let err = store
+        .claim(sqs_claim::store::ClaimRequest {
+            key: "k",
+            now,
+            lease_until: now,
+            expires_at: now,
+            fingerprint: None,
+        })
+        .await
+        .expect_err("claim on a closed port must fail");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreUnavailable, "{err}");
+}
