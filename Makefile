@@ -49,8 +49,9 @@ services: ## Check Redis (6379) and PostgreSQL (5432) answer; start them if not
 test: standins-up services ## Run the whole test suite against the real servers
 	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --all-features --no-fail-fast
 
-test-unit: ## Unit tests only (no servers needed)
-	$(CARGO) test --all-features --lib
+test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher)
+	$(CARGO) test --all-features --lib --test test_processor --test test_fifo_processing \
+		--test test_memory_store --test test_events --test test_publish
 
 fmt: ## Format
 	$(CARGO) fmt --all

@@ -76,8 +76,8 @@ impl Budget {
     /// `Context::default()`, used outside Lambda). A deadline already in the past is a real
     /// deadline that has passed: nothing starts.
     pub(crate) fn new(clock: Clock, deadline_ms: u64, margin: Duration, lease: Duration) -> Self {
-        let deadline = (deadline_ms != 0)
-            .then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms));
+        let deadline =
+            (deadline_ms != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms));
         let cutoff = deadline.map(|d| d.checked_sub(margin).unwrap_or(SystemTime::UNIX_EPOCH));
         Budget {
             clock,
@@ -108,7 +108,12 @@ mod tests {
 
     #[test]
     fn zero_deadline_means_none() {
-        let b = Budget::new(Clock::system(), 0, Duration::from_secs(2), Duration::from_secs(60));
+        let b = Budget::new(
+            Clock::system(),
+            0,
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+        );
         assert!(b.may_start());
         let now = b.now();
         assert_eq!(b.lease_until(now), now + Duration::from_secs(60));
@@ -117,7 +122,12 @@ mod tests {
     #[test]
     fn past_deadline_means_expired() {
         // 1 ms after the epoch: a real deadline, long gone.
-        let b = Budget::new(Clock::system(), 1, Duration::from_secs(2), Duration::from_secs(60));
+        let b = Budget::new(
+            Clock::system(),
+            1,
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+        );
         assert!(!b.may_start());
     }
 
@@ -125,7 +135,12 @@ mod tests {
     async fn cutoff_is_margin_before_deadline() {
         let clock = Clock::tokio();
         let now = crate::store::epoch_millis(clock.now()) as u64;
-        let b = Budget::new(clock, now + 10_000, Duration::from_secs(2), Duration::from_secs(60));
+        let b = Budget::new(
+            clock,
+            now + 10_000,
+            Duration::from_secs(2),
+            Duration::from_secs(60),
+        );
         assert!(b.may_start());
         tokio::time::advance(Duration::from_millis(7_999)).await;
         assert!(b.may_start());

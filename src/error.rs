@@ -135,7 +135,10 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)?;
         // Show the chain inline: a one-line log at 3 a.m. should name the root cause.
-        let mut source = self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static));
+        let mut source = self
+            .source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static));
         while let Some(s) = source {
             write!(f, ": {s}")?;
             source = s.source();
@@ -146,6 +149,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source.as_deref().map(|s| s as &(dyn std::error::Error + 'static))
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
     }
 }

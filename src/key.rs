@@ -12,11 +12,12 @@ use sha2::{Digest, Sha256};
 use crate::{Error, ErrorKind};
 
 /// Where the idempotency key of a message comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum KeySource {
     /// The SQS `messageId` (the default). Catches redeliveries; a producer that sends the same
     /// event twice produces two message ids and is not caught.
+    #[default]
     MessageId,
     /// A JSON pointer (RFC 6901, e.g. `/order_id` or `/payment/id`) into the JSON body. A string
     /// is used as is; a number or boolean as its JSON text; an object or array as its JSON text.
@@ -28,12 +29,6 @@ pub enum KeySource {
     BodySha256,
     /// The FIFO `MessageDeduplicationId` attribute (explicit or content-based).
     DeduplicationId,
-}
-
-impl Default for KeySource {
-    fn default() -> Self {
-        KeySource::MessageId
-    }
 }
 
 impl KeySource {
@@ -157,18 +152,30 @@ mod tests {
     #[test]
     fn json_pointer_values() {
         let k = KeySource::JsonPointer("/order_id".into());
-        assert_eq!(k.extract(&msg(r#"{"order_id":"o-1"}"#)).unwrap().as_deref(), Some("o-1"));
-        assert_eq!(k.extract(&msg(r#"{"order_id":42}"#)).unwrap().as_deref(), Some("42"));
+        assert_eq!(
+            k.extract(&msg(r#"{"order_id":"o-1"}"#)).unwrap().as_deref(),
+            Some("o-1")
+        );
+        assert_eq!(
+            k.extract(&msg(r#"{"order_id":42}"#)).unwrap().as_deref(),
+            Some("42")
+        );
         assert_eq!(k.extract(&msg(r#"{"order_id":null}"#)).unwrap(), None);
         assert_eq!(k.extract(&msg(r#"{"other":1}"#)).unwrap(), None);
         let err = k.extract(&msg("not json {secret}")).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::MissingKey);
-        assert!(!err.to_string().contains("secret"), "body leaked into error: {err}");
+        assert!(
+            !err.to_string().contains("secret"),
+            "body leaked into error: {err}"
+        );
     }
 
     #[test]
     fn parse_forms() {
-        assert_eq!(KeySource::parse("message-id").unwrap(), KeySource::MessageId);
+        assert_eq!(
+            KeySource::parse("message-id").unwrap(),
+            KeySource::MessageId
+        );
         assert_eq!(
             KeySource::parse("json:/a/b").unwrap(),
             KeySource::JsonPointer("/a/b".into())

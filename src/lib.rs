@@ -15,8 +15,7 @@
 //!
 //! #[tokio::main]
 //! async fn main() -> Result<(), lambda_runtime::Error> {
-//!     let config = aws_config::load_from_env().await;
-//!     let store = DynamoDbStore::new(aws_sdk_dynamodb::Client::new(&config), "claims");
+//!     let store = DynamoDbStore::from_env("claims").await;
 //!     let handler = service_fn(|msg: Message| async move {
 //!         let order: serde_json::Value = msg.json()?;
 //!         // ... charge the card, passing msg.key() as the provider's idempotency key ...
@@ -48,13 +47,15 @@
 //!
 //! All stores keep one contract, written once in [`store`] and proven for each by
 //! [`store::conformance`] against the real server:
-//! [`MemoryStore`] (unit tests), [`DynamoDbStore`] (feature `dynamodb`, the production default).
+//! [`MemoryStore`] (unit tests), `DynamoDbStore` (feature `dynamodb`, the production default),
+//! `SqliteStore` (feature `sqlite`), `RedisStore` and `TieredStore` (feature `redis`),
+//! `PostgresStore` (feature `postgres`), each in its module under [`store`].
 //!
 //! ## Feature flags
 //!
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
-//! | `dynamodb` | yes | [`DynamoDbStore`], with atomic effects via `TransactWriteItems` |
+//! | `dynamodb` | yes | `DynamoDbStore`, with atomic effects via `TransactWriteItems` |
 //! | `sqs` | yes | the SQS publisher |
 //! | `sqlite` | yes | the embedded SQLite store (local runs, the CLI) |
 //! | `redis` | no | the Redis store and the tiered store |
@@ -85,6 +86,15 @@ pub use store::{ClaimStore, Effects, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
 pub use store::DynamoDbStore;
+
+#[cfg(feature = "sqs")]
+pub use publish::{Outgoing, Publisher};
+#[cfg(feature = "postgres")]
+pub use store::postgres::{PgEffect, PostgresStore};
+#[cfg(feature = "redis")]
+pub use store::redis::{RedisEffect, RedisStore};
+#[cfg(feature = "redis")]
+pub use store::tiered::TieredStore;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

@@ -262,6 +262,8 @@ struct Slot {
     publish: Option<watch::Sender<Option<Outcome>>>,
     /// For later copies: the leader's index and outcome.
     follow: Option<(usize, watch::Receiver<Option<Outcome>>)>,
+    /// For later copies: whether the body differs from the leader's (same key, other payload).
+    payload_differs: bool,
 }
 
 impl<S, H> Processor<S, H>
@@ -332,9 +334,11 @@ where
                 ));
             }
         }
-        let fifo = records
-            .iter()
-            .any(|r| r.event_source_arn.as_deref().is_some_and(|a| a.ends_with(".fifo")));
+        let fifo = records.iter().any(|r| {
+            r.event_source_arn
+                .as_deref()
+                .is_some_and(|a| a.ends_with(".fifo"))
+        });
         let slots = self.prepare(records, namespace);
 
         let outcomes: Vec<Outcome> = if fifo {
@@ -396,7 +400,10 @@ where
                 Ok(Some(raw)) => (Some(key::namespaced(namespace, &raw)), None),
                 Ok(None) => (
                     None,
-                    Some(format!("message has no idempotency key ({})", config.key.describe())),
+                    Some(format!(
+                        "message has no idempotency key ({})",
+                        config.key.describe()
+                    )),
                 ),
                 Err(e) => (None, Some(e.message().to_owned())),
             };
@@ -411,10 +418,15 @@ where
             let fingerprint = (config.payload_check != PayloadCheck::Off)
                 .then(|| key::sha256_hex(record.body.as_deref().unwrap_or("").as_bytes()));
             let mut follow = None;
+            let mut payload_differs = false;
             if let Some(k) = &key {
                 match leaders.get(k) {
                     Some(&leader) => {
                         let slot: &mut Slot = &mut slots[leader];
+                        payload_differs = match (&fingerprint, &slot.fingerprint) {
+                            (Some(ours), Some(theirs)) => ours != theirs,
+                            _ => false,
+                        };
                         let rx = match &slot.publish {
                             Some(tx) => tx.subscribe(),
                             None => {
@@ -440,6 +452,7 @@ where
                 message: std::sync::Mutex::new(Some(message)),
                 publish: None,
                 follow,
+                payload_differs,
             });
         }
         slots
@@ -469,10 +482,11 @@ where
         };
         let lane_results = join_all(lanes.into_iter().map(|lane| async move {
             let mut results = Vec::with_capacity(lane.len());
-            let mut stopped = false;
+            // Why the rest of the lane is not started, once something in it did not succeed.
+            let mut stopped: Option<NotStarted> = None;
             for i in lane {
-                let outcome = if stopped {
-                    let outcome = Outcome::NotStarted(skip_reason);
+                let outcome = if let Some(reason) = stopped {
+                    let outcome = Outcome::NotStarted(reason);
                     // Later copies of this key, in other groups, must not wait forever.
                     if let Some(tx) = &slots[i].publish {
                         tx.send_replace(Some(outcome.clone()));
@@ -482,7 +496,14 @@ where
                 } else {
                     self.run_slot(&slots[i], budget).await
                 };
-                stopped |= !outcome.is_success();
+                if stopped.is_none() && !outcome.is_success() {
+                    // Past the cut-off the rest of the lane would not start either: say so,
+                    // rather than blame an "earlier failure" that did not happen.
+                    stopped = Some(match &outcome {
+                        Outcome::NotStarted(NotStarted::Deadline) => NotStarted::Deadline,
+                        _ => skip_reason,
+                    });
+                }
                 results.push((i, outcome));
             }
             results
@@ -523,13 +544,28 @@ where
             Err(_) => None,
         };
         match leader_outcome {
+            Some(Outcome::Processed) | Some(Outcome::Duplicate) if slot.payload_differs => {
+                // The same check as against a stored record (see `run_message`): a copy inside
+                // the batch must not slip a different payload past it.
+                let why = format!(
+                    "same key as message #{leader} of this batch, with a different payload"
+                );
+                if self.inner.config.payload_check == PayloadCheck::Fail {
+                    return Outcome::Failed(Failure::new(FailureKind::PayloadMismatch, why));
+                }
+                warn!(message_id = %slot.id, leader, "{why}; skipped as a duplicate");
+                Outcome::Duplicate
+            }
             Some(Outcome::Processed) | Some(Outcome::Duplicate) => {
                 debug!(message_id = %slot.id, leader, "same key as an earlier message of this batch");
                 Outcome::Duplicate
             }
             Some(Outcome::Failed(f)) => Outcome::Failed(Failure::new(
                 f.kind,
-                format!("same key as message #{leader} of this batch, which failed: {}", f.message),
+                format!(
+                    "same key as message #{leader} of this batch, which failed: {}",
+                    f.message
+                ),
             )),
             Some(other) => other,
             None => Outcome::Failed(Failure::new(
@@ -552,7 +588,10 @@ where
             .unwrap_or_else(|p| p.into_inner())
             .take()
         else {
-            return Outcome::Failed(Failure::new(FailureKind::Handler, "internal: message already taken"));
+            return Outcome::Failed(Failure::new(
+                FailureKind::Handler,
+                "internal: message already taken",
+            ));
         };
         let Some(key) = slot.key.as_deref() else {
             // No key, and policy says run anyway.
@@ -561,11 +600,14 @@ where
 
         let config = &self.inner.config;
         let now = budget.now();
+        let lease_until = budget.lease_until(now);
         let request = ClaimRequest {
             key,
             now,
-            lease_until: budget.lease_until(now),
-            expires_at: now + config.ttl,
+            lease_until,
+            // An in-progress record must not expire before its lease lapses: an expired record
+            // counts as absent, and a second worker would run the handler alongside the first.
+            expires_at: (now + config.ttl).max(lease_until),
             fingerprint: slot.fingerprint.as_deref(),
         };
         let token = match self.inner.store.claim(request).await {
@@ -579,14 +621,19 @@ where
                     let why = "key was completed before with a different payload";
                     match config.payload_check {
                         PayloadCheck::Fail => {
-                            return Outcome::Failed(Failure::new(FailureKind::PayloadMismatch, why));
+                            return Outcome::Failed(Failure::new(
+                                FailureKind::PayloadMismatch,
+                                why,
+                            ));
                         }
                         _ => warn!(message_id = %slot.id, key, "{why}; skipped as a duplicate"),
                     }
                 }
                 return Outcome::Duplicate;
             }
-            Ok(Claim::HeldElsewhere { lease_until }) => return Outcome::HeldElsewhere { lease_until },
+            Ok(Claim::HeldElsewhere { lease_until }) => {
+                return Outcome::HeldElsewhere { lease_until };
+            }
             Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
                 if config.on_store_unavailable == StoreUnavailable::FailOpen {
                     warn!(message_id = %slot.id, key, error = %e, "store unavailable: fail-open, running without a claim");
@@ -647,7 +694,10 @@ where
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "non-string panic payload".to_owned());
-                Err(Failure::new(FailureKind::Panic, format!("handler panicked: {what}")))
+                Err(Failure::new(
+                    FailureKind::Panic,
+                    format!("handler panicked: {what}"),
+                ))
             }
         }
     }
@@ -674,7 +724,12 @@ where
             } else {
                 std::mem::take(&mut effects)
             };
-            match self.inner.store.complete(key, token, expires_at, send).await {
+            match self
+                .inner
+                .store
+                .complete(key, token, expires_at, send)
+                .await
+            {
                 Err(e) if e.is_transient() && attempt < config.completion_retries => {
                     let backoff = config.retry_backoff * 2u32.saturating_pow(attempt);
                     warn!(message_id = %slot.id, key, attempt, error = %e, "completion failed; retrying");
@@ -686,7 +741,10 @@ where
         };
         match result {
             Ok(()) => Outcome::Processed,
-            Err(e) => self.completion_failed(slot, key, token, has_effects, e).await,
+            Err(e) => {
+                self.completion_failed(slot, key, token, has_effects, e)
+                    .await
+            }
         }
     }
 
@@ -737,12 +795,18 @@ fn log_outcome(slot: &Slot, outcome: &Outcome) {
     let key = slot.key.as_deref().unwrap_or("");
     match outcome {
         Outcome::Processed => debug!(message_id = %slot.id, key, outcome = "processed"),
-        Outcome::Duplicate => info!(message_id = %slot.id, key, outcome = "duplicate", "duplicate skipped"),
+        Outcome::Duplicate => {
+            info!(message_id = %slot.id, key, outcome = "duplicate", "duplicate skipped")
+        }
         Outcome::HeldElsewhere { .. } => {
             info!(message_id = %slot.id, key, outcome = "held_elsewhere", "claimed by another worker; will be retried")
         }
-        Outcome::Failed(f) => warn!(message_id = %slot.id, key, outcome = "failed", kind = f.kind.as_str(), reason = %f.message, "message failed"),
-        Outcome::NotStarted(r) => info!(message_id = %slot.id, key, outcome = "not_started", reason = r.as_str(), "message not started"),
+        Outcome::Failed(f) => {
+            warn!(message_id = %slot.id, key, outcome = "failed", kind = f.kind.as_str(), reason = %f.message, "message failed")
+        }
+        Outcome::NotStarted(r) => {
+            info!(message_id = %slot.id, key, outcome = "not_started", reason = r.as_str(), "message not started")
+        }
     }
 }
 
@@ -756,7 +820,8 @@ where
 {
     type Response = SqsBatchResponse;
     type Error = lambda_runtime::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>> + Send>>;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))

@@ -3,9 +3,9 @@
 
 use std::collections::HashMap;
 
+use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
-use aws_sdk_dynamodb::Client;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::dynamodb::DynamoDbAttributes;
 use sqs_claim::{ClaimStore, DynamoDbStore};
@@ -61,7 +61,10 @@ async fn conformance_with_custom_attribute_names() {
 #[tokio::test]
 async fn create_table_is_idempotent_and_enables_ttl() {
     let store = fresh_store("init").await;
-    store.create_table().await.expect("second create_table is a no-op");
+    store
+        .create_table()
+        .await
+        .expect("second create_table is a no-op");
     let ttl = store
         .client()
         .describe_time_to_live()

@@ -51,7 +51,10 @@ fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
 async fn acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>, why: &str) -> ClaimToken {
     match store.claim(req).await {
         Ok(Claim::Acquired(token)) => token,
-        other => panic!("{why}: expected Acquired for key {:?}, got {other:?}", req.key),
+        other => panic!(
+            "{why}: expected Acquired for key {:?}, got {other:?}",
+            req.key
+        ),
     }
 }
 
@@ -139,7 +142,12 @@ pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
         .await
         .expect("complete must succeed");
     let after = now + Duration::from_secs(62);
-    acquire(store, request(&key, after), "claim after the record expired").await;
+    acquire(
+        store,
+        request(&key, after),
+        "claim after the record expired",
+    )
+    .await;
 }
 
 /// A worker whose lease lapsed and was taken over cannot complete: fencing.
@@ -276,7 +284,8 @@ pub async fn race<S: ClaimStore>(store: &S, keys: usize, claimers: usize) {
         .map(|k| {
             let key = format!("{p}#{k}");
             async move {
-                let results = join_all((0..claimers).map(|_| store.claim(request(&key, now)))).await;
+                let results =
+                    join_all((0..claimers).map(|_| store.claim(request(&key, now)))).await;
                 results
                     .into_iter()
                     .map(|r| match r {
@@ -291,7 +300,10 @@ pub async fn race<S: ClaimStore>(store: &S, keys: usize, claimers: usize) {
         .collect()
         .await;
     for (k, w) in winners.iter().enumerate() {
-        assert_eq!(*w, 1, "key #{k}: {w} of {claimers} concurrent claimers won, expected exactly 1");
+        assert_eq!(
+            *w, 1,
+            "key #{k}: {w} of {claimers} concurrent claimers won, expected exactly 1"
+        );
     }
 }
 
@@ -323,7 +335,10 @@ pub async fn takeover_race<S: ClaimStore>(store: &S, keys: usize, claimers: usiz
         .collect()
         .await;
     for (k, w) in winners.iter().enumerate() {
-        assert_eq!(*w, 1, "takeover of key #{k}: {w} winners, expected exactly 1");
+        assert_eq!(
+            *w, 1,
+            "takeover of key #{k}: {w} winners, expected exactly 1"
+        );
     }
 }
 
@@ -340,7 +355,11 @@ pub trait EffectProbe<S: ClaimStore>: Sync {
 /// Effects commit with the completion, or not at all.
 pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
     let key = prefix("effects");
-    let (m_ok, m_bad, m_again) = (format!("{key}#ok"), format!("{key}#bad"), format!("{key}#again"));
+    let (m_ok, m_bad, m_again) = (
+        format!("{key}#ok"),
+        format!("{key}#bad"),
+        format!("{key}#again"),
+    );
     let now = base_time();
     let token = acquire(store, request(&key, now), "first claim").await;
 
@@ -354,21 +373,34 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
         )
         .await
         .expect_err("a refused effect must fail the completion");
-    assert_eq!(err.kind(), ErrorKind::EffectRejected, "refused effect: {err}");
-    assert!(!probe.applied(&m_ok).await, "a cancelled completion must not apply any effect");
+    assert_eq!(
+        err.kind(),
+        ErrorKind::EffectRejected,
+        "refused effect: {err}"
+    );
+    assert!(
+        !probe.applied(&m_ok).await,
+        "a cancelled completion must not apply any effect"
+    );
     match store.claim(request(&key, now)).await {
         Ok(Claim::HeldElsewhere { .. }) => {}
         other => panic!("a cancelled completion must leave the claim in progress, got {other:?}"),
     }
 
     // The owner can release and retry; this time everything commits together.
-    store.release(&key, &token).await.expect("release after cancel");
+    store
+        .release(&key, &token)
+        .await
+        .expect("release after cancel");
     let token = acquire(store, request(&key, now), "claim after release").await;
     store
         .complete(&key, &token, now + TTL, vec![probe.write(&m_ok)].into())
         .await
         .expect("complete with a good effect");
-    assert!(probe.applied(&m_ok).await, "a committed completion must apply its effect");
+    assert!(
+        probe.applied(&m_ok).await,
+        "a committed completion must apply its effect"
+    );
     match store.claim(request(&key, now)).await {
         Ok(Claim::Completed(_)) => {}
         other => panic!("expected Completed after commit, got {other:?}"),
@@ -391,9 +423,21 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
     let later = now + LEASE + Duration::from_secs(1);
     acquire(store, request(&key2, later), "takeover").await;
     let err = store
-        .complete(&key2, &stale, later + TTL, vec![probe.write(&m_stale)].into())
+        .complete(
+            &key2,
+            &stale,
+            later + TTL,
+            vec![probe.write(&m_stale)].into(),
+        )
         .await
         .expect_err("stale complete with effects must fail");
-    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete with effects: {err}");
-    assert!(!probe.applied(&m_stale).await, "a stale completion must not apply effects");
+    assert_eq!(
+        err.kind(),
+        ErrorKind::LostClaim,
+        "stale complete with effects: {err}"
+    );
+    assert!(
+        !probe.applied(&m_stale).await,
+        "a stale completion must not apply effects"
+    );
 }

@@ -336,7 +336,10 @@ impl ClaimStore for DynamoDbStore {
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         let token = ClaimToken::generate();
         let mut item = self.key_value(req.key);
-        item.insert(self.attrs.expiration.clone(), n(expiry_seconds(req.expires_at)));
+        item.insert(
+            self.attrs.expiration.clone(),
+            n(expiry_seconds(req.expires_at)),
+        );
         item.insert(self.attrs.lease.clone(), n(epoch_millis(req.lease_until)));
         item.insert(self.attrs.status.clone(), s(Status::InProgress.as_str()));
         item.insert(self.attrs.token.clone(), s(token.as_str()));
@@ -435,7 +438,10 @@ impl ClaimStore for DynamoDbStore {
                 TransactWriteItemsError::TransactionCanceledException(tc) => {
                     self.cancelled(key, token, tc.cancellation_reasons())
                 }
-                _ => Err(classify("TransactWriteItems (complete)", SdkError::ServiceError(e))),
+                _ => Err(classify(
+                    "TransactWriteItems (complete)",
+                    SdkError::ServiceError(e),
+                )),
             },
             Err(e) => Err(classify("TransactWriteItems (complete)", e)),
         }

@@ -135,8 +135,8 @@ impl ClaimStore for MemoryStore {
         let mut records = self.records();
         if let Some(old) = records.get(req.key) {
             let expired = old.expires_at <= req.now;
-            let lapsed = old.status == Status::InProgress
-                && old.lease_until.is_some_and(|l| l <= req.now);
+            let lapsed =
+                old.status == Status::InProgress && old.lease_until.is_some_and(|l| l <= req.now);
             if !expired && !lapsed {
                 return Ok(match old.status {
                     Status::Completed => Claim::Completed(ClaimRecord {

@@ -65,7 +65,7 @@ pub mod sqlite;
 #[cfg(feature = "redis")]
 pub mod tiered;
 
-pub use memory::MemoryStore;
+pub use memory::{MemoryEffect, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
 pub use dynamodb::DynamoDbStore;
@@ -241,10 +241,8 @@ pub trait ClaimStore: Send + Sync + 'static {
     type Effect: Clone + Send + Sync + 'static;
 
     /// Tries to claim `request.key`. See the contract above.
-    fn claim(
-        &self,
-        request: ClaimRequest<'_>,
-    ) -> impl Future<Output = Result<Claim, Error>> + Send;
+    fn claim(&self, request: ClaimRequest<'_>)
+    -> impl Future<Output = Result<Claim, Error>> + Send;
 
     /// Marks the claim completed until `expires_at`, committing `effects` in the same atomic
     /// step, if `token` still holds it.
