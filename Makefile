@@ -22,16 +22,16 @@ build: ## Build the library, the CLI and the Lambda binary
 	$(CARGO) build --all-features --bins
 
 demo: ## Run the reference consumer on events/plain.json with the embedded store (run it again: all duplicates)
-	$(CARGO) build --bin sqs-claim
+	$(CARGO) build --all-features --bin sqs-claim
 	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 	$(BIN) balances $(if $(STORE),--store $(STORE))
 
 invoke: ## Run the reference consumer on EVENT=events/....json [STORE=url]
-	$(CARGO) build --bin sqs-claim
+	$(CARGO) build --all-features --bin sqs-claim
 	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 
 balances: ## Print account balances [STORE=url]
-	$(CARGO) build --bin sqs-claim
+	$(CARGO) build --all-features --bin sqs-claim
 	$(BIN) balances $(if $(STORE),--store $(STORE))
 
 clean-state: ## Forget the embedded store (.sqs-claim/)
@@ -63,15 +63,18 @@ cfn-lint:
 	@command -v cfn-lint >/dev/null || python3 -m pip install --quiet cfn-lint
 	cfn-lint template.yaml
 
-lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint
+lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint, sample events up to date
 	$(CARGO) fmt --all -- --check
+	python3 scripts/gen-events.py --check
 
 bench: ## Benchmarks (print ratios against a baseline measured in the same run)
 	$(CARGO) bench --all-features
 
-watch: ## cargo lambda watch with the embedded store (then: cargo lambda invoke consumer --data-file events/plain.json)
-	cargo lambda watch --bin consumer
+watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
+	@command -v cargo-lambda >/dev/null || python3 -m pip install --quiet cargo-lambda
+	cargo lambda watch -A 127.0.0.1 --bin consumer
 
 deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time)
-	sam build
-	sam deploy --guided
+	@command -v sam >/dev/null || python3 -m pip install --quiet aws-sam-cli cargo-lambda
+	SAM_CLI_TELEMETRY=0 sam build
+	SAM_CLI_TELEMETRY=0 sam deploy --guided

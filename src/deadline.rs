@@ -59,6 +59,9 @@ impl Default for Clock {
     }
 }
 
+/// Deadlines below this (2001-09-09 in epoch milliseconds) are read as relative budgets.
+pub const EPOCH_DEADLINE_FLOOR_MS: u64 = 1_000_000_000_000;
+
 /// The time budget of one invocation.
 #[derive(Debug, Clone)]
 pub(crate) struct Budget {
@@ -75,9 +78,22 @@ impl Budget {
     /// `deadline_ms` is `Context::deadline`: epoch milliseconds, 0 meaning "no deadline" (as in
     /// `Context::default()`, used outside Lambda). A deadline already in the past is a real
     /// deadline that has passed: nothing starts.
+    ///
+    /// A value below [`EPOCH_DEADLINE_FLOOR_MS`] (before 2001) cannot be the epoch deadline of a
+    /// real invocation: local emulators send a relative budget there (`cargo lambda watch`
+    /// sends `600000`), so it is read as milliseconds from now.
     pub(crate) fn new(clock: Clock, deadline_ms: u64, margin: Duration, lease: Duration) -> Self {
-        let deadline =
-            (deadline_ms != 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_millis(deadline_ms));
+        let deadline = match deadline_ms {
+            0 => None,
+            ms if ms < EPOCH_DEADLINE_FLOOR_MS => {
+                tracing::debug!(
+                    deadline_ms = ms,
+                    "deadline is not an epoch time (local emulator?): reading it as relative"
+                );
+                Some(clock.now() + Duration::from_millis(ms))
+            }
+            ms => Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+        };
         let cutoff = deadline.map(|d| d.checked_sub(margin).unwrap_or(SystemTime::UNIX_EPOCH));
         Budget {
             clock,
@@ -121,7 +137,7 @@ mod tests {
 
     #[test]
     fn past_deadline_means_expired() {
-        // 1 ms after the epoch: a real deadline, long gone.
+        // 1 ms: read as a relative budget, already smaller than the margin.
         let b = Budget::new(
             Clock::system(),
             1,
@@ -129,6 +145,33 @@ mod tests {
             Duration::from_secs(60),
         );
         assert!(!b.may_start());
+    }
+
+    #[test]
+    fn past_epoch_deadline_means_expired() {
+        let past = crate::store::epoch_millis(SystemTime::now()) as u64 - 1;
+        let b = Budget::new(
+            Clock::system(),
+            past,
+            Duration::ZERO,
+            Duration::from_secs(60),
+        );
+        assert!(!b.may_start());
+    }
+
+    #[test]
+    fn emulator_relative_deadline_is_read_from_now() {
+        // `cargo lambda watch` sends a fixed 600000.
+        let b = Budget::new(
+            Clock::system(),
+            600_000,
+            Duration::from_secs(2),
+            Duration::ZERO,
+        );
+        assert!(b.may_start());
+        let now = b.now();
+        let lease = b.lease_until(now);
+        assert!(lease > now + Duration::from_secs(590) && lease <= now + Duration::from_secs(600));
     }
 
     #[tokio::test(start_paused = true)]

@@ -121,13 +121,10 @@ impl Error {
 }
 
 impl fmt::Debug for Error {
+    // Readable rather than structural: `lambda_runtime` logs a handler's error with `{:?}`, and
+    // that line is what an on-call engineer reads first.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("Error");
-        d.field("kind", &self.kind).field("message", &self.message);
-        if let Some(source) = &self.source {
-            d.field("source", source);
-        }
-        d.finish()
+        write!(f, "[{}] {self}", self.kind)
     }
 }
 

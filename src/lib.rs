@@ -42,6 +42,7 @@
 //! | complete (with the handler's atomic effects) or release, fenced by the owner token | [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
+//! | the reference payments consumer behind the `consumer` Lambda binary and the `sqs-claim` CLI | `reference` (features `dynamodb` + `sqlite`) |
 //!
 //! ## Stores
 //!
@@ -93,6 +94,8 @@ pub use publish::{Outgoing, Publisher};
 pub use store::postgres::{PgEffect, PostgresStore};
 #[cfg(feature = "redis")]
 pub use store::redis::{RedisEffect, RedisStore};
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{SqlEffect, SqlValue, SqliteStore};
 #[cfg(feature = "redis")]
 pub use store::tiered::TieredStore;
 

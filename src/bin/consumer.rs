@@ -1,1 +1,92 @@
-fn main(){}
+//! The reference consumer as a Lambda function: credits accounts from an SQS queue, each
+//! message effectively once (see `sqs_claim::reference`).
+//!
+//! Configured by environment variables (`SQS_CLAIM_TABLE`, `SQS_CLAIM_STORE`, ...; the table is
+//! in the README's `config` section). Logs are JSON lines, filtered by `RUST_LOG` (default
+//! `info`); message bodies are never logged.
+//!
+//! At startup it checks that the store's tables exist and answer, so a misconfiguration is one
+//! clear log line at init rather than a failure per message.
+
+use std::process::ExitCode;
+
+use sqs_claim::reference::{self, Ledger, LedgerTask, Settings};
+use tracing_subscriber::EnvFilter;
+
+/// Runs the Lambda runtime loop on whichever ledger the store URL opened.
+struct Serve {
+    settings: Settings,
+}
+
+impl LedgerTask for Serve {
+    type Output = Result<(), lambda_runtime::Error>;
+
+    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
+        ledger.prepare().await?;
+        let processor = reference::build(ledger, &self.settings).await?;
+        lambda_runtime::run(processor).await
+    }
+}
+
+/// `lambda_runtime` panics on a missing runtime variable; say what is wrong instead.
+fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
+    for var in [
+        "AWS_LAMBDA_RUNTIME_API",
+        "AWS_LAMBDA_FUNCTION_NAME",
+        "AWS_LAMBDA_FUNCTION_VERSION",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE",
+    ] {
+        if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
+            return Err(format!(
+                "{var} is not set: this binary runs inside AWS Lambda (or `cargo lambda watch`); \
+                 to run the consumer on an event file, use `sqs-claim invoke EVENT.json`"
+            )
+            .into());
+        }
+    }
+    let memory = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE").unwrap_or_default();
+    if memory.parse::<i32>().is_err() {
+        return Err(format!("AWS_LAMBDA_FUNCTION_MEMORY_SIZE={memory:?} is not a number").into());
+    }
+    Ok(())
+}
+
+async fn serve() -> Result<(), lambda_runtime::Error> {
+    let settings = Settings::from_env()?;
+    let url = settings.lambda_store()?;
+    tracing::info!(
+        store = %url,
+        key = %settings.key.describe(),
+        namespace = %settings.namespace,
+        output_queue = settings.output_queue_url.is_some(),
+        "starting the reference consumer"
+    );
+    check_lambda_environment()?;
+    url.open(Serve { settings }).await?
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // `lambda_runtime` logs every raw event at TRACE, bodies included: cap it at DEBUG so that
+    // `RUST_LOG=trace` while debugging never writes message bodies to CloudWatch.
+    let filter = ["lambda_runtime=debug", "lambda_runtime_api_client=debug"]
+        .into_iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, |f, d| f.add_directive(d));
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_current_span(false)
+        .init();
+    match serve().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One JSON line that says what to fix; Lambda reports the init failure and
+            // retries the batch later.
+            tracing::error!(error = %e, "the consumer stopped");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,381 @@
-//! The reference consumer: a small payments example (stub: being written).
+//! The reference consumer: a small payments example, shared by the Lambda binary
+//! (`src/bin/consumer.rs`) and the CLI (`sqs-claim invoke`).
+//!
+//! *Features `dynamodb` and `sqlite`.*
+//!
+//! Each message credits an account:
+//!
+//! ```json
+//! {"order_id": "ord-1001", "account": "acct-alice", "amount_cents": 1250}
+//! ```
+//!
+//! The credit is an *effect* ([`Ledger::credit`]): it commits in the same atomic step as the
+//! claim's completion, so a message is either credited and completed, or neither. The key is
+//! the body's `order_id` by default (`json:/order_id`), so a producer that sends the same order
+//! twice under two message ids is caught too, not only SQS redeliveries.
+//!
+//! A body that is not such an object fails that message alone with a
+//! [`BadBody`](crate::ErrorKind::BadBody) error naming the field (never its value): it is
+//! retried, and reaches the dead-letter queue after the queue's `maxReceiveCount`.
+//!
+//! The pieces:
+//!
+//! | what | where |
+//! |------|-------|
+//! | the stores the example runs on ([`Ledger`]), one file each | `memory.rs`, `sqlite.rs`, `dynamodb.rs` |
+//! | the body, and its validation | [`Payment`] |
+//! | the handler | [`PaymentHandler`] |
+//! | settings from the environment, store URLs | [`config`] |
+
+use std::future::Future;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use tower::Service;
+
+use crate::store::{ClaimStore, Effects};
+use crate::{Error, ErrorKind, Message, Processor};
+
+pub mod config;
+pub mod dynamodb;
+pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+pub mod sqlite;
+
+pub use config::{LedgerTask, Settings, StoreUrl};
+pub use dynamodb::DynamoDbLedger;
+pub use memory::MemoryLedger;
+
+/// A claim store that also keeps the example's account balances, and can credit one as an
+/// effect of a completion.
+///
+/// One implementation per store, each in its own file; [`StoreUrl::open`] picks one.
+pub trait Ledger: ClaimStore {
+    /// An effect that credits `account` by `amount_cents`, committed with the completion.
+    fn credit(&self, account: &str, amount_cents: i64) -> Self::Effect;
+
+    /// Current balances, sorted by account.
+    fn balances(&self) -> impl Future<Output = Result<Vec<(String, i64)>, Error>> + Send;
+
+    /// Creates what the store needs (tables, TTL), idempotently.
+    fn init(&self) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Makes the store ready for a run, or says clearly why it is not: embedded stores
+    /// (memory, SQLite) create what they need here; networked stores only check that their
+    /// tables exist and answer, so a run never creates cloud resources behind anyone's back.
+    ///
+    /// The default reads the balances, which fails if the store is unreachable or not
+    /// initialized.
+    fn prepare(&self) -> impl Future<Output = Result<(), Error>> + Send {
+        async { self.balances().await.map(|_| ()) }
+    }
+}
+
+/// A validated message body: which order, which account, how much.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Payment {
+    /// The producer's order id (the idempotency key with the default key source).
+    pub order_id: String,
+    /// The account to credit.
+    pub account: String,
+    /// The credit, in cents: a non-negative integer.
+    pub amount_cents: i64,
+}
+
+impl Payment {
+    /// Parses and validates a body. The error ([`ErrorKind::BadBody`]) names the field and
+    /// what is wrong with it, never the body's content (bodies stay out of logs).
+    pub fn parse(body: &str) -> Result<Payment, Error> {
+        let bad = |why: String| Error::new(ErrorKind::BadBody, why);
+        let value: serde_json::Value = serde_json::from_str(body).map_err(|e| {
+            bad(format!(
+                "body is not JSON (error at line {} column {})",
+                e.line(),
+                e.column()
+            ))
+        })?;
+        let Some(object) = value.as_object() else {
+            return Err(bad(format!(
+                "body is a JSON {}, expected an object {{\"order_id\", \"account\", \"amount_cents\"}}",
+                json_type(&value)
+            )));
+        };
+        let text = |field: &str| -> Result<String, Error> {
+            match object.get(field) {
+                Some(serde_json::Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+                Some(serde_json::Value::String(_)) => Err(bad(format!("field {field:?} is empty"))),
+                Some(other) => Err(bad(format!(
+                    "field {field:?} is a JSON {}, expected a string",
+                    json_type(other)
+                ))),
+                None => Err(bad(format!("field {field:?} is missing"))),
+            }
+        };
+        let order_id = text("order_id")?;
+        let account = text("account")?;
+        let amount_cents = match object.get("amount_cents") {
+            None => return Err(bad("field \"amount_cents\" is missing".into())),
+            Some(serde_json::Value::Number(n)) => match n.as_i64() {
+                Some(a) if a >= 0 => a,
+                Some(_) => return Err(bad("field \"amount_cents\" is negative".into())),
+                None if n.is_u64() => {
+                    return Err(bad("field \"amount_cents\" is too large".into()));
+                }
+                None => {
+                    return Err(bad(
+                        "field \"amount_cents\" is not an integer (amounts are whole cents)".into(),
+                    ));
+                }
+            },
+            Some(other) => {
+                return Err(bad(format!(
+                    "field \"amount_cents\" is a JSON {}, expected an integer",
+                    json_type(other)
+                )));
+            }
+        };
+        Ok(Payment {
+            order_id,
+            account,
+            amount_cents,
+        })
+    }
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// The handler: validates the body and answers the credit as an effect, which the processor
+/// commits with the completion.
+///
+/// With an output queue ([`PaymentHandler::with_output`], feature `sqs`), it also publishes a
+/// `credited` notice before returning, with a deduplication id derived from the message's key.
+#[derive(Clone)]
+pub struct PaymentHandler<L> {
+    ledger: L,
+    #[cfg(feature = "sqs")]
+    output: Option<crate::publish::Publisher>,
+}
+
+impl<L> PaymentHandler<L> {
+    /// A handler that credits through `ledger`.
+    pub fn new(ledger: L) -> Self {
+        PaymentHandler {
+            ledger,
+            #[cfg(feature = "sqs")]
+            output: None,
+        }
+    }
+
+    /// Also publishes, for every credit, `{"event": "credited", "order_id", "account",
+    /// "amount_cents"}` to the publisher's queue (message group: the account). It is sent
+    /// before the completion commits, so a notice can exist for a credit that a failed
+    /// completion then cancelled, and a retry sends it again: on a FIFO queue the copy is
+    /// dropped (same deduplication id), elsewhere consumers must deduplicate.
+    #[cfg(feature = "sqs")]
+    pub fn with_output(mut self, publisher: crate::publish::Publisher) -> Self {
+        self.output = Some(publisher);
+        self
+    }
+}
+
+impl<L> std::fmt::Debug for PaymentHandler<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PaymentHandler")
+    }
+}
+
+impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
+    type Response = Effects<L::Effect>;
+    type Error = Error;
+    type Future = BoxFuture<'static, Result<Effects<L::Effect>, Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, msg: Message) -> Self::Future {
+        // The processor logs the failure with the message id; the error says what is wrong.
+        let payment = match Payment::parse(msg.body()) {
+            Ok(p) => p,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let credit = self.ledger.credit(&payment.account, payment.amount_cents);
+        #[cfg(feature = "sqs")]
+        if let Some(publisher) = self.output.clone() {
+            return Box::pin(async move {
+                let notice = serde_json::json!({
+                    "event": "credited",
+                    "order_id": payment.order_id,
+                    "account": payment.account,
+                    "amount_cents": payment.amount_cents,
+                });
+                let mut out = publisher.batch_for(&msg)?;
+                let mut outgoing = crate::publish::Outgoing::new(notice.to_string());
+                if publisher.is_fifo() {
+                    outgoing = outgoing.group_id(payment.account.clone());
+                }
+                out.push(outgoing);
+                out.send().await?;
+                Ok(Effects::one(credit))
+            });
+        }
+        Box::pin(async move { Ok(Effects::one(credit)) })
+    }
+}
+
+/// The reference consumer's processor over `ledger`, configured by `settings`, without an
+/// output queue (see [`build`] for the full configuration).
+pub fn processor<L: Ledger + Clone>(
+    ledger: L,
+    settings: &Settings,
+) -> Processor<L, PaymentHandler<L>> {
+    let handler = PaymentHandler::new(ledger.clone());
+    processor_with_handler(ledger, handler, settings)
+}
+
+/// The reference consumer's processor as `settings` describe it, output queue included
+/// (`SQS_CLAIM_OUTPUT_QUEUE_URL`, whose SQS client is configured from the standard AWS
+/// environment).
+pub async fn build<L: Ledger + Clone>(
+    ledger: L,
+    settings: &Settings,
+) -> Result<Processor<L, PaymentHandler<L>>, Error> {
+    #[allow(unused_mut)] // mutated only with feature `sqs`
+    let mut handler = PaymentHandler::new(ledger.clone());
+    if let Some(url) = &settings.output_queue_url {
+        #[cfg(feature = "sqs")]
+        {
+            let config = aws_config::load_from_env().await;
+            let publisher =
+                crate::publish::Publisher::new(aws_sdk_sqs::Client::new(&config), url.clone());
+            handler = handler.with_output(publisher);
+        }
+        #[cfg(not(feature = "sqs"))]
+        {
+            let _ = url;
+            return Err(Error::new(
+                ErrorKind::Config,
+                "SQS_CLAIM_OUTPUT_QUEUE_URL is set, but this build lacks the `sqs` feature",
+            ));
+        }
+    }
+    Ok(processor_with_handler(ledger, handler, settings))
+}
+
+/// The processor over `ledger` with `handler`, configured by `settings`.
+pub fn processor_with_handler<L: Ledger + Clone>(
+    ledger: L,
+    handler: PaymentHandler<L>,
+    settings: &Settings,
+) -> Processor<L, PaymentHandler<L>> {
+    Processor::builder(ledger, handler)
+        .key(settings.key.clone())
+        .namespace(settings.namespace.clone())
+        .ttl(settings.ttl)
+        .lease(settings.lease)
+        .concurrency(settings.concurrency)
+        .fifo(settings.fifo)
+        .on_store_unavailable(settings.store_unavailable)
+        .deadline_margin(settings.deadline_margin)
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_payment() {
+        let p = Payment::parse(r#"{"order_id":"o-1","account":"a","amount_cents":1250,"x":1}"#)
+            .expect("valid");
+        assert_eq!(
+            p,
+            Payment {
+                order_id: "o-1".into(),
+                account: "a".into(),
+                amount_cents: 1250
+            }
+        );
+        assert_eq!(
+            Payment::parse(r#"{"order_id":"o","account":"a","amount_cents":0}"#)
+                .expect("zero is fine")
+                .amount_cents,
+            0
+        );
+    }
+
+    #[test]
+    fn rejects_bad_bodies_naming_the_field_not_the_value() {
+        let cases = [
+            ("not json {secret", "not JSON"),
+            ("[1,2]", "JSON array"),
+            ("\"secret\"", "JSON string"),
+            (
+                r#"{"account":"secret","amount_cents":1}"#,
+                "\"order_id\" is missing",
+            ),
+            (
+                r#"{"order_id":7,"account":"secret","amount_cents":1}"#,
+                "\"order_id\" is a JSON number",
+            ),
+            (
+                r#"{"order_id":"o","account":"","amount_cents":1}"#,
+                "\"account\" is empty",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret"}"#,
+                "\"amount_cents\" is missing",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":-5}"#,
+                "negative",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":12.5}"#,
+                "not an integer",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":1e3}"#,
+                "not an integer",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":"12"}"#,
+                "JSON string",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":99999999999999999999}"#,
+                "not an integer",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":18446744073709551615}"#,
+                "too large",
+            ),
+        ];
+        for (body, want) in cases {
+            let err = Payment::parse(body).expect_err(body);
+            assert_eq!(err.kind(), ErrorKind::BadBody, "{body}");
+            let text = err.to_string();
+            assert!(
+                text.contains(want),
+                "{body}: {text:?} should contain {want:?}"
+            );
+            assert!(
+                !text.contains("secret"),
+                "{body}: body content leaked: {text}"
+            );
+        }
+    }
+}

@@ -650,8 +650,23 @@ where
             format!("DynamoDB {op}: unexpected response"),
         ),
     };
-    let source = aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string();
-    Error::with_source(kind, what, source)
+    // One readable cause, not the SDK's whole context dump: the service's own message, or the
+    // innermost transport error ("Connection refused", "dns error", ...).
+    let detail = match &e {
+        SdkError::ServiceError(_) => e.message().unwrap_or_default().to_owned(),
+        _ => {
+            let mut cause: &dyn std::error::Error = &e;
+            while let Some(next) = cause.source() {
+                cause = next;
+            }
+            cause.to_string()
+        }
+    };
+    if detail.is_empty() {
+        Error::new(kind, what)
+    } else {
+        Error::with_source(kind, what, detail)
+    }
 }
 
 #[cfg(test)]

@@ -1,1 +1,749 @@
-//! (stub: being written)
+//! [`PostgresStore`]: the contract as one `INSERT ... ON CONFLICT` per claim, with atomic
+//! [`PgEffect`]s committed in the completion's transaction (feature `postgres`).
+//!
+//! # Schema
+//!
+//! [`PostgresStore::migrate`] creates (idempotently) one table, by default
+//! `sqs_claim_processed_events`:
+//!
+//! ```sql
+//! CREATE TABLE IF NOT EXISTS sqs_claim_processed_events (
+//!     id          TEXT PRIMARY KEY,  -- the idempotency key (see "Long keys")
+//!     status      TEXT NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')),
+//!     token       TEXT NOT NULL,     -- owner token of the claim that wrote the row
+//!     lease_until BIGINT,            -- epoch ms; NULL once completed
+//!     expires_at  BIGINT NOT NULL,   -- epoch ms; the row counts as absent from then on
+//!     fingerprint TEXT
+//! );
+//! CREATE INDEX IF NOT EXISTS sqs_claim_processed_events_expires_at_idx
+//!     ON sqs_claim_processed_events (expires_at);
+//! ```
+//!
+//! Times are epoch milliseconds, the caller's clock, compared as plain integers: the contract
+//! forbids deciding on the server's clock (`now()`), and integers avoid any time-zone or
+//! precision conversion. `to_timestamp(expires_at / 1000.0)` shows them as timestamps.
+//!
+//! # Claim: one statement, one round trip
+//!
+//! ```sql
+//! INSERT INTO t AS r (...) VALUES ($key, 'INPROGRESS', $token, ...)
+//! ON CONFLICT (id) DO UPDATE SET status = CASE WHEN <claimable> THEN 'INPROGRESS' ELSE r.status END, ...
+//! RETURNING token = $token AS won, status, lease_until, expires_at, fingerprint
+//! ```
+//!
+//! where `<claimable>` is "expired, or in progress with a lapsed lease" against the caller's
+//! `now`. The conflict path always updates the row (to itself when it is not claimable), which
+//! takes the row lock: concurrent claimers queue on it, each sees the latest committed version,
+//! and the `RETURNING` clause classifies the outcome (`Acquired` if the stored token is ours,
+//! else `Completed` or `HeldElsewhere` from the row) with no second read. The price is a
+//! (HOT, index-free) row version per duplicate claim, which autovacuum reclaims.
+//!
+//! The usual alternative, `DO UPDATE ... WHERE <claimable>` plus a CTE that reads the row when
+//! nothing was returned, does not work under concurrency: the CTE reads the statement's
+//! snapshot, which cannot see a row inserted by a transaction that committed while this one
+//! waited on it, so a race loser would find no row at all.
+//!
+//! # Completion: fenced, and atomic with the effects
+//!
+//! Without effects, completion is one `UPDATE ... WHERE id = $1 AND token = $2 AND status =
+//! 'INPROGRESS'`. With effects, it is one transaction: lock the row (`SELECT ... FOR UPDATE`,
+//! checking token and status), run each [`PgEffect`], mark the row completed, commit. The
+//! business writes and the completion are committed together or not at all: the
+//! transactional-idempotency-table pattern. A repeated completion by the same token finds the
+//! row completed and commits nothing.
+//!
+//! # Long keys
+//!
+//! A B-tree index entry is limited to about 2.7 kB, so keys longer than 512 bytes (and keys that
+//! contain a NUL byte, which `TEXT` cannot hold, or that start with `sha256:`) are stored as
+//! `sha256:` followed by the hex SHA-256 of the key. Shorter keys are stored verbatim, so an
+//! operator can look them up.
+//!
+//! # Pruning and very large tables
+//!
+//! Expired rows count as absent but stay until deleted. Run
+//! [`PostgresStore::prune_expired`] on a schedule (for example every minute with a limit of
+//! 10,000): each call is one bounded `DELETE` on the `expires_at` index that skips rows
+//! locked by a running claim, so it never blocks the consumers for long.
+//!
+//! For very large tables, note that the obvious layout, range-partitioning on `expires_at` and
+//! dropping old partitions, **breaks the claim**: PostgreSQL requires the partition key in every
+//! unique constraint, so the key would become `(id, expires_at)`, and a redelivery (with a new
+//! `expires_at`) would insert a second row instead of conflicting with the first. What works:
+//!
+//! * hash-partition on `id` (`PARTITION BY HASH (id)`, say 16 partitions): uniqueness on `id`
+//!   holds, each partition's index and vacuum stay small, and `prune_expired` keeps working;
+//! * tune autovacuum for the churn (`autovacuum_vacuum_scale_factor = 0.01` on the table);
+//! * or rotate whole tables yourself: write to table B while A drains, only if your dedup window
+//!   is shorter than the rotation period and you check both tables while both are live.
+//!
+//! # Connections and TLS
+//!
+//! [`PostgresStore::connect`] builds a `deadpool-postgres` pool without TLS, for a database on
+//! a private network or localhost. For TLS, build a pool with your connector (for example
+//! `tokio-postgres-rustls`) and pass it to [`PostgresStore::new`]. A `statement_timeout` can be
+//! set in the URL: `postgres://.../db?options=-c%20statement_timeout%3D5s`.
+//!
+//! # Errors
+//!
+//! Pool timeouts, connection failures, shutdowns, serialization failures and deadlocks are
+//! [`ErrorKind::StoreUnavailable`]; other SQL errors (a missing table, a permission) are
+//! [`ErrorKind::StoreRejected`]. In an effect, an integrity violation (unique, check, foreign
+//! key, not null) or a row count other than the expected one is
+//! [`ErrorKind::EffectRejected`].
+
+use std::borrow::Cow;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+
+use super::{
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status, epoch_millis,
+    from_epoch_millis,
+};
+use crate::{Error, ErrorKind};
+
+/// The default table name.
+pub const DEFAULT_TABLE: &str = "sqs_claim_processed_events";
+
+/// Keys longer than this (in bytes) are stored as their SHA-256 (see "Long keys").
+const MAX_VERBATIM_KEY: usize = 512;
+
+/// A SQL statement committed in the same transaction as a [`PostgresStore`] completion.
+///
+/// Parameters are owned (the processor may retry a completion after a transient error, so
+/// effects are cloned). With [`expect_rows`](Self::expect_rows), any other affected-row count
+/// cancels the transaction with [`ErrorKind::EffectRejected`]: the way to say "debit only if
+/// the balance suffices" (`UPDATE ... WHERE balance >= $1`, expect 1 row). An integrity
+/// violation (unique, check, foreign key, not null) also cancels with `EffectRejected`.
+///
+/// ```
+/// use sqs_claim::store::postgres::PgEffect;
+/// let effect = PgEffect::new("UPDATE accounts SET balance = balance + $1 WHERE id = $2")
+///     .bind(1_500_i64)
+///     .bind("acct-42".to_string())
+///     .expect_rows(1);
+/// # let _ = effect;
+/// ```
+#[derive(Clone)]
+pub struct PgEffect {
+    sql: Arc<str>,
+    params: Vec<Arc<dyn ToSql + Send + Sync>>,
+    expect_rows: Option<u64>,
+}
+
+impl PgEffect {
+    /// A statement with no parameters yet (`$1`, `$2`, ... are bound in order by
+    /// [`bind`](Self::bind)).
+    pub fn new(sql: impl Into<String>) -> Self {
+        PgEffect {
+            sql: Arc::from(sql.into()),
+            params: Vec::new(),
+            expect_rows: None,
+        }
+    }
+
+    /// Binds the next parameter (any `tokio_postgres` [`ToSql`] value: `i64`, `String`,
+    /// `Option<T>`, ...).
+    pub fn bind<T: ToSql + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.params.push(Arc::new(value));
+        self
+    }
+
+    /// Requires the statement to affect exactly `rows` rows, or the completion is refused.
+    pub fn expect_rows(mut self, rows: u64) -> Self {
+        self.expect_rows = Some(rows);
+        self
+    }
+
+    /// The SQL text.
+    pub fn sql(&self) -> &str {
+        &self.sql
+    }
+}
+
+impl std::fmt::Debug for PgEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Parameter values may be business data: show only how many there are.
+        f.debug_struct("PgEffect")
+            .field("sql", &self.sql)
+            .field("params", &self.params.len())
+            .field("expect_rows", &self.expect_rows)
+            .finish()
+    }
+}
+
+/// The SQL of one table, built once.
+#[derive(Debug)]
+struct Statements {
+    table: String,
+    claim: String,
+    complete: String,
+    completed_by: String,
+    lock: String,
+    release: String,
+    prune: String,
+    migrate: String,
+}
+
+impl Statements {
+    fn new(table: &str) -> Self {
+        let quoted = quote_table(table);
+        let index = format!(
+            "\"{}_expires_at_idx\"",
+            table.rsplit('.').next().unwrap_or(table)
+        );
+        let claimable = "(r.expires_at <= $6 OR (r.status = 'INPROGRESS' AND r.lease_until <= $6))";
+        Statements {
+            table: table.to_owned(),
+            claim: format!(
+                "INSERT INTO {quoted} AS r (id, status, token, lease_until, expires_at, fingerprint) \
+                 VALUES ($1, 'INPROGRESS', $2, $3, $4, $5) \
+                 ON CONFLICT (id) DO UPDATE SET \
+                   status = CASE WHEN {claimable} THEN 'INPROGRESS' ELSE r.status END, \
+                   token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
+                   lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
+                   expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
+                   fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END \
+                 RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint"
+            ),
+            complete: format!(
+                "UPDATE {quoted} SET status = 'COMPLETED', lease_until = NULL, expires_at = $3 \
+                 WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
+            ),
+            completed_by: format!("SELECT status FROM {quoted} WHERE id = $1 AND token = $2"),
+            lock: format!("SELECT status FROM {quoted} WHERE id = $1 AND token = $2 FOR UPDATE"),
+            release: format!(
+                "DELETE FROM {quoted} WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
+            ),
+            // The outer `expires_at <= $1` is re-checked on the row's latest version if a claim
+            // took the row over meanwhile, so a live claim is never deleted.
+            prune: format!(
+                "DELETE FROM {quoted} WHERE id IN (\
+                   SELECT id FROM {quoted} WHERE expires_at <= $1 \
+                   ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                 AND expires_at <= $1"
+            ),
+            // The advisory lock serialises concurrent migrations: two `CREATE TABLE IF NOT
+            // EXISTS` racing can otherwise fail on the catalog's unique index.
+            migrate: format!(
+                "SELECT pg_advisory_xact_lock(7262871090); \
+                 CREATE TABLE IF NOT EXISTS {quoted} (\
+                   id TEXT PRIMARY KEY, \
+                   status TEXT NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')), \
+                   token TEXT NOT NULL, \
+                   lease_until BIGINT, \
+                   expires_at BIGINT NOT NULL, \
+                   fingerprint TEXT); \
+                 CREATE INDEX IF NOT EXISTS {index} ON {quoted} (expires_at);"
+            ),
+        }
+    }
+}
+
+fn quote_table(table: &str) -> String {
+    table
+        .split('.')
+        .map(|part| format!("\"{part}\""))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// A table name is spliced into SQL, so only plain identifiers (optionally `schema.table`)
+/// are accepted.
+fn validate_table(table: &str) -> Result<(), Error> {
+    let parts: Vec<&str> = table.split('.').collect();
+    let ok = (1..=2).contains(&parts.len())
+        && parts.iter().all(|p| {
+            let mut chars = p.chars();
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && p.len() <= 63
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "invalid PostgreSQL table name {table:?}: use letters, digits and underscores \
+                 (at most 63), optionally as schema.table"
+            ),
+        ))
+    }
+}
+
+/// The `id` a key is stored under (see "Long keys" in the module docs).
+fn stored_id(key: &str) -> Cow<'_, str> {
+    if key.len() <= MAX_VERBATIM_KEY && !key.contains('\0') && !key.starts_with("sha256:") {
+        Cow::Borrowed(key)
+    } else {
+        Cow::Owned(format!("sha256:{}", crate::key::sha256_hex(key.as_bytes())))
+    }
+}
+
+/// A claim store in a PostgreSQL table. Cloning it is cheap and shares the pool.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), sqs_claim::Error> {
+/// use sqs_claim::PostgresStore;
+/// let store = PostgresStore::connect("postgres://app@db.internal/app")?;
+/// store.migrate().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    sql: Arc<Statements>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("table", &self.sql.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresStore {
+    /// A store on an existing pool, using the default table `sqs_claim_processed_events`.
+    pub fn new(pool: Pool) -> Self {
+        PostgresStore {
+            pool,
+            sql: Arc::new(Statements::new(DEFAULT_TABLE)),
+        }
+    }
+
+    /// Builds a pool (up to 16 connections, no TLS; see the module docs) for `url`
+    /// (`postgres://user[:password]@host[:port]/db`). Connections are opened on first use, so
+    /// this does not fail when the database is down.
+    pub fn connect(url: &str) -> Result<Self, Error> {
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            Error::with_source(
+                ErrorKind::Config,
+                "invalid PostgreSQL URL (expected postgres://user[:password]@host[:port]/db)",
+                e,
+            )
+        })?;
+        let manager = Manager::from_config(
+            config,
+            tokio_postgres::NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        // Bounded waits: a dead database must surface as `StoreUnavailable` within a Lambda
+        // invocation, not hang until the deadline.
+        let pool = Pool::builder(manager)
+            .max_size(16)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(5)))
+            .create_timeout(Some(Duration::from_secs(5)))
+            .recycle_timeout(Some(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| {
+                Error::with_source(ErrorKind::Config, "cannot build the PostgreSQL pool", e)
+            })?;
+        Ok(PostgresStore::new(pool))
+    }
+
+    /// Uses `table` (a plain identifier, or `schema.table`) instead of the default.
+    pub fn with_table(mut self, table: &str) -> Result<Self, Error> {
+        validate_table(table)?;
+        self.sql = Arc::new(Statements::new(table));
+        Ok(self)
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.sql.table
+    }
+
+    /// The pool (to read what effects wrote, or run your own queries).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Creates the table and its `expires_at` index if they do not exist. Safe to run on every
+    /// start and from several processes at once.
+    pub async fn migrate(&self) -> Result<(), Error> {
+        let mut client = self.client().await?;
+        let txn = client
+            .transaction()
+            .await
+            .map_err(|e| self.pg_err("migrate", "", e))?;
+        txn.batch_execute(&self.sql.migrate)
+            .await
+            .map_err(|e| self.pg_err("migrate", "", e))?;
+        txn.commit()
+            .await
+            .map_err(|e| self.pg_err("migrate", "", e))
+    }
+
+    /// Deletes up to `limit` records that expired at or before `now`, oldest first, and returns
+    /// how many it deleted. Rows locked by a running claim are skipped. Call it repeatedly
+    /// until it returns less than `limit` to drain a backlog.
+    pub async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&self.sql.prune)
+            .await
+            .map_err(|e| self.pg_err("prune", "", e))?;
+        client
+            .execute(&stmt, &[&epoch_millis(now), &i64::from(limit)])
+            .await
+            .map_err(|e| self.pg_err("prune", "", e))
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(e) => self.pg_err("connect to", "", e),
+            other => Error::with_source(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "no PostgreSQL connection available for table {:?}; check that the database \
+                     is up and reachable, and the pool size against max_connections",
+                    self.sql.table
+                ),
+                other,
+            ),
+        })
+    }
+
+    fn pg_err(&self, op: &str, key: &str, e: tokio_postgres::Error) -> Error {
+        map_pg_err(op, key, &self.sql.table, e)
+    }
+
+    async fn complete_with_effects(
+        &self,
+        id: &str,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Vec<PgEffect>,
+    ) -> Result<(), Error> {
+        let mut client = self.client().await?;
+        let err = |e| map_pg_err("completion of", key, &self.sql.table, e);
+        let txn = client.transaction().await.map_err(err)?;
+        let lock = txn.prepare_cached(&self.sql.lock).await.map_err(err)?;
+        let row = txn
+            .query_opt(&lock, &[&id, &token.as_str()])
+            .await
+            .map_err(err)?;
+        let status: Option<String> = match row {
+            Some(row) => row.try_get(0).map_err(err)?,
+            None => None,
+        };
+        match status.as_deref() {
+            Some("INPROGRESS") => {}
+            // Our token, already completed: an earlier attempt committed. Apply nothing again.
+            Some("COMPLETED") => return Ok(()),
+            _ => return Err(Error::lost_claim(key)),
+        }
+        for (i, effect) in effects.iter().enumerate() {
+            let stmt = txn
+                .prepare_cached(&effect.sql)
+                .await
+                .map_err(|e| effect_err(i, e, key, &self.sql.table))?;
+            let params: Vec<&(dyn ToSql + Sync)> = effect
+                .params
+                .iter()
+                .map(|p| p.as_ref() as &(dyn ToSql + Sync))
+                .collect();
+            let rows = txn
+                .execute(&stmt, &params)
+                .await
+                .map_err(|e| effect_err(i, e, key, &self.sql.table))?;
+            if let Some(expected) = effect.expect_rows {
+                if rows != expected {
+                    // Dropping the transaction rolls it back.
+                    return Err(Error::new(
+                        ErrorKind::EffectRejected,
+                        format!(
+                            "effect #{i} affected {rows} rows, expected {expected}; the completion \
+                             and every effect were rolled back and the claim is still held"
+                        ),
+                    ));
+                }
+            }
+        }
+        let complete = txn.prepare_cached(&self.sql.complete).await.map_err(err)?;
+        let updated = txn
+            .execute(
+                &complete,
+                &[&id, &token.as_str(), &epoch_millis(expires_at)],
+            )
+            .await
+            .map_err(err)?;
+        if updated != 1 {
+            // Cannot happen while we hold the row lock; refuse rather than commit effects alone.
+            return Err(Error::lost_claim(key));
+        }
+        txn.commit().await.map_err(err)
+    }
+}
+
+fn is_transient_state(code: &SqlState) -> bool {
+    let c = code.code();
+    c.starts_with("08") // connection exception
+        || c.starts_with("53") // insufficient resources
+        || c.starts_with("57P") // admin/crash shutdown, cannot connect now
+        || c == "57014" // query cancelled (statement_timeout)
+        || c == "55P03" // lock not available
+        || *code == SqlState::T_R_SERIALIZATION_FAILURE
+        || *code == SqlState::T_R_DEADLOCK_DETECTED
+}
+
+fn map_pg_err(op: &str, key: &str, table: &str, e: tokio_postgres::Error) -> Error {
+    let key = short(key);
+    match e.code() {
+        Some(code) if is_transient_state(code) => Error::with_source(
+            ErrorKind::StoreUnavailable,
+            format!("PostgreSQL unavailable during {op} {key:?} (table {table:?}); retry later"),
+            e,
+        ),
+        Some(code) if *code == SqlState::UNDEFINED_TABLE => Error::with_source(
+            ErrorKind::StoreRejected,
+            format!(
+                "table {table:?} does not exist: run PostgresStore::migrate() (or create it as \
+                 documented in sqs_claim::store::postgres) before consuming"
+            ),
+            e,
+        ),
+        Some(_) => Error::with_source(
+            ErrorKind::StoreRejected,
+            format!(
+                "PostgreSQL refused {op} {key:?} (table {table:?}); check the table's schema and \
+                 the user's privileges"
+            ),
+            e,
+        ),
+        // No SQL state: the client could not talk to the server (I/O, closed connection,
+        // connect timeout), or could not encode a parameter.
+        None if is_connection_problem(&e) => Error::with_source(
+            ErrorKind::StoreUnavailable,
+            format!("PostgreSQL unreachable during {op} {key:?} (table {table:?}); retry later"),
+            e,
+        ),
+        None => Error::with_source(
+            ErrorKind::StoreRejected,
+            format!("PostgreSQL client error during {op} {key:?} (table {table:?})"),
+            e,
+        ),
+    }
+}
+
+fn is_connection_problem(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.is::<std::io::Error>() {
+            return true;
+        }
+        source = s.source();
+    }
+    let text = e.to_string();
+    text.starts_with("error connecting") || text.starts_with("timeout")
+}
+
+fn effect_err(i: usize, e: tokio_postgres::Error, key: &str, table: &str) -> Error {
+    match e.code() {
+        // Class 23: integrity constraint violation (unique, check, foreign key, not null,
+        // exclusion): the business condition the effect encodes was not met.
+        Some(code) if code.code().starts_with("23") => Error::with_source(
+            ErrorKind::EffectRejected,
+            format!(
+                "effect #{i} violated a constraint; the completion and every effect were rolled \
+                 back and the claim is still held"
+            ),
+            e,
+        ),
+        _ => map_pg_err(&format!("effect #{i} of the completion of"), key, table, e),
+    }
+}
+
+fn short(key: &str) -> &str {
+    match key.char_indices().nth(120) {
+        Some((i, _)) => &key[..i],
+        None => key,
+    }
+}
+
+fn bad_row(key: &str, table: &str, e: tokio_postgres::Error) -> Error {
+    Error::with_source(
+        ErrorKind::StoreRejected,
+        format!(
+            "unexpected row for key {:?} in table {table:?}; does the table match the documented \
+             schema?",
+            short(key)
+        ),
+        e,
+    )
+}
+
+impl ClaimStore for PostgresStore {
+    type Effect = PgEffect;
+
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+        let id = stored_id(req.key);
+        let token = ClaimToken::generate();
+        let client = self.client().await?;
+        let err = |e| self.pg_err("claim of", req.key, e);
+        let stmt = client.prepare_cached(&self.sql.claim).await.map_err(err)?;
+        let row = client
+            .query_one(
+                &stmt,
+                &[
+                    &id.as_ref(),
+                    &token.as_str(),
+                    &epoch_millis(req.lease_until),
+                    &epoch_millis(req.expires_at),
+                    &req.fingerprint,
+                    &epoch_millis(req.now),
+                ],
+            )
+            .await
+            .map_err(err)?;
+        let bad = |e| bad_row(req.key, &self.sql.table, e);
+        let won: bool = row.try_get(0).map_err(bad)?;
+        if won {
+            return Ok(Claim::Acquired(token));
+        }
+        let status: String = row.try_get(1).map_err(bad)?;
+        let lease_until: Option<i64> = row.try_get(2).map_err(bad)?;
+        let expires_at: i64 = row.try_get(3).map_err(bad)?;
+        let fingerprint: Option<String> = row.try_get(4).map_err(bad)?;
+        match Status::parse(&status) {
+            Some(Status::Completed) => Ok(Claim::Completed(ClaimRecord {
+                status: Status::Completed,
+                expires_at: from_epoch_millis(expires_at),
+                lease_until: lease_until.map(from_epoch_millis),
+                fingerprint,
+            })),
+            Some(Status::InProgress) => Ok(Claim::HeldElsewhere {
+                lease_until: lease_until.map(from_epoch_millis),
+            }),
+            None => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "unknown status {status:?} for key {:?} in table {:?}",
+                    short(req.key),
+                    self.sql.table
+                ),
+            )),
+        }
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<PgEffect>,
+    ) -> Result<(), Error> {
+        let id = stored_id(key);
+        if !effects.is_empty() {
+            return self
+                .complete_with_effects(&id, key, token, expires_at, effects.into_vec())
+                .await;
+        }
+        let client = self.client().await?;
+        let err = |e| self.pg_err("completion of", key, e);
+        let stmt = client
+            .prepare_cached(&self.sql.complete)
+            .await
+            .map_err(err)?;
+        let updated = client
+            .execute(
+                &stmt,
+                &[&id.as_ref(), &token.as_str(), &epoch_millis(expires_at)],
+            )
+            .await
+            .map_err(err)?;
+        if updated == 1 {
+            return Ok(());
+        }
+        // Nothing updated: either an earlier attempt of this completion already landed (a retry
+        // after an ambiguous error), or the claim was lost. This second read is safe because
+        // the token is unique to this claim and only its holder ever completes it: if a row
+        // with our token is completed now, our earlier attempt did it, and no other writer can
+        // turn a lost claim back into ours between the two statements.
+        let stmt = client
+            .prepare_cached(&self.sql.completed_by)
+            .await
+            .map_err(err)?;
+        let row = client
+            .query_opt(&stmt, &[&id.as_ref(), &token.as_str()])
+            .await
+            .map_err(err)?;
+        let status: Option<String> = match row {
+            Some(row) => row
+                .try_get(0)
+                .map_err(|e| bad_row(key, &self.sql.table, e))?,
+            None => None,
+        };
+        match status.as_deref() {
+            Some("COMPLETED") => Ok(()),
+            _ => Err(Error::lost_claim(key)),
+        }
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        let id = stored_id(key);
+        let client = self.client().await?;
+        let err = |e| self.pg_err("release of", key, e);
+        let stmt = client
+            .prepare_cached(&self.sql.release)
+            .await
+            .map_err(err)?;
+        let deleted = client
+            .execute(&stmt, &[&id.as_ref(), &token.as_str()])
+            .await
+            .map_err(err)?;
+        if deleted == 1 {
+            Ok(())
+        } else {
+            Err(Error::lost_claim(key))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_odd_and_lookalike_keys_are_hashed() {
+        assert_eq!(stored_id("orders#42"), "orders#42");
+        let long = "a".repeat(MAX_VERBATIM_KEY + 1);
+        assert!(stored_id(&long).starts_with("sha256:"));
+        assert_ne!(
+            stored_id(&long),
+            stored_id(&"a".repeat(MAX_VERBATIM_KEY + 2))
+        );
+        assert!(stored_id("nul\0byte").starts_with("sha256:"));
+        let lookalike = format!("sha256:{}", crate::key::sha256_hex(long.as_bytes()));
+        assert_ne!(
+            stored_id(&lookalike),
+            stored_id(&long),
+            "a key cannot pose as a hash"
+        );
+    }
+
+    #[test]
+    fn table_names_are_plain_identifiers() {
+        assert!(validate_table("sqs_claim_processed_events").is_ok());
+        assert!(validate_table("claims.events_2").is_ok());
+        for bad in ["", "a;drop table x", "a b", "1abc", "a.b.c", "\"x\""] {
+            assert!(validate_table(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! [`DynamoDbLedger`]: the example on [`DynamoDbStore`], balances in a second table, credited
+//! by an `Update` in the completion's `TransactWriteItems`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus, TransactWriteItem, Update,
+};
+
+use super::Ledger;
+use crate::store::dynamodb::classify;
+use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, DynamoDbStore, Effects};
+use crate::{Error, ErrorKind};
+
+/// The accounts table's partition key (a string) and balance attribute (a number).
+const ACCOUNT: &str = "account";
+const BALANCE: &str = "balance";
+
+#[derive(Debug)]
+struct Inner {
+    store: DynamoDbStore,
+    accounts_table: String,
+}
+
+/// A [`DynamoDbStore`] plus an accounts table. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DynamoDbLedger {
+    inner: Arc<Inner>,
+}
+
+impl DynamoDbLedger {
+    /// The ledger over `store`, with balances in `accounts_table` (same client).
+    pub fn new(store: DynamoDbStore, accounts_table: impl Into<String>) -> Self {
+        DynamoDbLedger {
+            inner: Arc::new(Inner {
+                store,
+                accounts_table: accounts_table.into(),
+            }),
+        }
+    }
+
+    /// The ledger on `table` and `accounts_table`, with a client configured from the standard
+    /// AWS environment (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB`).
+    pub async fn from_env(table: &str, accounts_table: &str) -> Self {
+        let config = aws_config::load_from_env().await;
+        Self::new(
+            DynamoDbStore::new(Client::new(&config), table),
+            accounts_table,
+        )
+    }
+
+    /// The claim store.
+    pub fn store(&self) -> &DynamoDbStore {
+        &self.inner.store
+    }
+
+    /// The accounts table.
+    pub fn accounts_table(&self) -> &str {
+        &self.inner.accounts_table
+    }
+
+    fn client(&self) -> &Client {
+        self.inner.store.client()
+    }
+
+    async fn create_accounts_table(&self) -> Result<(), Error> {
+        let table = self.accounts_table();
+        let created = self
+            .client()
+            .create_table()
+            .table_name(table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(ACCOUNT)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(build_error)?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(ACCOUNT)
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(build_error)?,
+            )
+            .send()
+            .await;
+        match created {
+            Ok(_) => {}
+            // Already there: init is idempotent.
+            Err(e) if e.code() == Some("ResourceInUseException") => {}
+            Err(e) => return Err(classify("CreateTable", e)),
+        }
+        // A new table is CREATING for a few seconds on AWS (at once on DynamoDB Local), and
+        // refuses writes until ACTIVE.
+        for _ in 0..120 {
+            if self.table_status(table).await? == Some(TableStatus::Active) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        Err(Error::new(
+            ErrorKind::StoreUnavailable,
+            format!("table {table} did not become ACTIVE within 60 s"),
+        ))
+    }
+
+    /// The table's status, `None` if it does not exist.
+    async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
+        match self
+            .client()
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out.table().and_then(|t| t.table_status()).cloned()),
+            Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
+            Err(e) => Err(classify("DescribeTable", e)),
+        }
+    }
+}
+
+fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
+    Error::with_source(ErrorKind::StoreRejected, "invalid DynamoDB request", e)
+}
+
+impl ClaimStore for DynamoDbLedger {
+    type Effect = TransactWriteItem;
+
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, Error> {
+        self.inner.store.claim(request).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<TransactWriteItem>,
+    ) -> Result<(), Error> {
+        self.inner
+            .store
+            .complete(key, token, expires_at, effects)
+            .await
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        self.inner.store.release(key, token).await
+    }
+}
+
+impl Ledger for DynamoDbLedger {
+    fn credit(&self, account: &str, amount_cents: i64) -> TransactWriteItem {
+        // `ADD` creates the item and the attribute (from 0) if missing: one write, no read.
+        let update = Update::builder()
+            .table_name(self.accounts_table())
+            .key(ACCOUNT, AttributeValue::S(account.to_owned()))
+            .update_expression("ADD #balance :amount")
+            .expression_attribute_names("#balance", BALANCE)
+            .expression_attribute_values(":amount", AttributeValue::N(amount_cents.to_string()))
+            .build()
+            // Only fails if a required field (table, key, expression) is unset; all are set
+            // above, from values that are always present.
+            .expect("table name, key and update expression are set");
+        TransactWriteItem::builder().update(update).build()
+    }
+
+    async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
+        let table = self.accounts_table();
+        let mut balances = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client()
+                .scan()
+                .table_name(table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| classify("Scan", e))?;
+            for item in page.items() {
+                let account = item.get(ACCOUNT).and_then(|v| v.as_s().ok());
+                let balance = item
+                    .get(BALANCE)
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<i64>().ok());
+                match (account, balance) {
+                    (Some(a), Some(b)) => balances.push((a.clone(), b)),
+                    _ => {
+                        return Err(Error::new(
+                            ErrorKind::StoreRejected,
+                            format!(
+                                "table {table} has an item without a string {ACCOUNT:?} and an \
+                                 integer {BALANCE:?}: is it the accounts table?"
+                            ),
+                        ));
+                    }
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        balances.sort();
+        Ok(balances)
+    }
+
+    async fn init(&self) -> Result<(), Error> {
+        self.inner.store.create_table().await?;
+        self.create_accounts_table().await
+    }
+
+    /// Checks that both tables exist and are active; creates nothing.
+    async fn prepare(&self) -> Result<(), Error> {
+        for table in [self.inner.store.table(), self.accounts_table()] {
+            match self.table_status(table).await? {
+                Some(TableStatus::Active) => {}
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::StoreRejected,
+                        format!(
+                            "DynamoDB table {table} does not exist: create the tables with \
+                             `sqs-claim init --store dynamodb:{}`",
+                            self.inner.store.table()
+                        ),
+                    ));
+                }
+                Some(status) => {
+                    return Err(Error::new(
+                        ErrorKind::StoreUnavailable,
+                        format!("DynamoDB table {table} is {status}, not ACTIVE: retry shortly"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,345 @@
+//! A fake AWS Lambda Runtime API on 127.0.0.1, enough for the `lambda_runtime` 1.x client.
+//!
+//! It speaks plain HTTP/1.1 over `tokio::net` (persistent connections, `Content-Length` and
+//! chunked request bodies), so a test can run the real Lambda binary with
+//! `AWS_LAMBDA_RUNTIME_API=<addr>` and see exactly what it posts back, without AWS.
+//!
+//! The exchange is driven by the test, one invocation at a time: [`FakeRuntime::queue`] hands
+//! an event to the function's pending `GET /2018-06-01/runtime/invocation/next`, and
+//! [`FakeRuntime::next_post`] returns the next thing the function posted (a response, an
+//! invocation error, an init error, or a request this fake does not know). While nothing is
+//! queued, `next` simply does not answer, as on Lambda between invocations: the function sits
+//! in its loop until the test kills it.
+//!
+//! Paths and headers are those of `lambda_runtime` 1.5 (`src/requests.rs`, `src/types.rs`):
+//! `next` answers with `Lambda-Runtime-Aws-Request-Id`, `Lambda-Runtime-Deadline-Ms` (epoch
+//! milliseconds), `Lambda-Runtime-Invoked-Function-Arn` and `Lambda-Runtime-Trace-Id`; the
+//! function posts `/2018-06-01/runtime/invocation/{id}/response`,
+//! `/2018-06-01/runtime/invocation/{id}/error` or `/2018-06-01/runtime/init/error`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, mpsc};
+use tokio::task::JoinHandle;
+
+/// The ARN the fake hands out as the invoked function.
+pub const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:consumer";
+
+/// Bodies larger than this are refused: Lambda's own payload cap is 6 MB, and a runaway read
+/// must fail the test rather than eat the machine.
+const MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// One event waiting for the function's next `GET .../invocation/next`.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// `Lambda-Runtime-Aws-Request-Id`.
+    pub request_id: String,
+    /// The event JSON, sent as the body.
+    pub body: String,
+    /// `Lambda-Runtime-Deadline-Ms`, epoch milliseconds.
+    pub deadline_ms: u64,
+}
+
+/// Something the function posted to the fake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Posted {
+    /// `POST /2018-06-01/runtime/invocation/{request_id}/response`.
+    Response {
+        /// The id from the path.
+        request_id: String,
+        /// The response body (the handler's output, JSON).
+        body: String,
+    },
+    /// `POST /2018-06-01/runtime/invocation/{request_id}/error`: the invocation failed and
+    /// Lambda would redeliver the whole batch.
+    InvocationError {
+        /// The id from the path.
+        request_id: String,
+        /// `Lambda-Runtime-Function-Error-Type`, if sent.
+        error_type: Option<String>,
+        /// The diagnostic body (`{"errorType", "errorMessage"}`).
+        body: String,
+    },
+    /// `POST /2018-06-01/runtime/init/error`.
+    InitError {
+        /// `Lambda-Runtime-Function-Error-Type`, if sent.
+        error_type: Option<String>,
+        /// The diagnostic body.
+        body: String,
+    },
+    /// Any request this fake does not implement (answered 404), kept so a test can fail on it.
+    Unknown {
+        /// The HTTP method.
+        method: String,
+        /// The request target.
+        path: String,
+        /// The body.
+        body: String,
+    },
+}
+
+/// The fake Runtime API. Dropping it stops the server (the accept loop and its connections).
+pub struct FakeRuntime {
+    addr: SocketAddr,
+    queue: mpsc::UnboundedSender<Invocation>,
+    posts: mpsc::UnboundedReceiver<Posted>,
+    server: JoinHandle<()>,
+}
+
+impl FakeRuntime {
+    /// Binds a random port on 127.0.0.1 and starts serving.
+    pub async fn start() -> std::io::Result<FakeRuntime> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (queue, queued) = mpsc::unbounded_channel::<Invocation>();
+        let (posted, posts) = mpsc::unbounded_channel::<Posted>();
+        // One receiver shared by every connection: `lambda_runtime` polls `next` on one
+        // connection at a time, but hyper may open a new connection whenever it likes.
+        let queued = Arc::new(Mutex::new(queued));
+        let server = tokio::spawn(async move {
+            // Connection tasks end by themselves: when the client closes, or when the
+            // `FakeRuntime` (the queue's sender) is dropped and a pending `next` gives up.
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serve_connection(
+                    stream,
+                    Arc::clone(&queued),
+                    posted.clone(),
+                ));
+            }
+        });
+        Ok(FakeRuntime {
+            addr,
+            queue,
+            posts,
+            server,
+        })
+    }
+
+    /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Queues `event` for the function's next `next` call, with a fresh request id and a
+    /// deadline `budget` from now. Returns the request id.
+    pub fn queue(&self, event: impl Into<String>, budget: Duration) -> String {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let deadline_ms = (SystemTime::now() + budget)
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        // The receiver lives as long as the server task; a send error means it died, which
+        // the following `next_post` reports as a timeout with the reason.
+        let _ = self.queue.send(Invocation {
+            request_id: request_id.clone(),
+            body: event.into(),
+            deadline_ms,
+        });
+        request_id
+    }
+
+    /// The next thing the function posted, waiting at most `timeout`. `None` on timeout.
+    pub async fn next_post(&mut self, timeout: Duration) -> Option<Posted> {
+        tokio::time::timeout(timeout, self.posts.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+impl Drop for FakeRuntime {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// One parsed HTTP/1.1 request.
+struct Request {
+    method: String,
+    path: String,
+    /// Header names lower-cased.
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    queued: Arc<Mutex<mpsc::UnboundedReceiver<Invocation>>>,
+    posted: mpsc::UnboundedSender<Posted>,
+) {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    // Persistent connection: serve requests until the client closes or sends garbage.
+    while let Some(request) = read_request(&mut read).await {
+        let reply = if request.method == "GET"
+            && request.path == "/2018-06-01/runtime/invocation/next"
+        {
+            // Holding the lock while waiting is the point: a second `next` (a new connection)
+            // queues behind the first, as invocations are handed out one at a time.
+            let mut queued = queued.lock().await;
+            let Some(inv) = queued.recv().await else {
+                return;
+            };
+            drop(queued);
+            format!(
+                "HTTP/1.1 200 OK\r\n\
+                 Content-Type: application/json\r\n\
+                 Lambda-Runtime-Aws-Request-Id: {}\r\n\
+                 Lambda-Runtime-Deadline-Ms: {}\r\n\
+                 Lambda-Runtime-Invoked-Function-Arn: {FUNCTION_ARN}\r\n\
+                 Lambda-Runtime-Trace-Id: Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0\r\n\
+                 Content-Length: {}\r\n\r\n{}",
+                inv.request_id,
+                inv.deadline_ms,
+                inv.body.len(),
+                inv.body
+            )
+        } else {
+            let post = classify(request);
+            let known = !matches!(post, Posted::Unknown { .. });
+            let _ = posted.send(post);
+            if known {
+                accepted()
+            } else {
+                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                    .to_owned()
+            }
+        };
+        if write.write_all(reply.as_bytes()).await.is_err() || write.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn accepted() -> String {
+    let body = r#"{"status":"OK"}"#;
+    format!(
+        "HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn classify(request: Request) -> Posted {
+    let error_type = request
+        .header("lambda-runtime-function-error-type")
+        .map(str::to_owned);
+    if request.method == "POST" {
+        if request.path == "/2018-06-01/runtime/init/error" {
+            return Posted::InitError {
+                error_type,
+                body: request.body,
+            };
+        }
+        if let Some(rest) = request.path.strip_prefix("/2018-06-01/runtime/invocation/") {
+            if let Some(id) = rest
+                .strip_suffix("/response")
+                .filter(|id| !id.contains('/'))
+            {
+                return Posted::Response {
+                    request_id: id.to_owned(),
+                    body: request.body,
+                };
+            }
+            if let Some(id) = rest.strip_suffix("/error").filter(|id| !id.contains('/')) {
+                return Posted::InvocationError {
+                    request_id: id.to_owned(),
+                    error_type,
+                    body: request.body,
+                };
+            }
+        }
+    }
+    Posted::Unknown {
+        method: request.method,
+        path: request.path,
+        body: request.body,
+    }
+}
+
+/// Reads one request; `None` when the client closed the connection or sent something this
+/// fake cannot parse (the connection is then dropped, which the client sees as an I/O error).
+async fn read_request<R: tokio::io::AsyncBufRead + Unpin>(read: &mut R) -> Option<Request> {
+    let line = read_line(read).await?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_owned();
+    let path = parts.next()?.to_owned();
+    let mut headers = Vec::new();
+    loop {
+        let header = read_line(read).await?;
+        if header.is_empty() {
+            break;
+        }
+        let (name, value) = header.split_once(':')?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+    }
+    let find = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    let chunked = find("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+    let body = if chunked {
+        let mut body = Vec::new();
+        loop {
+            let size_line = read_line(read).await?;
+            let size = usize::from_str_radix(size_line.split(';').next()?.trim(), 16).ok()?;
+            if size == 0 {
+                // Trailers, up to the blank line.
+                while !read_line(read).await?.is_empty() {}
+                break;
+            }
+            if body.len() + size > MAX_BODY {
+                return None;
+            }
+            let start = body.len();
+            body.resize(start + size, 0);
+            read.read_exact(&mut body[start..]).await.ok()?;
+            if !read_line(read).await?.is_empty() {
+                return None;
+            }
+        }
+        body
+    } else {
+        let length: usize = match find("content-length") {
+            Some(v) => v.parse().ok()?,
+            None => 0,
+        };
+        if length > MAX_BODY {
+            return None;
+        }
+        let mut body = vec![0; length];
+        read.read_exact(&mut body).await.ok()?;
+        body
+    };
+    Some(Request {
+        method,
+        path,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// One CRLF-terminated line without its terminator; `None` at end of stream.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(read: &mut R) -> Option<String> {
+    let mut line = String::new();
+    // Header lines are short; a line this long means the stream is not HTTP.
+    let n = read.take(64 * 1024).read_line(&mut line).await.ok()?;
+    if n == 0 {
+        return None;
+    }
+    Some(line.trim_end_matches(['\r', '\n']).to_owned())
+}

@@ -1,0 +1,904 @@
+//! The `sqs-claim` CLI as a user runs it: the built binary, in a fresh directory.
+//!
+//! * every sample event (`events/*.json`, plus one written here) runs as `events/expected.json`
+//!   says; a second run finds every success a duplicate and leaves the balances unchanged;
+//! * the same on DynamoDB Local (`--store dynamodb:<unique table>` after `init`);
+//! * every bad input ends with one `error: ...` line and a non-zero exit, never a panic;
+//! * the consumer's settings come from the environment, and invalid ones are named (the
+//!   `consumer` binary under a Runtime API is tested in `tests/test_lambda_runtime.rs`);
+//! * two processes on one SQLite file credit each message once;
+//! * with `SQS_CLAIM_OUTPUT_QUEUE_URL`, one `credited` notice per credit (ministack).
+//!
+//! DynamoDB Local must be running: `scripts/standins.sh up` (or `make test`). The endpoint is
+//! `SQS_CLAIM_DYNAMODB_ENDPOINT`, default `http://127.0.0.1:8000`; ministack (SQS, for the
+//! output queue) at `SQS_CLAIM_SQS_ENDPOINT`, default `http://127.0.0.1:4566`.
+#![cfg(all(feature = "dynamodb", feature = "sqlite"))]
+
+use std::collections::BTreeMap;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
+const CONSUMER: &str = env!("CARGO_BIN_EXE_consumer");
+
+/// A fresh working directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("sqs-claim-cli-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).expect("create a temp dir");
+        TempDir(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    fn write(&self, name: &str, content: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, content).expect("write a file");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Debug)]
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn ok(self, what: &str) -> Run {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "{what} failed:\n{}\n{}",
+            self.stdout,
+            self.stderr
+        );
+        assert!(!self.stderr.contains("panicked"), "{what}: {}", self.stderr);
+        self
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+/// Runs `program` in `dir` with a clean sqs-claim environment (no `SQS_CLAIM_*`, no
+/// `RUST_LOG`, no AWS endpoint) plus `env`.
+fn run_program(program: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(dir);
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("SQS_CLAIM_") || n.starts_with("AWS_") || n == "RUST_LOG" {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run_program(BIN, dir, args, env)
+}
+
+fn balances(dir: &Path, store: &[&str], env: &[(&str, &str)]) -> BTreeMap<String, i64> {
+    let mut args = vec!["balances"];
+    args.extend_from_slice(store);
+    let run = sqs_claim(dir, &args, env).ok("balances");
+    run.stdout
+        .lines()
+        .map(|line| {
+            let (account, cents) = line
+                .split_once('\t')
+                .unwrap_or_else(|| panic!("balances line without a tab: {line:?}"));
+            (account.to_owned(), cents.parse().expect("integer balance"))
+        })
+        .collect()
+}
+
+fn events_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("events")
+}
+
+/// Every `events/*.json` present now, except `expected.json`.
+fn sample_events() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(events_dir()) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .map(|e| e.expect("readable dir entry").path())
+        .filter(|p| {
+            p.extension().is_some_and(|x| x == "json")
+                && p.file_name().is_some_and(|n| n != "expected.json")
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// What `events/expected.json` says about one event, if it lists it.
+fn expected(name: &str) -> Option<Value> {
+    let text = std::fs::read_to_string(events_dir().join("expected.json")).ok()?;
+    let all: Value = serde_json::from_str(&text).expect("events/expected.json is JSON");
+    all["events"].get(name).cloned()
+}
+
+/// An SQS event of credits, written by this test so the CLI is tested even without samples:
+/// three credits, a redelivery of the first (same message id), a producer-side duplicate
+/// (same order id, other message id), and a negative amount.
+fn own_event() -> String {
+    let record = |id: &str, body: Value| {
+        json!({
+            "messageId": id,
+            "receiptHandle": format!("rh-{id}"),
+            "body": body.to_string(),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+            "awsRegion": "us-east-1"
+        })
+    };
+    let credit = |order: &str, account: &str, cents: i64| json!({"order_id": order, "account": account, "amount_cents": cents});
+    json!({"Records": [
+        record("m-1", credit("o-1", "alice", 1000)),
+        record("m-2", credit("o-2", "bob", 250)),
+        record("m-1", credit("o-1", "alice", 1000)),
+        record("m-3", credit("o-2", "bob", 250)),
+        record("m-4", credit("o-3", "alice", -5)),
+        record("m-5", credit("o-4", "carol", 0)),
+    ]})
+    .to_string()
+}
+
+fn failures(response: &Value) -> Vec<String> {
+    response["batchItemFailures"]
+        .as_array()
+        .expect("batchItemFailures is an array")
+        .iter()
+        .map(|f| {
+            f["itemIdentifier"]
+                .as_str()
+                .expect("itemIdentifier")
+                .to_owned()
+        })
+        .collect()
+}
+
+/// Checks a `--report json` against the expected run, if there is one.
+fn check_against_expected(
+    name: &str,
+    run: usize,
+    report: &Value,
+    balances: &BTreeMap<String, i64>,
+) {
+    let Some(exp) = expected(name) else { return };
+    let want = &exp["runs"][run];
+    let at = format!("{name} run {}", run + 1);
+    assert_eq!(report["counts"], want["counts"], "{at}: counts");
+    assert_eq!(report["response"], want["response"], "{at}: batch response");
+    let outcomes = report["outcomes"].as_array().expect("outcomes");
+    let usual = want["usual"].as_str().expect("usual");
+    for (i, item) in outcomes.iter().enumerate() {
+        let exception = want["exceptions"]
+            .as_array()
+            .expect("exceptions")
+            .iter()
+            .find(|e| e["index"] == json!(i));
+        let outcome = exception.map_or(usual, |e| e["outcome"].as_str().expect("outcome"));
+        assert_eq!(item["outcome"], json!(outcome), "{at}: message #{i}");
+        if let Some(reason) = exception.and_then(|e| e["reason"].as_str()) {
+            let detail = item["detail"].as_str().unwrap_or("");
+            assert!(
+                detail.starts_with(reason),
+                "{at}: message #{i}: {detail:?} is not {reason}"
+            );
+        }
+    }
+    let want_balances: BTreeMap<String, i64> =
+        serde_json::from_value(want["balances"].clone()).expect("balances");
+    assert_eq!(balances, &want_balances, "{at}: balances");
+}
+
+/// Runs `event` three times in `dir` on `store` and checks what a user would: the first run
+/// as expected, the second and third finding every success a duplicate, balances unchanged.
+fn run_twice(dir: &Path, event: &Path, store: &[&str], env: &[(&str, &str)]) {
+    let name = event
+        .file_name()
+        .expect("file name")
+        .to_string_lossy()
+        .into_owned();
+    let path = event.to_str().expect("UTF-8 path");
+    let records = {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(event).expect("read event"))
+            .expect("event JSON");
+        v["Records"].as_array().expect("Records").len()
+    };
+
+    let mut args = vec!["invoke", path, "--report", "json"];
+    args.extend_from_slice(store);
+    let first = sqs_claim(dir, &args, env).ok(&format!("first invoke of {name}"));
+    let report = first.json();
+    let outcomes = report["outcomes"].as_array().expect("outcomes").clone();
+    assert_eq!(outcomes.len(), records, "{name}: one outcome per record");
+    let counts = &report["counts"];
+    let total: i64 = [
+        "processed",
+        "duplicate",
+        "held_elsewhere",
+        "failed",
+        "not_started",
+    ]
+    .iter()
+    .map(|k| counts[k].as_i64().expect("count"))
+    .sum();
+    assert_eq!(total as usize, records, "{name}: counts add up");
+    // The summary on stderr: the counts, and one line per message that did not succeed.
+    let summary_head = format!("{records} message");
+    assert!(
+        first.stderr.starts_with(&summary_head),
+        "{name}: summary {:?}",
+        first.stderr
+    );
+    for o in &outcomes {
+        if !["processed", "duplicate"].contains(&o["outcome"].as_str().unwrap_or("")) {
+            let id = o["message_id"].as_str().expect("id");
+            assert!(
+                first
+                    .stderr
+                    .lines()
+                    .any(|l| l.contains(id) && l.contains(o["outcome"].as_str().unwrap_or("?"))),
+                "{name}: summary lacks a line for {id}:\n{}",
+                first.stderr
+            );
+        }
+    }
+    let after_first = balances(dir, store, env);
+    check_against_expected(&name, 0, &report, &after_first);
+
+    // Second run, as Lambda's answer: the batch response on stdout.
+    let mut args = vec!["invoke", path];
+    args.extend_from_slice(store);
+    let second = sqs_claim(dir, &args, env).ok(&format!("second invoke of {name}"));
+    let response = second.json();
+    let failed_first: Vec<String> = failures(&report["response"]);
+    assert_eq!(
+        failures(&response),
+        failed_first,
+        "{name}: the same messages fail again"
+    );
+    assert!(
+        second.stderr.contains(" 0 processed"),
+        "{name}: {}",
+        second.stderr
+    );
+
+    // Third run, with the report: every earlier success is now a duplicate.
+    let mut args = vec!["invoke", path, "--report", "json"];
+    args.extend_from_slice(store);
+    let third = sqs_claim(dir, &args, env)
+        .ok(&format!("third invoke of {name}"))
+        .json();
+    assert_eq!(
+        third["counts"]["processed"],
+        json!(0),
+        "{name}: nothing runs twice"
+    );
+    for (i, (a, b)) in outcomes
+        .iter()
+        .zip(third["outcomes"].as_array().expect("outcomes"))
+        .enumerate()
+    {
+        if ["processed", "duplicate"].contains(&a["outcome"].as_str().unwrap_or("")) {
+            assert_eq!(
+                b["outcome"],
+                json!("duplicate"),
+                "{name}: message #{i} on a later run"
+            );
+        }
+    }
+    let after_third = balances(dir, store, env);
+    assert_eq!(
+        after_third, after_first,
+        "{name}: balances changed on a repeated run"
+    );
+    check_against_expected(&name, 1, &third, &after_third);
+}
+
+#[test]
+fn every_sample_event_runs_twice_on_the_default_store() {
+    let own = TempDir::new();
+    let mut events = vec![own.write("credits.json", &own_event())];
+    let samples = sample_events();
+    events.extend(samples.iter().cloned());
+    for event in &events {
+        let dir = TempDir::new();
+        run_twice(dir.path(), event, &[], &[]);
+        assert!(
+            dir.path().join(".sqs-claim/claims.db").is_file(),
+            "the default store is .sqs-claim/claims.db in the current directory"
+        );
+    }
+    // The written event's numbers, checked by hand: m-1 twice and o-2 twice are duplicates,
+    // the negative amount fails, a zero credit opens the account.
+    let dir = TempDir::new();
+    let report = sqs_claim(
+        dir.path(),
+        &[
+            "invoke",
+            events[0].to_str().expect("path"),
+            "--report",
+            "json",
+        ],
+        &[],
+    )
+    .ok("own event")
+    .json();
+    assert_eq!(
+        report["counts"],
+        json!({"processed": 3, "duplicate": 2, "held_elsewhere": 0, "failed": 1, "not_started": 0})
+    );
+    assert_eq!(failures(&report["response"]), vec!["m-4"]);
+    assert_eq!(
+        balances(dir.path(), &[], &[]),
+        BTreeMap::from([
+            ("alice".into(), 1000),
+            ("bob".into(), 250),
+            ("carol".into(), 0)
+        ])
+    );
+    eprintln!(
+        "checked {} events ({} samples from events/)",
+        events.len(),
+        samples.len()
+    );
+}
+
+#[test]
+fn explicit_sqlite_and_memory_stores() {
+    let dir = TempDir::new();
+    let event = dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+    run_twice(
+        dir.path(),
+        Path::new(event),
+        &["--store", "sqlite:ledger.db"],
+        &[],
+    );
+    assert!(dir.path().join("ledger.db").is_file());
+    // A missing directory is created, as for the default store.
+    sqs_claim(
+        dir.path(),
+        &["invoke", event, "--store", "sqlite:nested/dir/x.db"],
+        &[],
+    )
+    .ok("nested");
+    assert!(dir.path().join("nested/dir/x.db").is_file());
+    assert!(
+        !dir.path().join(".sqs-claim").exists(),
+        "an explicit store must not create the default one"
+    );
+    // SQS_CLAIM_STORE is honoured when --store is absent.
+    let env_store = [("SQS_CLAIM_STORE", "sqlite:ledger.db")];
+    let again = sqs_claim(
+        dir.path(),
+        &["invoke", event, "--report", "json"],
+        &env_store,
+    )
+    .ok("env store")
+    .json();
+    assert_eq!(
+        again["counts"]["processed"],
+        json!(0),
+        "SQS_CLAIM_STORE must point at the same file"
+    );
+    // memory: remembers nothing between runs.
+    for _ in 0..2 {
+        let run = sqs_claim(
+            dir.path(),
+            &["invoke", event, "--store", "memory:", "--report", "json"],
+            &[],
+        )
+        .ok("memory")
+        .json();
+        assert_eq!(run["counts"]["processed"], json!(3));
+    }
+}
+
+#[test]
+fn settings_come_from_the_environment() {
+    let dir = TempDir::new();
+    let event = dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+    // Keyed by message id, the producer-side duplicate (m-3: order o-2 again) is processed.
+    let env = [
+        ("SQS_CLAIM_KEY", "message-id"),
+        ("SQS_CLAIM_NAMESPACE", "other"),
+    ];
+    let report = sqs_claim(dir.path(), &["invoke", event, "--report", "json"], &env)
+        .ok("message-id key")
+        .json();
+    assert_eq!(report["counts"]["processed"], json!(4), "{report}");
+    assert_eq!(report["outcomes"][0]["key"], json!("other#m-1"));
+    for (var, value) in [
+        ("SQS_CLAIM_CONCURRENCY", "lots"),
+        ("SQS_CLAIM_KEY", "json:order_id"),
+        ("SQS_CLAIM_FIFO_MODE", "strict"),
+        ("SQS_CLAIM_TTL_SECS", "0"),
+    ] {
+        let run = sqs_claim(dir.path(), &["invoke", event], &[(var, value)]);
+        assert_one_line_error(&run, &format!("{var}={value}"));
+        assert!(
+            run.stderr.contains(var),
+            "the error must name {var}: {}",
+            run.stderr
+        );
+    }
+}
+
+fn assert_one_line_error(run: &Run, what: &str) {
+    assert!(
+        matches!(run.code, Some(c) if c != 0),
+        "{what}: expected a non-zero exit, got {:?}\n{}{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("panicked"),
+        "{what}: panicked:\n{}",
+        run.stderr
+    );
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{what}: expected one line on stderr, got:\n{}",
+        run.stderr
+    );
+    assert!(lines[0].starts_with("error: "), "{what}: {:?}", lines[0]);
+    assert!(
+        run.stdout.is_empty(),
+        "{what}: nothing on stdout, got {:?}",
+        run.stdout
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_a_non_zero_exit() {
+    let dir = TempDir::new();
+    let good = dir.write("good.json", &own_event());
+    let good = good.to_str().expect("path");
+    dir.write("not-json.json", "{\"Records\": [");
+    dir.write("object.json", "{\"detail\": {}}");
+    dir.write(
+        "s3.json",
+        r#"{"Records":[{"eventSource":"aws:s3","s3":{"bucket":{"name":"b"}}}]}"#,
+    );
+    dir.write(
+        "record-types.json",
+        r#"{"Records":[{"messageId":42,"body":"{}"}]}"#,
+    );
+    dir.write(
+        "no-message-id.json",
+        r#"{"Records":[{"body":"{}","eventSource":"aws:sqs"}]}"#,
+    );
+    dir.write("garbage.db", &"x".repeat(4096));
+    std::fs::create_dir_all(dir.path().join("a-directory")).expect("mkdir");
+    let cases: &[(&[&str], &str)] = &[
+        (&["invoke", "missing.json"], "missing.json"),
+        (&["invoke", "a-directory"], "a-directory"),
+        (&["invoke", "not-json.json"], "not JSON"),
+        (&["invoke", "object.json"], "not an SQS event"),
+        (&["invoke", "s3.json"], "aws:s3"),
+        (&["invoke", "record-types.json"], "not an SQS event"),
+        (&["invoke", "no-message-id.json"], "messageId"),
+        (&["invoke", good, "--store", "ftp://example.com/x"], "ftp"),
+        (
+            &["invoke", good, "--store", "sqlite:/proc/no-such-dir/x.db"],
+            "/proc/no-such-dir",
+        ),
+        (
+            &["invoke", good, "--store", "sqlite:garbage.db"],
+            "garbage.db",
+        ),
+        (&["invoke", good, "--store", "dynamodb:a"], "dynamodb:a"),
+        (&["invoke", good, "--report", "yaml"], "yaml"),
+        (&["invoke"], "event file"),
+        (&["invoke", good, "extra"], "extra"),
+        (&["frobnicate"], "frobnicate"),
+        (&[], "missing command"),
+        (&["balances", "--store"], "--store needs a value"),
+        (&["balances", "--bogus"], "--bogus"),
+        (
+            &["balances", "--store", "postgres://user:hunter2@db/x"],
+            "postgres",
+        ),
+    ];
+    for (args, needle) in cases {
+        let run = sqs_claim(dir.path(), args, &[]);
+        let what = format!("sqs-claim {}", args.join(" "));
+        assert_one_line_error(&run, &what);
+        assert!(
+            run.stderr.contains(needle),
+            "{what}: error should mention {needle:?}: {}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains("hunter2"),
+            "{what}: a password leaked: {}",
+            run.stderr
+        );
+    }
+    // A store that does not answer: DynamoDB on a closed port.
+    let started = Instant::now();
+    let unreachable = [
+        ("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:9"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    for args in [
+        &["invoke", good, "--store", "dynamodb:claims"][..],
+        &["balances", "--store", "dynamodb:claims"][..],
+        &["init", "--store", "dynamodb:claims"][..],
+    ] {
+        let run = sqs_claim(dir.path(), args, &unreachable);
+        let what = format!("sqs-claim {} (unreachable)", args.join(" "));
+        assert_one_line_error(&run, &what);
+        assert!(
+            run.stderr.contains("could not reach"),
+            "{what}: {}",
+            run.stderr
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "unreachable store took {:?}",
+        started.elapsed()
+    );
+    // None of the failures above created the default store.
+    assert!(!dir.path().join(".sqs-claim").exists());
+    // --help is not an error.
+    let help = sqs_claim(dir.path(), &["--help"], &[]).ok("--help");
+    assert!(help.stdout.contains("sqs-claim invoke EVENT.json"));
+}
+
+fn dynamodb_env() -> Vec<(&'static str, String)> {
+    let endpoint = std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:8000".to_owned());
+    let host = endpoint
+        .trim_start_matches("http://")
+        .trim_start_matches("https://")
+        .trim_end_matches('/');
+    let reachable = host
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|addr| TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok());
+    assert!(
+        reachable,
+        "DynamoDB Local does not answer at {endpoint}: run `make test`, or scripts/standins.sh up"
+    );
+    vec![
+        ("AWS_ENDPOINT_URL_DYNAMODB", endpoint),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_EC2_METADATA_DISABLED", "true".into()),
+    ]
+}
+
+#[test]
+fn every_sample_event_runs_twice_on_dynamodb_local() {
+    let env_owned = dynamodb_env();
+    let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let own = TempDir::new();
+    let mut events = vec![own.write("credits.json", &own_event())];
+    events.extend(sample_events());
+    for event in &events {
+        let dir = TempDir::new();
+        let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
+        let store = format!("dynamodb:{table}");
+        // Before init: one clear error that says what to run.
+        let run = sqs_claim(
+            dir.path(),
+            &["invoke", event.to_str().expect("path"), "--store", &store],
+            &env,
+        );
+        assert_one_line_error(&run, "invoke before init");
+        assert!(run.stderr.contains("sqs-claim init"), "{}", run.stderr);
+        // init is idempotent.
+        for _ in 0..2 {
+            let init = sqs_claim(dir.path(), &["init", "--store", &store], &env).ok("init");
+            assert!(init.stderr.contains(&table), "{}", init.stderr);
+        }
+        run_twice(dir.path(), event, &["--store", &store], &env);
+        assert!(
+            !dir.path().join(".sqs-claim").exists(),
+            "no local store when DynamoDB is used"
+        );
+    }
+    // --accounts-table names the accounts table.
+    let dir = TempDir::new();
+    let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{table}");
+    let accounts = format!("{table}-ledger");
+    let with_accounts = [
+        "--store",
+        store.as_str(),
+        "--accounts-table",
+        accounts.as_str(),
+    ];
+    let mut init = vec!["init"];
+    init.extend_from_slice(&with_accounts);
+    let out = sqs_claim(dir.path(), &init, &env).ok("init with accounts table");
+    assert!(out.stderr.contains(&accounts), "{}", out.stderr);
+    let event = events[0].to_str().expect("path");
+    let mut invoke = vec!["invoke", event];
+    invoke.extend_from_slice(&with_accounts);
+    sqs_claim(dir.path(), &invoke, &env).ok("invoke with accounts table");
+    assert_eq!(
+        balances(dir.path(), &with_accounts, &env).get("alice"),
+        Some(&1000)
+    );
+    // The default accounts table was never created, so reading it fails, clearly.
+    let run = sqs_claim(dir.path(), &["balances", "--store", &store], &env);
+    assert_one_line_error(&run, "balances on a missing accounts table");
+}
+
+#[test]
+fn consumer_refuses_invalid_settings_at_startup() {
+    let dir = TempDir::new();
+    for (env, needle) in [
+        (vec![], "SQS_CLAIM_TABLE"),
+        (
+            vec![
+                ("SQS_CLAIM_TABLE", "claims"),
+                ("SQS_CLAIM_FIFO_MODE", "strict"),
+            ],
+            "SQS_CLAIM_FIFO_MODE",
+        ),
+        (vec![("SQS_CLAIM_STORE", "ftp://x")], "SQS_CLAIM_STORE"),
+        (
+            vec![
+                ("SQS_CLAIM_TABLE", "claims"),
+                ("SQS_CLAIM_DEADLINE_MARGIN_MS", "2s"),
+            ],
+            "SQS_CLAIM_DEADLINE_MARGIN_MS",
+        ),
+        // Valid settings, but not inside Lambda: a clear error, not lambda_runtime's panic.
+        (
+            vec![("SQS_CLAIM_STORE", "memory:")],
+            "AWS_LAMBDA_RUNTIME_API",
+        ),
+    ] {
+        let run = run_program(CONSUMER, dir.path(), &[], &env);
+        assert_ne!(run.code, Some(0), "{env:?}: the consumer must not start");
+        let all = format!("{}{}", run.stdout, run.stderr);
+        assert!(
+            all.contains(needle),
+            "{env:?}: the startup error must name {needle}: {all}"
+        );
+        assert!(!all.contains("panicked"), "{env:?}: {all}");
+    }
+}
+
+/// Two `sqs-claim invoke` processes on the same event and the same SQLite file at once, as two
+/// Lambda invocations given the same batch: every credit lands exactly once, each message is
+/// processed by at most one of them, and the other sees it as a duplicate or held elsewhere.
+/// (SQLite's lock is not fair, so one process often does most of the work; the cross-process
+/// race itself is exercised, paced, in `tests/test_sqlite_store.rs`.)
+#[test]
+fn two_processes_on_one_store_credit_once() {
+    let dir = TempDir::new();
+    let large = events_dir().join("large.json");
+    let event = if large.is_file() {
+        large
+    } else {
+        dir.write("credits.json", &own_event())
+    };
+    let path = event.to_str().expect("path").to_owned();
+    let spawn = || {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["invoke", &path, "--report", "json"])
+            .current_dir(dir.path())
+            .env_remove("SQS_CLAIM_STORE")
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        cmd.spawn().expect("spawn sqs-claim")
+    };
+    let (a, b) = (spawn(), spawn());
+    let reports: Vec<Value> = [a, b]
+        .into_iter()
+        .map(|child| {
+            let out = child.wait_with_output().expect("wait");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "concurrent invoke failed: {stderr}");
+            serde_json::from_slice(&out.stdout).expect("report JSON")
+        })
+        .collect();
+    let outcomes: Vec<&Vec<Value>> = reports
+        .iter()
+        .map(|r| r["outcomes"].as_array().expect("outcomes"))
+        .collect();
+    for (i, (x, y)) in outcomes[0].iter().zip(outcomes[1]).enumerate() {
+        let (x, y) = (
+            x["outcome"].as_str().unwrap_or(""),
+            y["outcome"].as_str().unwrap_or(""),
+        );
+        assert!(
+            !(x == "processed" && y == "processed"),
+            "message #{i} was processed by both processes"
+        );
+    }
+    // A third run settles what is left (messages the other process held); then the balances
+    // are those of one clean run.
+    sqs_claim(dir.path(), &["invoke", &path], &[]).ok("settling run");
+    let name = event
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    let got = balances(dir.path(), &[], &[]);
+    match expected(&name) {
+        Some(exp) => {
+            let want: BTreeMap<String, i64> =
+                serde_json::from_value(exp["runs"][0]["balances"].clone()).expect("balances");
+            assert_eq!(
+                got, want,
+                "{name}: concurrent runs credited a message twice or lost one"
+            );
+        }
+        None => assert_eq!(
+            got,
+            BTreeMap::from([
+                ("alice".into(), 1000),
+                ("bob".into(), 250),
+                ("carol".into(), 0)
+            ])
+        ),
+    }
+}
+
+/// `SQS_CLAIM_OUTPUT_QUEUE_URL`: one `credited` notice per credit on a FIFO queue (ministack),
+/// grouped by account, and nothing more on a repeated run (duplicates do not run the handler).
+#[cfg(feature = "sqs")]
+#[tokio::test]
+async fn output_queue_gets_one_notice_per_credit() {
+    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+    use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+
+    let endpoint = std::env::var("SQS_CLAIM_SQS_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned());
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "static-test"))
+        .endpoint_url(&endpoint)
+        .build();
+    let client = aws_sdk_sqs::Client::from_conf(config);
+    let name = format!(
+        "cli-notices-{}.fifo",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let created = tokio::time::timeout(
+        Duration::from_secs(10),
+        client
+            .create_queue()
+            .queue_name(&name)
+            .attributes(QueueAttributeName::FifoQueue, "true")
+            .send(),
+    )
+    .await;
+    let url = match created {
+        Ok(Ok(out)) => out.queue_url().expect("queue url").to_owned(),
+        other => panic!(
+            "ministack (SQS) at {endpoint} did not create a queue ({other:?}): run `make test`, \
+             or scripts/standins.sh up"
+        ),
+    };
+
+    let dir = TempDir::new();
+    let event = dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path").to_owned();
+    let env = [
+        ("SQS_CLAIM_OUTPUT_QUEUE_URL", url.as_str()),
+        ("AWS_ENDPOINT_URL_SQS", endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let mut notices = Vec::new();
+    for run in 0..2 {
+        // Blocking is fine here: nothing else runs on this test's runtime meanwhile.
+        let out = sqs_claim(dir.path(), &["invoke", &event], &env);
+        let out = out.ok(&format!("invoke #{run} with an output queue"));
+        assert_eq!(failures(&out.json()), vec!["m-4"], "run {run}");
+        // Drain what this run published.
+        let mut got = Vec::new();
+        loop {
+            let page = client
+                .receive_message()
+                .queue_url(&url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+                .send()
+                .await
+                .expect("ReceiveMessage");
+            let messages = page.messages();
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                let body: Value =
+                    serde_json::from_str(m.body().unwrap_or("")).expect("notice JSON");
+                let group = m
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                    .cloned();
+                assert_eq!(
+                    group.as_deref(),
+                    body["account"].as_str(),
+                    "grouped by account"
+                );
+                got.push(body);
+                client
+                    .delete_message()
+                    .queue_url(&url)
+                    .receipt_handle(m.receipt_handle().unwrap_or(""))
+                    .send()
+                    .await
+                    .expect("DeleteMessage");
+            }
+        }
+        notices.push(got);
+    }
+    let mut first: Vec<String> = notices[0]
+        .iter()
+        .map(|n| {
+            assert_eq!(n["event"], json!("credited"));
+            n["order_id"].as_str().expect("order_id").to_owned()
+        })
+        .collect();
+    first.sort();
+    assert_eq!(
+        first,
+        vec!["o-1", "o-2", "o-4"],
+        "one notice per credit: {:?}",
+        notices[0]
+    );
+    assert!(
+        notices[1].is_empty(),
+        "a repeated run published again: {:?}",
+        notices[1]
+    );
+}

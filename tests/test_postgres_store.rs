@@ -1,0 +1,492 @@
+//! The PostgreSQL store against the real server on 127.0.0.1:5432, database `test`
+//! (`SQS_CLAIM_POSTGRES_URL`): the shared conformance suite, transactional effects, migration,
+//! pruning, long keys and error mapping. Every test uses a table of its own.
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant, SystemTime};
+
+use sqs_claim::store::conformance::{self, EffectProbe};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
+
+fn pg_url() -> String {
+    std::env::var("SQS_CLAIM_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// A migrated store on a fresh table; drop it with [`drop_table`] at the end of the test.
+async fn store() -> PostgresStore {
+    let url = pg_url();
+    let table = format!("claims_{}", uuid::Uuid::new_v4().simple());
+    let store = PostgresStore::connect(&url)
+        .and_then(|s| s.with_table(&table))
+        .expect("store config");
+    if let Err(e) = store.migrate().await {
+        panic!(
+            "PostgreSQL is not usable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
+        );
+    }
+    store
+}
+
+async fn sql(store: &PostgresStore, statement: &str) {
+    let client = store.pool().get().await.expect("pool");
+    client.batch_execute(statement).await.expect(statement);
+}
+
+async fn drop_table(store: &PostgresStore) {
+    let t = store.table();
+    sql(
+        store,
+        &format!("DROP TABLE IF EXISTS {t}, {t}_effects, {t}_accounts"),
+    )
+    .await;
+}
+
+fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        now,
+        lease_until: now + Duration::from_secs(30),
+        expires_at: now + Duration::from_secs(3600),
+        fingerprint: None,
+    }
+}
+
+async fn acquire(store: &PostgresStore, req: ClaimRequest<'_>) -> ClaimToken {
+    match store.claim(req).await {
+        Ok(Claim::Acquired(t)) => t,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_run_all() {
+    let store = store().await;
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!(
+        "postgres: conformance::run_all took {:?}",
+        started.elapsed()
+    );
+    drop_table(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_timings() {
+    let store = store().await;
+    let started = Instant::now();
+    conformance::race(&store, 200, 32).await;
+    let race = started.elapsed();
+    let started = Instant::now();
+    conformance::takeover_race(&store, 50, 32).await;
+    eprintln!(
+        "postgres: race(200 keys x 32 claimers) {race:?}, takeover_race(50 x 32) {:?}",
+        started.elapsed()
+    );
+    drop_table(&store).await;
+}
+
+/// Effects insert markers into a side table; inserting the pre-existing marker `taken` is the
+/// refused effect (a unique violation).
+pub struct Probe {
+    store: PostgresStore,
+    table: String,
+}
+
+impl Probe {
+    pub async fn new(store: &PostgresStore) -> Probe {
+        let table = format!("{}_effects", store.table());
+        sql(
+            store,
+            &format!("CREATE TABLE {table} (marker TEXT PRIMARY KEY); INSERT INTO {table} VALUES ('taken')"),
+        )
+        .await;
+        Probe {
+            store: store.clone(),
+            table,
+        }
+    }
+}
+
+impl EffectProbe<PostgresStore> for Probe {
+    fn write(&self, marker: &str) -> PgEffect {
+        PgEffect::new(format!("INSERT INTO {} (marker) VALUES ($1)", self.table))
+            .bind(marker.to_owned())
+    }
+
+    fn rejected(&self, _marker: &str) -> PgEffect {
+        PgEffect::new(format!("INSERT INTO {} (marker) VALUES ($1)", self.table))
+            .bind("taken".to_owned())
+    }
+
+    async fn applied(&self, marker: &str) -> bool {
+        let client = self.store.pool().get().await.expect("pool");
+        let row = client
+            .query_one(
+                &format!("SELECT count(*) FROM {} WHERE marker = $1", self.table),
+                &[&marker],
+            )
+            .await
+            .expect("count");
+        row.get::<_, i64>(0) == 1
+    }
+}
+
+#[tokio::test]
+async fn conformance_atomic_effects() {
+    let store = store().await;
+    let probe = Probe::new(&store).await;
+    conformance::atomic_effects(&store, &probe).await;
+    drop_table(&store).await;
+}
+
+#[tokio::test]
+async fn unexpected_row_count_rolls_everything_back() {
+    let store = store().await;
+    let accounts = format!("{}_accounts", store.table());
+    sql(
+        &store,
+        &format!(
+            "CREATE TABLE {accounts} (id TEXT PRIMARY KEY, balance BIGINT NOT NULL);\
+             INSERT INTO {accounts} VALUES ('a', 100), ('b', 0)"
+        ),
+    )
+    .await;
+    let transfer = |from: &str, to: &str, amount: i64| {
+        vec![
+            PgEffect::new(format!(
+                "UPDATE {accounts} SET balance = balance - $1 WHERE id = $2 AND balance >= $1"
+            ))
+            .bind(amount)
+            .bind(from.to_owned())
+            .expect_rows(1),
+            PgEffect::new(format!(
+                "UPDATE {accounts} SET balance = balance + $1 WHERE id = $2"
+            ))
+            .bind(amount)
+            .bind(to.to_owned())
+            .expect_rows(1),
+        ]
+    };
+    let now = SystemTime::now();
+    let ttl = now + Duration::from_secs(60);
+
+    // The credit comes first in this list and succeeds; the debit then finds too little money.
+    let token = acquire(&store, request("t1", now)).await;
+    let mut effects = transfer("a", "b", 500);
+    effects.reverse();
+    let err = store
+        .complete("t1", &token, ttl, effects.into())
+        .await
+        .expect_err("insufficient balance must refuse the completion");
+    assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
+
+    store
+        .complete("t1", &token, ttl, transfer("a", "b", 40).into())
+        .await
+        .expect("a transfer that fits commits");
+    let client = store.pool().get().await.unwrap();
+    let rows = client
+        .query(
+            &format!("SELECT id, balance FROM {accounts} ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap();
+    let balances: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(
+        balances,
+        vec![("a".into(), 60), ("b".into(), 40)],
+        "only the second transfer"
+    );
+    sql(&store, &format!("DROP TABLE {accounts}")).await;
+    drop_table(&store).await;
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent_and_concurrent() {
+    let store = store().await;
+    let results = futures::future::join_all((0..4).map(|_| store.migrate())).await;
+    for r in results {
+        r.expect("concurrent migrate");
+    }
+    drop_table(&store).await;
+}
+
+#[tokio::test]
+async fn prune_deletes_only_expired_records_in_bounded_batches() {
+    let store = store().await;
+    let now = SystemTime::now();
+    for i in 0..5 {
+        let key = format!("old-{i}");
+        let token = acquire(&store, request(&key, now)).await;
+        store
+            .complete(&key, &token, now + Duration::from_secs(10), Effects::none())
+            .await
+            .unwrap();
+    }
+    let live = acquire(&store, request("live", now)).await;
+    let later = now + Duration::from_secs(11);
+    assert_eq!(
+        store.prune_expired(later, 3).await.unwrap(),
+        3,
+        "bounded by the limit"
+    );
+    assert_eq!(store.prune_expired(later, 3).await.unwrap(), 2, "the rest");
+    assert_eq!(store.prune_expired(later, 3).await.unwrap(), 0);
+    store
+        .complete(
+            "live",
+            &live,
+            now + Duration::from_secs(3600),
+            Effects::none(),
+        )
+        .await
+        .expect("a live record survives pruning");
+    drop_table(&store).await;
+}
+
+/// Random (incompressible) keys far past the B-tree entry limit, and keys that look like the
+/// hashed form, are kept apart.
+#[tokio::test]
+async fn long_random_keys() {
+    let store = store().await;
+    let now = SystemTime::now();
+    let long: String = (0..80)
+        .map(|_| uuid::Uuid::new_v4().simple().to_string())
+        .collect();
+    assert!(long.len() > 2048);
+    let other = format!("{long}x");
+    for key in [&long, &other] {
+        let token = acquire(&store, request(key, now)).await;
+        store
+            .complete(key, &token, now + Duration::from_secs(60), Effects::none())
+            .await
+            .expect("complete a long key");
+    }
+    match store.claim(request(&long, now)).await {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!("long key must dedupe, got {other:?}"),
+    }
+    drop_table(&store).await;
+}
+
+/// A duplicate claim leaves the stored record as it was.
+#[tokio::test]
+async fn duplicate_claims_change_nothing() {
+    let store = store().await;
+    let now = SystemTime::now();
+    let mut req = request("dup", now);
+    req.fingerprint = Some("fp-1");
+    let token = acquire(&store, req).await;
+    let read = || async {
+        let client = store.pool().get().await.unwrap();
+        let row = client
+            .query_one(
+                &format!(
+                    "SELECT status, token, lease_until, expires_at, fingerprint FROM {} WHERE id = 'dup'",
+                    store.table()
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        (
+            row.get::<_, String>(0),
+            row.get::<_, String>(1),
+            row.get::<_, Option<i64>>(2),
+            row.get::<_, i64>(3),
+            row.get::<_, Option<String>>(4),
+        )
+    };
+    let before = read().await;
+    assert_eq!(before.1, token.as_str());
+    let mut again = request("dup", now + Duration::from_secs(5));
+    again.fingerprint = Some("fp-2");
+    assert!(matches!(
+        store.claim(again).await,
+        Ok(Claim::HeldElsewhere { .. })
+    ));
+    assert_eq!(
+        read().await,
+        before,
+        "a refused claim must not change the record"
+    );
+    drop_table(&store).await;
+}
+
+#[tokio::test]
+async fn missing_table_is_rejected_with_a_hint() {
+    let store = PostgresStore::connect(&pg_url())
+        .and_then(|s| s.with_table("claims_never_migrated"))
+        .unwrap();
+    let err = store
+        .claim(request("k", SystemTime::now()))
+        .await
+        .expect_err("no table");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    assert!(err.to_string().contains("migrate"), "{err}");
+}
+
+#[tokio::test]
+async fn unreachable_server_is_store_unavailable() {
+    let store = PostgresStore::connect("postgres://postgres@127.0.0.1:1/test").unwrap();
+    let err = store
+        .claim(request("k", SystemTime::now()))
+        .await
+        .expect_err("nothing listens on port 1");
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+}
+
+#[test]
+fn bad_configuration_is_a_config_error() {
+    let err = PostgresStore::connect("not a url at all://").expect_err("bad URL");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let store = PostgresStore::connect(&pg_url()).unwrap();
+    let err = store.with_table("x; DROP TABLE y").expect_err("bad table");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}
+
+/// The `sqs-claim` CLI on this store: init twice, credits, a repeated run that finds every
+/// message a duplicate and leaves the balances alone.
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+mod cli {
+    use std::process::Command;
+
+    use serde_json::{Value, json};
+
+    const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
+
+    /// Runs the CLI with a clean environment plus `env`; panics unless it exits 0.
+    pub fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+        let dir = std::env::temp_dir();
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(&dir)
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .expect("run sqs-claim");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        // Cargo does not copy a fresh binary to target/debug again, so a `cargo build --bin
+        // sqs-claim` with other features (`make demo`) in the same target dir leaves a binary
+        // without this store behind: say so rather than fail mysteriously.
+        assert!(
+            !stderr.contains("which this build lacks"),
+            "{BIN} was built without `--all-features` (a build with other features replaced \
+             it): `touch src/bin/sqs-claim.rs` and run the tests again\n{stderr}"
+        );
+        assert!(
+            out.status.success(),
+            "sqs-claim {args:?} failed:\n{stdout}\n{stderr}"
+        );
+        (stdout, stderr)
+    }
+
+    /// Runs the CLI expecting a failure: a non-zero exit and one `error: ...` line.
+    pub fn fails(args: &[&str]) -> String {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .env_clear()
+            .output()
+            .expect("run sqs-claim");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "sqs-claim {args:?} must fail");
+        assert!(
+            stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1,
+            "one error line expected: {stderr}"
+        );
+        stderr
+    }
+
+    fn event() -> String {
+        let record = |id: &str, order: &str, account: &str, cents: i64| {
+            json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": json!({"order_id": order, "account": account, "amount_cents": cents}).to_string(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+                "awsRegion": "us-east-1"
+            })
+        };
+        json!({"Records": [
+            record("m-1", "o-1", "alice", 1000),
+            record("m-2", "o-2", "bob", 250),
+            record("m-3", "o-3", "alice", 5),
+        ]})
+        .to_string()
+    }
+
+    /// The whole scenario on `store` (a `--store` URL).
+    pub fn credits_once(store: &str) {
+        let namespace = format!("cli-{}", uuid::Uuid::new_v4().simple());
+        let env = [("SQS_CLAIM_NAMESPACE", namespace.as_str())];
+        let path = std::env::temp_dir().join(format!("{namespace}.json"));
+        std::fs::write(&path, event()).expect("write the event");
+        let path = path.to_str().expect("UTF-8 path");
+        for _ in 0..2 {
+            let (_, stderr) = run(&["init", "--store", store], &env);
+            assert!(stderr.contains("initialized"), "{stderr}");
+            assert!(
+                !stderr.contains("hunter2"),
+                "a password was printed: {stderr}"
+            );
+        }
+        let balances = || {
+            let (stdout, _) = run(&["balances", "--store", store], &env);
+            stdout.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let report = |expect: &str| {
+            let (stdout, _) = run(
+                &["invoke", path, "--store", store, "--report", "json"],
+                &env,
+            );
+            let report: Value = serde_json::from_str(&stdout).expect("JSON report");
+            assert_eq!(report["counts"][expect], json!(3), "{report}");
+            assert_eq!(
+                report["response"]["batchItemFailures"],
+                json!([]),
+                "{report}"
+            );
+        };
+        report("processed");
+        let first = balances();
+        assert_eq!(first, ["alice\t1005", "bob\t250"]);
+        report("duplicate");
+        assert_eq!(balances(), first, "a repeated run must not credit again");
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[tokio::test]
+async fn cli_on_postgres() {
+    // The CLI uses the default table names; a schema of its own (via search_path) keeps this
+    // run apart from others.
+    let store = store().await;
+    let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
+    sql(&store, &format!("CREATE SCHEMA {schema}")).await;
+    let url = pg_url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let cli_url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+    tokio::task::spawn_blocking(move || cli::credits_once(&cli_url))
+        .await
+        .expect("CLI scenario");
+    sql(&store, &format!("DROP SCHEMA {schema} CASCADE")).await;
+    drop_table(&store).await;
+    let err = cli::fails(&[
+        "balances",
+        "--store",
+        "postgres://postgres:hunter2@127.0.0.1:1/test",
+    ]);
+    assert!(!err.contains("hunter2"), "{err}");
+}

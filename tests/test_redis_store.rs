@@ -1,0 +1,492 @@
+//! The Redis store against the real server on 127.0.0.1:6379 (`SQS_CLAIM_REDIS_URL`): the
+//! shared conformance suite, atomic effects, TTLs, clock independence and error mapping.
+#![cfg(feature = "redis")]
+
+use std::time::{Duration, Instant, SystemTime};
+
+use redis::AsyncCommands;
+use sqs_claim::store::conformance::{self, EffectProbe};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects, epoch_millis};
+use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
+
+fn redis_url() -> String {
+    std::env::var("SQS_CLAIM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+/// A store with a prefix of its own, so parallel tests and runs never share keys.
+async fn store() -> RedisStore {
+    let url = redis_url();
+    match RedisStore::connect(&url).await {
+        Ok(s) => s.with_prefix(format!("test:{}:", uuid::Uuid::new_v4())),
+        Err(e) => panic!(
+            "Redis is not reachable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
+        ),
+    }
+}
+
+/// Deletes every key under `prefix` (records expire by themselves; effect keys would not).
+async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
+    let mut conn = conn.clone();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        if !keys.is_empty() {
+            let () = conn.del(keys).await.expect("DEL");
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        now,
+        lease_until: now + Duration::from_secs(30),
+        expires_at: now + Duration::from_secs(3600),
+        fingerprint: None,
+    }
+}
+
+async fn acquire(store: &RedisStore, req: ClaimRequest<'_>) -> sqs_claim::store::ClaimToken {
+    match store.claim(req).await {
+        Ok(Claim::Acquired(t)) => t,
+        other => panic!("expected Acquired, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_run_all() {
+    let store = store().await;
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!("redis: conformance::run_all took {:?}", started.elapsed());
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_timings() {
+    let store = store().await;
+    let started = Instant::now();
+    conformance::race(&store, 200, 32).await;
+    let race = started.elapsed();
+    let started = Instant::now();
+    conformance::takeover_race(&store, 50, 32).await;
+    eprintln!(
+        "redis: race(200 keys x 32 claimers) {race:?}, takeover_race(50 x 32) {:?}",
+        started.elapsed()
+    );
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+/// Effects are plain keys; a `set_nx` on a key that exists is the refused effect.
+struct Probe {
+    conn: redis::aio::ConnectionManager,
+    prefix: String,
+    taken: String,
+}
+
+impl Probe {
+    async fn new(store: &RedisStore) -> Probe {
+        let prefix = format!("{}effect:", store.prefix());
+        let taken = format!("{prefix}taken");
+        let mut conn = store.connection().clone();
+        let () = conn.set(&taken, "x").await.expect("set the taken key");
+        Probe {
+            conn,
+            prefix,
+            taken,
+        }
+    }
+}
+
+impl EffectProbe<RedisStore> for Probe {
+    fn write(&self, marker: &str) -> RedisEffect {
+        RedisEffect::set(format!("{}{marker}", self.prefix), "1")
+    }
+
+    fn rejected(&self, _marker: &str) -> RedisEffect {
+        RedisEffect::set_nx(self.taken.clone(), "y")
+    }
+
+    async fn applied(&self, marker: &str) -> bool {
+        let mut conn = self.conn.clone();
+        conn.exists(format!("{}{marker}", self.prefix))
+            .await
+            .expect("EXISTS")
+    }
+}
+
+#[tokio::test]
+async fn conformance_atomic_effects() {
+    let store = store().await;
+    let probe = Probe::new(&store).await;
+    conformance::atomic_effects(&store, &probe).await;
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test]
+async fn increments_apply_together_and_a_type_error_writes_nothing() {
+    let store = store().await;
+    let p = store.prefix().to_owned();
+    let mut conn = store.connection().clone();
+    let now = SystemTime::now();
+    let (counter, balances, hash) = (format!("{p}n"), format!("{p}bal"), format!("{p}h"));
+    let () = conn.hset(&hash, "f", "v").await.unwrap();
+
+    // INCRBY on a hash would fail half-way in a plain script: the pre-check refuses it first.
+    let token = acquire(&store, request("k1", now)).await;
+    let err = store
+        .complete(
+            "k1",
+            &token,
+            now + Duration::from_secs(60),
+            vec![
+                RedisEffect::incr_by(&counter, 5),
+                RedisEffect::hincr_by(&balances, "acct", 7),
+                RedisEffect::incr_by(&hash, 1),
+            ]
+            .into(),
+        )
+        .await
+        .expect_err("incr_by on a hash must be refused");
+    assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
+    let exists: bool = conn.exists(&counter).await.unwrap();
+    assert!(!exists, "nothing may be written when an effect is refused");
+
+    store
+        .complete(
+            "k1",
+            &token,
+            now + Duration::from_secs(60),
+            vec![
+                RedisEffect::incr_by(&counter, 5),
+                RedisEffect::incr_by(&counter, -2),
+                RedisEffect::hincr_by(&balances, "acct", 7),
+            ]
+            .into(),
+        )
+        .await
+        .expect("good effects commit");
+    let n: i64 = conn.get(&counter).await.unwrap();
+    let bal: i64 = conn.hget(&balances, "acct").await.unwrap();
+    assert_eq!((n, bal), (3, 7));
+
+    // A value that is not an integer, and an overflow, are refused too.
+    let text = format!("{p}text");
+    let () = conn.set(&text, "12abc").await.unwrap();
+    let big = format!("{p}big");
+    let () = conn.set(&big, i64::MAX - 10).await.unwrap();
+    for effect in [
+        RedisEffect::incr_by(&text, 1),
+        RedisEffect::incr_by(&big, 100),
+    ] {
+        let token = acquire(&store, request(&format!("k-{}", effect.key()), now)).await;
+        let err = store
+            .complete(
+                &format!("k-{}", effect.key()),
+                &token,
+                now + Duration::from_secs(60),
+                Effects::one(effect.clone()),
+            )
+            .await
+            .expect_err("must be refused");
+        assert_eq!(err.kind(), ErrorKind::EffectRejected, "{effect:?}: {err}");
+    }
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test]
+async fn effects_that_cannot_be_checked_apart_are_refused_before_sending() {
+    let store = store().await;
+    let now = SystemTime::now();
+    let token = acquire(&store, request("k", now)).await;
+    let key = format!("{}x", store.prefix());
+    let err = store
+        .complete(
+            "k",
+            &token,
+            now + Duration::from_secs(60),
+            vec![RedisEffect::set(&key, "a"), RedisEffect::incr_by(&key, 1)].into(),
+        )
+        .await
+        .expect_err("set then incr_by on one key cannot be pre-checked");
+    assert_eq!(err.kind(), ErrorKind::EffectRejected);
+    match store.claim(request("k", now)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("the claim must still be held, got {other:?}"),
+    }
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+/// Memory stays bounded: every record carries a TTL sized from the caller's times.
+#[tokio::test]
+async fn records_carry_a_ttl() {
+    let store = store().await;
+    let mut conn = store.connection().clone();
+    let now = SystemTime::now();
+    let token = acquire(&store, request("ttl", now)).await;
+    let pttl: i64 = conn.pttl(store.record_key("ttl")).await.unwrap();
+    // expires_at - now (1 h) + the 60 s slack, minus the time the test took.
+    assert!(
+        (3_600_000..=3_660_000).contains(&pttl),
+        "in-progress TTL {pttl} ms"
+    );
+    store
+        .complete(
+            "ttl",
+            &token,
+            now + Duration::from_secs(120),
+            Effects::none(),
+        )
+        .await
+        .unwrap();
+    let pttl: i64 = conn.pttl(store.record_key("ttl")).await.unwrap();
+    assert!(
+        (120_000..=180_000).contains(&pttl),
+        "completed TTL {pttl} ms"
+    );
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+/// Workers whose clock is far behind Redis's still get correct answers: the TTL is relative, so
+/// the server does not delete a record the workers consider live.
+#[tokio::test]
+async fn caller_clock_behind_the_server_still_dedupes() {
+    let store = store().await;
+    let now = SystemTime::now() - Duration::from_secs(2 * 3600);
+    let key = "skewed";
+    let mut req = request(key, now);
+    req.expires_at = now + Duration::from_secs(600); // already past by the server's clock
+    let token = acquire(&store, req).await;
+    store
+        .complete(key, &token, now + Duration::from_secs(600), Effects::none())
+        .await
+        .expect("complete");
+    match store
+        .claim(request(key, now + Duration::from_secs(1)))
+        .await
+    {
+        Ok(Claim::Completed(rec)) => {
+            assert_eq!(epoch_millis(rec.expires_at), epoch_millis(now) + 600_000)
+        }
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test]
+async fn a_flushed_script_cache_is_reloaded() {
+    let store = store().await;
+    let mut conn = store.connection().clone();
+    let now = SystemTime::now();
+    acquire(&store, request("before", now)).await;
+    let () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let token = acquire(&store, request("after", now)).await;
+    store
+        .complete(
+            "after",
+            &token,
+            now + Duration::from_secs(60),
+            Effects::none(),
+        )
+        .await
+        .expect("complete after SCRIPT FLUSH");
+    store
+        .release("after", &token)
+        .await
+        .expect_err("a completed claim cannot be released");
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test]
+async fn a_foreign_value_under_the_prefix_is_rejected() {
+    let store = store().await;
+    let mut conn = store.connection().clone();
+    let () = conn
+        .set(store.record_key("foreign"), "not a hash")
+        .await
+        .unwrap();
+    let err = store
+        .claim(request("foreign", SystemTime::now()))
+        .await
+        .expect_err("a string under the prefix must be refused");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test]
+async fn unreachable_server_is_store_unavailable() {
+    let err = RedisStore::connect("redis://127.0.0.1:1/")
+        .await
+        .expect_err("nothing listens on port 1");
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+
+    let lazy = RedisStore::connect_lazy("redis://127.0.0.1:1/").expect("lazy never connects");
+    let err = lazy
+        .claim(request("k", SystemTime::now()))
+        .await
+        .expect_err("claim against a closed port");
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+
+    let err = RedisStore::connect_lazy("http://nope").expect_err("not a Redis URL");
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}
+
+/// The `sqs-claim` CLI on this store: init twice, credits, a repeated run that finds every
+/// message a duplicate and leaves the balances alone.
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+mod cli {
+    use std::process::Command;
+
+    use serde_json::{Value, json};
+
+    const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
+
+    /// Runs the CLI with a clean environment plus `env`; panics unless it exits 0.
+    pub fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+        let dir = std::env::temp_dir();
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(&dir)
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .expect("run sqs-claim");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        // Cargo does not copy a fresh binary to target/debug again, so a `cargo build --bin
+        // sqs-claim` with other features (`make demo`) in the same target dir leaves a binary
+        // without this store behind: say so rather than fail mysteriously.
+        assert!(
+            !stderr.contains("which this build lacks"),
+            "{BIN} was built without `--all-features` (a build with other features replaced \
+             it): `touch src/bin/sqs-claim.rs` and run the tests again\n{stderr}"
+        );
+        assert!(
+            out.status.success(),
+            "sqs-claim {args:?} failed:\n{stdout}\n{stderr}"
+        );
+        (stdout, stderr)
+    }
+
+    /// Runs the CLI expecting a failure: a non-zero exit and one `error: ...` line.
+    pub fn fails(args: &[&str]) -> String {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .env_clear()
+            .output()
+            .expect("run sqs-claim");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "sqs-claim {args:?} must fail");
+        assert!(
+            stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1,
+            "one error line expected: {stderr}"
+        );
+        stderr
+    }
+
+    fn event() -> String {
+        let record = |id: &str, order: &str, account: &str, cents: i64| {
+            json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": json!({"order_id": order, "account": account, "amount_cents": cents}).to_string(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+                "awsRegion": "us-east-1"
+            })
+        };
+        json!({"Records": [
+            record("m-1", "o-1", "alice", 1000),
+            record("m-2", "o-2", "bob", 250),
+            record("m-3", "o-3", "alice", 5),
+        ]})
+        .to_string()
+    }
+
+    /// The whole scenario on `store` (a `--store` URL).
+    pub fn credits_once(store: &str) {
+        let namespace = format!("cli-{}", uuid::Uuid::new_v4().simple());
+        let env = [("SQS_CLAIM_NAMESPACE", namespace.as_str())];
+        let path = std::env::temp_dir().join(format!("{namespace}.json"));
+        std::fs::write(&path, event()).expect("write the event");
+        let path = path.to_str().expect("UTF-8 path");
+        for _ in 0..2 {
+            let (_, stderr) = run(&["init", "--store", store], &env);
+            assert!(stderr.contains("initialized"), "{stderr}");
+            assert!(
+                !stderr.contains("hunter2"),
+                "a password was printed: {stderr}"
+            );
+        }
+        let balances = || {
+            let (stdout, _) = run(&["balances", "--store", store], &env);
+            stdout.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let report = |expect: &str| {
+            let (stdout, _) = run(
+                &["invoke", path, "--store", store, "--report", "json"],
+                &env,
+            );
+            let report: Value = serde_json::from_str(&stdout).expect("JSON report");
+            assert_eq!(report["counts"][expect], json!(3), "{report}");
+            assert_eq!(
+                report["response"]["batchItemFailures"],
+                json!([]),
+                "{report}"
+            );
+        };
+        report("processed");
+        let first = balances();
+        assert_eq!(first, ["alice\t1005", "bob\t250"]);
+        report("duplicate");
+        assert_eq!(balances(), first, "a repeated run must not credit again");
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[tokio::test]
+async fn cli_on_redis() {
+    let conn = store().await.connection().clone();
+    let url = redis_url();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let prefix = format!("test:{}:", uuid::Uuid::new_v4());
+    let store = format!("{url}{sep}prefix={prefix}");
+    tokio::task::spawn_blocking(move || cli::credits_once(&store))
+        .await
+        .expect("CLI scenario");
+    let mut c = conn.clone();
+    let balances: bool = c
+        .exists(format!("{prefix}reference:balances"))
+        .await
+        .unwrap();
+    assert!(balances, "the balances live under the URL's prefix");
+    cleanup(&conn, &prefix).await;
+    let err = cli::fails(&["balances", "--store", "redis://:hunter2@127.0.0.1:1/"]);
+    assert!(
+        err.contains("unavailable") && !err.contains("hunter2"),
+        "{err}"
+    );
+}

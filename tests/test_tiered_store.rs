@@ -1,0 +1,523 @@
+//! The tiered store: Redis (127.0.0.1:6379) in front of PostgreSQL (127.0.0.1:5432, db `test`).
+//! The conformance suite with Redis up and with Redis down, duplicates answered from Redis
+//! without touching the durable store, and backfill.
+#![cfg(all(feature = "redis", feature = "postgres"))]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use redis::AsyncCommands;
+use sqs_claim::store::conformance::{self, EffectProbe};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
+
+fn redis_url() -> String {
+    std::env::var("SQS_CLAIM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+fn pg_url() -> String {
+    std::env::var("SQS_CLAIM_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+async fn cache() -> RedisStore {
+    let url = redis_url();
+    match RedisStore::connect(&url).await {
+        Ok(s) => s.with_prefix(format!("test:{}:", uuid::Uuid::new_v4())),
+        Err(e) => panic!(
+            "Redis is not reachable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
+        ),
+    }
+}
+
+/// A cache pointed at a closed port: every call fails as an outage would.
+fn dead_cache() -> RedisStore {
+    RedisStore::connect_lazy("redis://127.0.0.1:1/").expect("lazy connect never fails")
+}
+
+async fn postgres() -> PostgresStore {
+    let url = pg_url();
+    let table = format!("tiered_{}", uuid::Uuid::new_v4().simple());
+    let store = PostgresStore::connect(&url)
+        .and_then(|s| s.with_table(&table))
+        .expect("store config");
+    if let Err(e) = store.migrate().await {
+        panic!(
+            "PostgreSQL is not usable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
+        );
+    }
+    store
+}
+
+async fn sql(store: &PostgresStore, statement: &str) {
+    let client = store.pool().get().await.expect("pool");
+    client.batch_execute(statement).await.expect(statement);
+}
+
+async fn drop_tables(store: &PostgresStore) {
+    let t = store.table();
+    sql(store, &format!("DROP TABLE IF EXISTS {t}, {t}_effects")).await;
+}
+
+/// Deletes every key under `prefix` (records expire by themselves; effect keys would not).
+async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
+    let mut conn = conn.clone();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        if !keys.is_empty() {
+            let () = conn.del(keys).await.expect("DEL");
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        now,
+        lease_until: now + Duration::from_secs(30),
+        expires_at: now + Duration::from_secs(3600),
+        fingerprint: Some("fp"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_redis_and_postgres() {
+    let pg = postgres().await;
+    let store = TieredStore::new(cache().await, pg.clone());
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!(
+        "tiered(redis+postgres): conformance::run_all took {:?}",
+        started.elapsed()
+    );
+    drop_tables(&pg).await;
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_timings() {
+    let pg = postgres().await;
+    let store = TieredStore::new(cache().await, pg.clone());
+    let started = Instant::now();
+    conformance::race(&store, 200, 32).await;
+    let race = started.elapsed();
+    let started = Instant::now();
+    conformance::takeover_race(&store, 50, 32).await;
+    eprintln!(
+        "tiered(redis+postgres): race(200 keys x 32 claimers) {race:?}, takeover_race(50 x 32) {:?}",
+        started.elapsed()
+    );
+    drop_tables(&pg).await;
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_with_redis_down() {
+    let pg = postgres().await;
+    let store = TieredStore::new(dead_cache(), pg.clone());
+    let started = Instant::now();
+    conformance::run_all(&store).await;
+    eprintln!(
+        "tiered(redis down+postgres): conformance::run_all took {:?}",
+        started.elapsed()
+    );
+    drop_tables(&pg).await;
+}
+
+/// With no cool-down, every single call meets the dead cache and must still be decided by the
+/// durable store.
+#[tokio::test]
+async fn every_call_survives_a_dead_cache() {
+    let durable = MemoryStore::new();
+    let store = TieredStore::new(dead_cache(), durable.clone()).with_cooldown(Duration::ZERO);
+    let now = SystemTime::now();
+    let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
+        panic!("fresh key must be acquired with Redis down");
+    };
+    store
+        .complete("k", &token, now + Duration::from_secs(60), Effects::none())
+        .await
+        .expect("complete with Redis down");
+    match store.claim(request("k", now)).await {
+        Ok(Claim::Completed(rec)) => assert_eq!(rec.fingerprint.as_deref(), Some("fp")),
+        other => panic!("the durable store must answer Completed, got {other:?}"),
+    }
+}
+
+/// Effects go to the durable store, atomically with its completion.
+#[tokio::test]
+async fn conformance_atomic_effects_through_the_tier() {
+    let pg = postgres().await;
+    sql(
+        &pg,
+        &format!(
+            "CREATE TABLE {t}_effects (marker TEXT PRIMARY KEY); INSERT INTO {t}_effects VALUES ('taken')",
+            t = pg.table()
+        ),
+    )
+    .await;
+    let store = TieredStore::new(cache().await, pg.clone());
+    conformance::atomic_effects(&store, &Probe(pg.clone())).await;
+    drop_tables(&pg).await;
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+struct Probe(PostgresStore);
+
+impl EffectProbe<TieredStore<PostgresStore>> for Probe {
+    fn write(&self, marker: &str) -> PgEffect {
+        PgEffect::new(format!(
+            "INSERT INTO {}_effects VALUES ($1)",
+            self.0.table()
+        ))
+        .bind(marker.to_owned())
+    }
+
+    fn rejected(&self, _marker: &str) -> PgEffect {
+        PgEffect::new(format!(
+            "INSERT INTO {}_effects VALUES ('taken')",
+            self.0.table()
+        ))
+    }
+
+    async fn applied(&self, marker: &str) -> bool {
+        let client = self.0.pool().get().await.expect("pool");
+        let sql = format!(
+            "SELECT count(*) FROM {}_effects WHERE marker = $1",
+            self.0.table()
+        );
+        let row = client.query_one(&sql, &[&marker]).await.expect("count");
+        row.get::<_, i64>(0) == 1
+    }
+}
+
+/// A durable store that counts the claims it is asked.
+#[derive(Clone, Default)]
+struct Counting {
+    inner: MemoryStore,
+    claims: Arc<AtomicUsize>,
+}
+
+impl Counting {
+    fn claims(&self) -> usize {
+        self.claims.load(Ordering::SeqCst)
+    }
+}
+
+impl ClaimStore for Counting {
+    type Effect = <MemoryStore as ClaimStore>::Effect;
+
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(req).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<Self::Effect>,
+    ) -> Result<(), Error> {
+        self.inner.complete(key, token, expires_at, effects).await
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        self.inner.release(key, token).await
+    }
+}
+
+#[tokio::test]
+async fn a_completed_key_is_answered_from_redis_without_the_durable_store() {
+    let durable = Counting::default();
+    let store = TieredStore::new(cache().await, durable.clone());
+    let now = SystemTime::now();
+    let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
+        panic!("fresh key must be acquired");
+    };
+    assert_eq!(durable.claims(), 1);
+    let expires = now + Duration::from_secs(600);
+    store
+        .complete("k", &token, expires, Effects::none())
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        match store
+            .claim(request("k", now + Duration::from_secs(60)))
+            .await
+        {
+            Ok(Claim::Completed(rec)) => {
+                assert_eq!(
+                    rec.fingerprint.as_deref(),
+                    Some("fp"),
+                    "fingerprint from the marker"
+                );
+                assert_eq!(
+                    sqs_claim::store::epoch_millis(rec.expires_at),
+                    sqs_claim::store::epoch_millis(expires)
+                );
+            }
+            other => panic!("expected Completed from the cache, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        durable.claims(),
+        1,
+        "duplicates must not reach the durable store"
+    );
+
+    // Past the marker's expiry the durable store decides again (and the key is claimable).
+    let later = now + Duration::from_secs(601);
+    assert!(matches!(
+        store.claim(request("k", later)).await,
+        Ok(Claim::Acquired(_))
+    ));
+    assert_eq!(durable.claims(), 2);
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+#[tokio::test]
+async fn a_durable_completion_is_backfilled_into_redis() {
+    let durable = Counting::default();
+    let cache = cache().await;
+    let store = TieredStore::new(cache.clone(), durable.clone());
+    let now = SystemTime::now();
+    // Completed elsewhere: straight on the durable store, so the cache knows nothing.
+    let Ok(Claim::Acquired(token)) = durable.inner.claim(request("k", now)).await else {
+        panic!("fresh key");
+    };
+    durable
+        .inner
+        .complete("k", &token, now + Duration::from_secs(600), Effects::none())
+        .await
+        .unwrap();
+    let mut conn = cache.connection().clone();
+    let before: bool = conn.exists(store.marker_key("k")).await.unwrap();
+    assert!(!before);
+
+    assert!(matches!(
+        store.claim(request("k", now)).await,
+        Ok(Claim::Completed(_))
+    ));
+    assert_eq!(
+        durable.claims(),
+        1,
+        "the first duplicate asks the durable store"
+    );
+    let after: bool = conn.exists(store.marker_key("k")).await.unwrap();
+    assert!(after, "and backfills the marker");
+    assert!(matches!(
+        store.claim(request("k", now)).await,
+        Ok(Claim::Completed(_))
+    ));
+    assert_eq!(
+        durable.claims(),
+        1,
+        "the next duplicate is answered by Redis"
+    );
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// A marker only ever follows a durable completion: in-progress and released keys are never
+/// cached.
+#[tokio::test]
+async fn in_progress_and_released_keys_are_not_cached() {
+    let durable = Counting::default();
+    let cache = cache().await;
+    let store = TieredStore::new(cache.clone(), durable.clone());
+    let now = SystemTime::now();
+    let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
+        panic!("fresh key");
+    };
+    assert!(matches!(
+        store.claim(request("k", now)).await,
+        Ok(Claim::HeldElsewhere { .. })
+    ));
+    store.release("k", &token).await.unwrap();
+    let mut conn = cache.connection().clone();
+    let cached: bool = conn.exists(store.marker_key("k")).await.unwrap();
+    assert!(!cached);
+    assert!(matches!(
+        store.claim(request("k", now)).await,
+        Ok(Claim::Acquired(_))
+    ));
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// The `sqs-claim` CLI on this store: init twice, credits, a repeated run that finds every
+/// message a duplicate and leaves the balances alone.
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+mod cli {
+    use std::process::Command;
+
+    use serde_json::{Value, json};
+
+    const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
+
+    /// Runs the CLI with a clean environment plus `env`; panics unless it exits 0.
+    pub fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+        let dir = std::env::temp_dir();
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(&dir)
+            .env_clear()
+            .envs(env.iter().copied())
+            .output()
+            .expect("run sqs-claim");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        // Cargo does not copy a fresh binary to target/debug again, so a `cargo build --bin
+        // sqs-claim` with other features (`make demo`) in the same target dir leaves a binary
+        // without this store behind: say so rather than fail mysteriously.
+        assert!(
+            !stderr.contains("which this build lacks"),
+            "{BIN} was built without `--all-features` (a build with other features replaced \
+             it): `touch src/bin/sqs-claim.rs` and run the tests again\n{stderr}"
+        );
+        assert!(
+            out.status.success(),
+            "sqs-claim {args:?} failed:\n{stdout}\n{stderr}"
+        );
+        (stdout, stderr)
+    }
+
+    /// Runs the CLI expecting a failure: a non-zero exit and one `error: ...` line.
+    pub fn fails(args: &[&str]) -> String {
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(std::env::temp_dir())
+            .env_clear()
+            .output()
+            .expect("run sqs-claim");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "sqs-claim {args:?} must fail");
+        assert!(
+            stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1,
+            "one error line expected: {stderr}"
+        );
+        stderr
+    }
+
+    fn event() -> String {
+        let record = |id: &str, order: &str, account: &str, cents: i64| {
+            json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": json!({"order_id": order, "account": account, "amount_cents": cents}).to_string(),
+                "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+                "awsRegion": "us-east-1"
+            })
+        };
+        json!({"Records": [
+            record("m-1", "o-1", "alice", 1000),
+            record("m-2", "o-2", "bob", 250),
+            record("m-3", "o-3", "alice", 5),
+        ]})
+        .to_string()
+    }
+
+    /// The whole scenario on `store` (a `--store` URL).
+    pub fn credits_once(store: &str) {
+        let namespace = format!("cli-{}", uuid::Uuid::new_v4().simple());
+        let env = [("SQS_CLAIM_NAMESPACE", namespace.as_str())];
+        let path = std::env::temp_dir().join(format!("{namespace}.json"));
+        std::fs::write(&path, event()).expect("write the event");
+        let path = path.to_str().expect("UTF-8 path");
+        for _ in 0..2 {
+            let (_, stderr) = run(&["init", "--store", store], &env);
+            assert!(stderr.contains("initialized"), "{stderr}");
+            assert!(
+                !stderr.contains("hunter2"),
+                "a password was printed: {stderr}"
+            );
+        }
+        let balances = || {
+            let (stdout, _) = run(&["balances", "--store", store], &env);
+            stdout.lines().map(str::to_owned).collect::<Vec<_>>()
+        };
+        let report = |expect: &str| {
+            let (stdout, _) = run(
+                &["invoke", path, "--store", store, "--report", "json"],
+                &env,
+            );
+            let report: Value = serde_json::from_str(&stdout).expect("JSON report");
+            assert_eq!(report["counts"][expect], json!(3), "{report}");
+            assert_eq!(
+                report["response"]["batchItemFailures"],
+                json!([]),
+                "{report}"
+            );
+        };
+        report("processed");
+        let first = balances();
+        assert_eq!(first, ["alice\t1005", "bob\t250"]);
+        report("duplicate");
+        assert_eq!(balances(), first, "a repeated run must not credit again");
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[tokio::test]
+async fn cli_on_tiered_redis_and_postgres() {
+    let pg = postgres().await;
+    let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
+    sql(&pg, &format!("CREATE SCHEMA {schema}")).await;
+    let (redis, postgres) = (redis_url(), pg_url());
+    let (rsep, psep) = (
+        if redis.contains('?') { '&' } else { '?' },
+        if postgres.contains('?') { '&' } else { '?' },
+    );
+    let prefix = format!("test:{}:", uuid::Uuid::new_v4());
+    let store = format!(
+        "tiered:{redis}{rsep}prefix={prefix}|{postgres}{psep}options=-c%20search_path%3D{schema}"
+    );
+    tokio::task::spawn_blocking(move || cli::credits_once(&store))
+        .await
+        .expect("CLI scenario");
+    // With the cache down the durable store still decides, and the CLI still works.
+    let down = format!("cli_{}", uuid::Uuid::new_v4().simple());
+    sql(&pg, &format!("CREATE SCHEMA {down}")).await;
+    let store =
+        format!("tiered:redis://127.0.0.1:1/|{postgres}{psep}options=-c%20search_path%3D{down}");
+    tokio::task::spawn_blocking(move || cli::credits_once(&store))
+        .await
+        .expect("CLI scenario with Redis down");
+    sql(
+        &pg,
+        &format!("DROP SCHEMA {schema} CASCADE; DROP SCHEMA {down} CASCADE"),
+    )
+    .await;
+    drop_tables(&pg).await;
+    let cache = cache().await;
+    let mut conn = cache.connection().clone();
+    let markers: Vec<String> = conn.keys(format!("{prefix}done:*")).await.unwrap();
+    assert_eq!(
+        markers.len(),
+        3,
+        "one marker per completed message: {markers:?}"
+    );
+    cleanup(cache.connection(), &prefix).await;
+    let err = cli::fails(&["balances", "--store", "tiered:redis://127.0.0.1/"]);
+    assert!(err.contains("tiered:REDIS_URL|DURABLE_URL"), "{err}");
+}
