@@ -6,14 +6,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
 
 use super::Ledger;
-use crate::store::dynamodb::classify;
+use crate::store::dynamodb::{classify, create_table_with_key, table_status};
 use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, DynamoDbStore, Effects};
 use crate::{Error, ErrorKind};
 
@@ -69,66 +65,13 @@ impl DynamoDbLedger {
     }
 
     async fn create_accounts_table(&self) -> Result<(), Error> {
-        let table = self.accounts_table();
-        let created = self
-            .client()
-            .create_table()
-            .table_name(table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(ACCOUNT)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(build_error)?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(ACCOUNT)
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(build_error)?,
-            )
-            .send()
-            .await;
-        match created {
-            Ok(_) => {}
-            // Already there: init is idempotent.
-            Err(e) if e.code() == Some("ResourceInUseException") => {}
-            Err(e) => return Err(classify("CreateTable", e)),
-        }
-        // A new table is CREATING for a few seconds on AWS (at once on DynamoDB Local), and
-        // refuses writes until ACTIVE.
-        for _ in 0..120 {
-            if self.table_status(table).await? == Some(TableStatus::Active) {
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-        }
-        Err(Error::new(
-            ErrorKind::StoreUnavailable,
-            format!("table {table} did not become ACTIVE within 60 s"),
-        ))
+        create_table_with_key(self.client(), self.accounts_table(), ACCOUNT).await
     }
 
     /// The table's status, `None` if it does not exist.
     async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
-        match self
-            .client()
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out.table().and_then(|t| t.table_status()).cloned()),
-            Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
-            Err(e) => Err(classify("DescribeTable", e)),
-        }
+        table_status(self.client(), table).await
     }
-}
-
-fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
-    Error::with_source(ErrorKind::StoreRejected, "invalid DynamoDB request", e)
 }
 
 impl ClaimStore for DynamoDbLedger {

@@ -39,7 +39,7 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
     TimeToLiveStatus, TransactWriteItem, Update,
 };
 
@@ -201,33 +201,7 @@ impl DynamoDbStore {
     /// expiry attribute. Idempotent: an existing table is left as it is, and TTL is enabled
     /// only if it is not already.
     pub async fn create_table(&self) -> Result<(), Error> {
-        let created = self
-            .client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(&self.attrs.key)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(build_error)?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(&self.attrs.key)
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(build_error)?,
-            )
-            .send()
-            .await;
-        match created {
-            Ok(_) => {}
-            Err(e) if e.code() == Some("ResourceInUseException") => {}
-            Err(e) => return Err(classify("CreateTable", e)),
-        }
-        wait_active(&self.client, &self.table).await?;
+        create_table_with_key(&self.client, &self.table, &self.attrs.key).await?;
         enable_ttl(&self.client, &self.table, &self.attrs.expiration).await
     }
 
@@ -526,16 +500,41 @@ impl DynamoDbStore {
     }
 }
 
-async fn wait_active(client: &Client, table: &str) -> Result<(), Error> {
-    use aws_sdk_dynamodb::types::TableStatus;
+/// Creates an on-demand table with a string partition key `key` unless it exists, and waits
+/// until it is ACTIVE (a new table refuses writes for a few seconds on AWS).
+pub(crate) async fn create_table_with_key(
+    client: &Client,
+    table: &str,
+    key: &str,
+) -> Result<(), Error> {
+    let created = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(key)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(build_error)?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(key)
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(build_error)?,
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => {}
+        // Already there: creation is idempotent.
+        Err(e) if e.code() == Some("ResourceInUseException") => {}
+        Err(e) => return Err(classify("CreateTable", e)),
+    }
     for _ in 0..120 {
-        let out = client
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-            .map_err(|e| classify("DescribeTable", e))?;
-        if out.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+        if table_status(client, table).await? == Some(TableStatus::Active) {
             return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
@@ -544,6 +543,18 @@ async fn wait_active(client: &Client, table: &str) -> Result<(), Error> {
         ErrorKind::StoreUnavailable,
         format!("table {table} did not become ACTIVE within 60 s"),
     ))
+}
+
+/// The table's status, `None` if it does not exist.
+pub(crate) async fn table_status(
+    client: &Client,
+    table: &str,
+) -> Result<Option<TableStatus>, Error> {
+    match client.describe_table().table_name(table).send().await {
+        Ok(out) => Ok(out.table().and_then(|t| t.table_status()).cloned()),
+        Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
+        Err(e) => Err(classify("DescribeTable", e)),
+    }
 }
 
 /// Enables TTL on `attribute` unless it already is (enabling twice is an error in DynamoDB).
