@@ -68,7 +68,7 @@ lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint, sample
 	python3 scripts/gen-events.py --check
 
 bench: ## Benchmarks (print ratios against a baseline measured in the same run)
-	$(CARGO) bench --all-features
+	$(CARGO) bench --no-default-features --bench processor
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	@command -v cargo-lambda >/dev/null || python3 -m pip install --quiet cargo-lambda
