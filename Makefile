@@ -67,8 +67,9 @@ lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint, sample
 	$(CARGO) fmt --all -- --check
 	python3 scripts/gen-events.py --check
 
-bench: ## Benchmarks (print ratios against a baseline measured in the same run)
+bench: standins-up ## Benchmarks (print ratios against a baseline measured in the same run)
 	$(CARGO) bench --no-default-features --bench processor
+	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) bench --bench dynamodb
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	@command -v cargo-lambda >/dev/null || python3 -m pip install --quiet cargo-lambda
