@@ -429,6 +429,53 @@ fn explicit_sqlite_and_memory_stores() {
     }
 }
 
+/// `prune` deletes expired claims (bounded by `--limit`) and leaves live ones; on a store that
+/// expires records by itself it says so and deletes nothing.
+#[test]
+fn prune_deletes_only_expired_claims_in_bounded_runs() {
+    let dir = TempDir::new();
+    let event = dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+    let store = ["--store", "sqlite:ledger.db"];
+    let short_ttl = [("SQS_CLAIM_TTL_SECS", "1")];
+    let mut args = vec!["invoke", event];
+    args.extend_from_slice(&store);
+    sqs_claim(dir.path(), &args, &short_ttl).ok("invoke");
+    let prune = |limit: &str| {
+        let mut args = vec!["prune", "--limit", limit];
+        args.extend_from_slice(&store);
+        sqs_claim(dir.path(), &args, &[])
+            .ok("prune")
+            .stdout
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(prune("100"), "0", "nothing has expired yet");
+    // The claims were completed with a 1 s TTL: wait it out (real time: the CLI reads the
+    // wall clock).
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    assert_eq!(prune("2"), "2", "--limit bounds one run");
+    assert_eq!(prune("100"), "1", "the rest on the next run");
+    assert_eq!(prune("100"), "0");
+    // Pruned keys are gone, so the same event runs again: the claims were the only memory.
+    let mut args = vec!["invoke", event, "--report", "json"];
+    args.extend_from_slice(&store);
+    let again = sqs_claim(dir.path(), &args, &[]).ok("rerun").json();
+    assert_eq!(again["counts"]["processed"], json!(3));
+
+    let memory = sqs_claim(dir.path(), &["prune", "--store", "memory:"], &[]).ok("memory");
+    assert_eq!(memory.stdout.trim(), "0");
+    assert!(
+        memory.stderr.contains("nothing to prune"),
+        "{}",
+        memory.stderr
+    );
+    let bad = sqs_claim(dir.path(), &["prune", "--limit", "0"], &[]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    let misplaced = sqs_claim(dir.path(), &["balances", "--limit", "5"], &[]);
+    assert_eq!(misplaced.code, Some(2), "{}", misplaced.stderr);
+}
+
 #[test]
 fn settings_come_from_the_environment() {
     let dir = TempDir::new();

@@ -469,7 +469,7 @@ async fn purge_removes_only_expired_records() {
             .expect("complete");
     }
     let purged = store
-        .purge_expired(now + Duration::from_secs(60))
+        .prune_expired(now + Duration::from_secs(60), 10_000)
         .await
         .expect("purge");
     assert_eq!(purged, 1);

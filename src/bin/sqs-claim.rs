@@ -32,6 +32,11 @@ Usage:
       Prints each account and its balance in cents, tab-separated.
   sqs-claim init [--store URL]
       Creates the store's tables (idempotent). DynamoDB tables are never created otherwise.
+  sqs-claim prune [--store URL] [--limit N]
+      Deletes at most N (default 10000) expired claim records (SQLite, PostgreSQL; the tiered
+      store's durable tier) and prints how many. DynamoDB and Redis expire records by TTL:
+      nothing to do there. Expired records already count as absent: pruning only reclaims
+      space, so schedule it as often as the table's growth needs.
 
 Options:
   --store URL             sqlite:PATH | memory: | dynamodb:TABLE
@@ -41,6 +46,7 @@ Options:
   --accounts-table NAME   DynamoDB accounts table (default: $SQS_CLAIM_ACCOUNTS_TABLE,
                           else TABLE-accounts)
   --report json           invoke: print {\"response\", \"outcomes\", \"counts\"} instead
+  --limit N               prune: at most N records per run (default 10000)
   -h, --help              this text
 
 DynamoDB endpoint, region and credentials come from the standard AWS environment
@@ -82,6 +88,7 @@ enum Command {
     Invoke { event: PathBuf, json_report: bool },
     Balances,
     Init,
+    Prune { limit: u32 },
     Help,
 }
 
@@ -106,7 +113,7 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, CliError> {
         }
     }
     let mut positional = Vec::new();
-    let (mut store, mut accounts_table, mut report) = (None, None, None);
+    let (mut store, mut accounts_table, mut report, mut limit) = (None, None, None, None);
     let mut it = words.into_iter();
     while let Some(word) = it.next() {
         let (name, inline) = match word.split_once('=') {
@@ -136,6 +143,7 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, CliError> {
             "--store" => value(&mut store)?,
             "--accounts-table" => value(&mut accounts_table)?,
             "--report" => value(&mut report)?,
+            "--limit" => value(&mut limit)?,
             flag if flag.starts_with('-') && flag != "-" => {
                 return Err(CliError::usage(format!("unknown option {flag}")));
             }
@@ -153,7 +161,11 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, CliError> {
     };
     let mut positional = positional.into_iter();
     let command = match positional.next().as_deref() {
-        None => return Err(CliError::usage("missing command: invoke, balances or init")),
+        None => {
+            return Err(CliError::usage(
+                "missing command: invoke, balances, init or prune",
+            ));
+        }
         Some("invoke") => {
             let event = positional.next().ok_or_else(|| {
                 CliError::usage("invoke needs an event file: sqs-claim invoke EVENT.json")
@@ -165,12 +177,23 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, CliError> {
         }
         Some("balances") => Command::Balances,
         Some("init") => Command::Init,
+        Some("prune") => Command::Prune {
+            limit: match limit.as_deref() {
+                None => DEFAULT_PRUNE_LIMIT,
+                Some(v) => v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                    CliError::usage(format!("--limit {v:?} is not a positive whole number"))
+                })?,
+            },
+        },
         Some(other) => {
             return Err(CliError::usage(format!(
-                "unknown command {other:?}: expected invoke, balances or init"
+                "unknown command {other:?}: expected invoke, balances, init or prune"
             )));
         }
     };
+    if limit.is_some() && !matches!(command, Command::Prune { .. }) {
+        return Err(CliError::usage("--limit applies to prune only"));
+    }
     if let Some(extra) = positional.next() {
         return Err(CliError::usage(format!("unexpected argument {extra:?}")));
     }
@@ -347,6 +370,40 @@ impl LedgerTask for Init {
     }
 }
 
+/// Rows deleted by one `prune` when `--limit` is not given.
+const DEFAULT_PRUNE_LIMIT: u32 = 10_000;
+
+struct Prune {
+    store: String,
+    limit: u32,
+}
+
+impl LedgerTask for Prune {
+    type Output = Result<(), CliError>;
+
+    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
+        let store = &self.store;
+        let pruned = ledger
+            .prune_expired(std::time::SystemTime::now(), self.limit)
+            .await
+            .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+        match pruned {
+            Some(n) => {
+                println!("{n}");
+                eprintln!(
+                    "pruned {n} expired claim records from {store} (at most {} per run)",
+                    self.limit
+                );
+            }
+            None => {
+                println!("0");
+                eprintln!("{store} expires its records by itself (TTL): nothing to prune");
+            }
+        }
+        Ok(())
+    }
+}
+
 async fn run(args: Args) -> Result<(), CliError> {
     if let Command::Help = args.command {
         print!("{USAGE}");
@@ -380,6 +437,13 @@ async fn run(args: Args) -> Result<(), CliError> {
         Command::Init => {
             url.open(Init {
                 store: store.clone(),
+            })
+            .await
+        }
+        Command::Prune { limit } => {
+            url.open(Prune {
+                store: store.clone(),
+                limit,
             })
             .await
         }

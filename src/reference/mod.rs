@@ -72,6 +72,18 @@ pub trait Ledger: ClaimStore {
     fn prepare(&self) -> impl Future<Output = Result<(), Error>> + Send {
         async { self.balances().await.map(|_| ()) }
     }
+
+    /// Deletes at most `limit` claim records that expired at `now`, for stores that do not
+    /// expire records by themselves (SQLite, PostgreSQL). `Ok(None)` means there is nothing to
+    /// do here: the store expires records on its own (DynamoDB TTL, Redis key TTL, memory).
+    fn prune_expired(
+        &self,
+        now: std::time::SystemTime,
+        limit: u32,
+    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
+        let _ = (now, limit);
+        async { Ok(None) }
+    }
 }
 
 /// A validated message body: which order, which account, how much.

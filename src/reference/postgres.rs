@@ -115,4 +115,14 @@ impl Ledger for PostgresStore {
         })?;
         self.balances().await.map(|_| ())
     }
+
+    async fn prune_expired(
+        &self,
+        now: std::time::SystemTime,
+        limit: u32,
+    ) -> Result<Option<u64>, Error> {
+        PostgresStore::prune_expired(self, now, limit)
+            .await
+            .map(Some)
+    }
 }

@@ -73,6 +73,15 @@ impl<D: Ledger + Clone> Ledger for TieredStore<D> {
     fn prepare(&self) -> impl Future<Output = Result<(), Error>> + Send {
         self.get_ref().prepare()
     }
+
+    /// Prunes the durable tier; Redis expires its markers by itself.
+    fn prune_expired(
+        &self,
+        now: std::time::SystemTime,
+        limit: u32,
+    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
+        self.get_ref().prune_expired(now, limit)
+    }
 }
 
 /// Opens the store of a `redis://` or `rediss://` URL, failing at once if Redis does not answer.

@@ -55,4 +55,12 @@ impl Ledger for SqliteStore {
     async fn prepare(&self) -> Result<(), Error> {
         self.init().await
     }
+
+    async fn prune_expired(
+        &self,
+        now: std::time::SystemTime,
+        limit: u32,
+    ) -> Result<Option<u64>, Error> {
+        SqliteStore::prune_expired(self, now, limit).await.map(Some)
+    }
 }

@@ -41,7 +41,7 @@
 //!
 //! # Expired records
 //!
-//! SQLite has no TTL: expired rows stay until [`SqliteStore::purge_expired`] deletes them. They
+//! SQLite has no TTL: expired rows stay until [`SqliteStore::prune_expired`] deletes them. They
 //! are harmless meanwhile (every claim compares `expires_at_ms` itself), they only take space.
 
 use std::panic::AssertUnwindSafe;
@@ -487,13 +487,19 @@ impl SqliteStore {
         .await
     }
 
-    /// Deletes the records that expired at `now` and returns how many. Optional housekeeping:
-    /// expired records already count as absent.
-    pub async fn purge_expired(&self, now: SystemTime) -> Result<usize, Error> {
+    /// Deletes at most `limit` records that expired at `now`, oldest first, and returns how
+    /// many. Optional housekeeping (expired records already count as absent): bounded, so a
+    /// scheduled run never holds the write lock for long (`sqs-claim prune`).
+    pub async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
         let now_ms = epoch_millis(now);
         self.run(move |conn| {
-            conn.execute("DELETE FROM claims WHERE expires_at_ms <= ?1", [now_ms])
-                .map_err(|e| classify(e, "purging expired claims failed"))
+            conn.execute(
+                "DELETE FROM claims WHERE id IN (SELECT id FROM claims \
+                 WHERE expires_at_ms <= ?1 ORDER BY expires_at_ms LIMIT ?2)",
+                rusqlite::params![now_ms, i64::from(limit)],
+            )
+            .map(|n| n as u64)
+            .map_err(|e| classify(e, "pruning expired claims failed"))
         })
         .await
     }

@@ -114,5 +114,10 @@ pub fn credits_once(store: &str) {
     assert_eq!(first, ["alice\t1005", "bob\t250"]);
     report("duplicate");
     assert_eq!(balances(), first, "a repeated run must not credit again");
+    // Nothing has expired (24 h TTL): prune answers with a count (0) or says the store
+    // expires records by itself, and changes nothing.
+    let (pruned, _) = run(&["prune", "--store", store], &env);
+    assert_eq!(pruned.trim(), "0", "prune on fresh claims");
+    report("duplicate");
     let _ = std::fs::remove_file(path);
 }
