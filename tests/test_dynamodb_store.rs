@@ -44,6 +44,21 @@ async fn conformance_suite() {
     conformance::run_all(&store).await;
 }
 
+/// The races alone, timed (`-- --nocapture` prints the figures quoted in the README).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn race_timings() {
+    let store = fresh_store("race").await;
+    let started = std::time::Instant::now();
+    conformance::race(&store, 200, 32).await;
+    let race = started.elapsed();
+    let started = std::time::Instant::now();
+    conformance::takeover_race(&store, 50, 32).await;
+    eprintln!(
+        "dynamodb-local: race(200 keys x 32 claimers) {race:?}, takeover_race(50 x 32) {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_with_custom_attribute_names() {
     let table = format!("custom-{}", uuid::Uuid::new_v4());
