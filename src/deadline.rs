@@ -59,6 +59,17 @@ impl Default for Clock {
     }
 }
 
+/// The longest lease or TTL the processor adds to the clock: 100 years. A longer one is capped,
+/// so a huge configured value (`SQS_CLAIM_TTL_SECS=18446744073709551615`) means "practically
+/// forever" instead of overflowing `SystemTime` and panicking in the middle of a batch.
+pub(crate) const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `t + d`, with `d` capped at [`MAX_SPAN`]. `t` is the clock's current time, and 100 years
+/// from now fits in `SystemTime` on every platform, so this cannot overflow.
+pub(crate) fn after(t: SystemTime, d: Duration) -> SystemTime {
+    t + d.min(MAX_SPAN)
+}
+
 /// Deadlines below this (2001-09-09 in epoch milliseconds) are read as relative budgets.
 pub const EPOCH_DEADLINE_FLOOR_MS: u64 = 1_000_000_000_000;
 
@@ -114,7 +125,7 @@ impl Budget {
 
     /// The lease for a claim taken now: the invocation's deadline, or `now + lease` without one.
     pub(crate) fn lease_until(&self, now: SystemTime) -> SystemTime {
-        self.deadline.unwrap_or(now + self.lease)
+        self.deadline.unwrap_or_else(|| after(now, self.lease))
     }
 }
 

@@ -37,7 +37,16 @@ impl KeySource {
     pub fn parse(s: &str) -> Result<KeySource, Error> {
         let s = s.trim();
         if let Some(ptr) = s.strip_prefix("json:") {
-            if !(ptr.is_empty() || ptr.starts_with('/')) {
+            if ptr.is_empty() {
+                // RFC 6901's "" is the whole document: the body itself would become the key,
+                // and keys are logged and stored, bodies never are.
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    "json: needs a pointer (e.g. json:/order_id); to key on the whole body, use \
+                     body-sha256 (the body itself would be logged and stored as the key)",
+                ));
+            }
+            if !ptr.starts_with('/') {
                 return Err(Error::new(
                     ErrorKind::Config,
                     format!("JSON pointer {ptr:?} must start with '/' (e.g. json:/order_id)"),
@@ -124,7 +133,9 @@ pub enum MissingKey {
     /// reaches the dead-letter queue where someone can look at it.
     #[default]
     Fail,
-    /// Run the handler without a claim: no deduplication for this message.
+    /// Run the handler without a claim: no deduplication for this message. Effects commit only
+    /// with a claim's completion, so a handler that returns effects for such a message fails it
+    /// (`missing_key`, nothing committed).
     ProcessWithoutDedup,
 }
 

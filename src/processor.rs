@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use tower::{Service, ServiceExt};
 use tracing::{debug, error, info, warn};
 
-use crate::deadline::{Budget, Clock};
+use crate::deadline::{self, Budget, Clock};
 use crate::key::{self, KeySource, MissingKey};
 use crate::message::Message;
 use crate::outcome::{BatchReport, Failure, FailureKind, ItemReport, NotStarted, Outcome};
@@ -160,7 +160,7 @@ impl<S, H> ProcessorBuilder<S, H> {
 
     /// How long a claim is leased when the invocation has no deadline (`Context::deadline` is
     /// 0, as outside Lambda). Inside Lambda, the lease is the invocation's deadline. Default:
-    /// 5 minutes.
+    /// 5 minutes. Values above 100 years are treated as 100 years.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
         self
@@ -168,7 +168,8 @@ impl<S, H> ProcessorBuilder<S, H> {
 
     /// How long a completed key is remembered (the TTL). Default: 24 hours. Keep it longer
     /// than the queue's redelivery window: visibility timeout × `maxReceiveCount`, and longer
-    /// still if producers can resend hours later.
+    /// still if producers can resend hours later. Values above 100 years are treated as 100
+    /// years.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.config.ttl = ttl;
         self
@@ -260,8 +261,9 @@ struct Slot {
     message: std::sync::Mutex<Option<Message>>,
     /// For the first copy of a key that appears again later in the batch.
     publish: Option<watch::Sender<Option<Outcome>>>,
-    /// For later copies: the leader's index and outcome.
-    follow: Option<(usize, watch::Receiver<Option<Outcome>>)>,
+    /// For later copies: the leader, named as `ID (#index)` (the id is what reports and logs
+    /// show; the index tells copies of one id apart), and its outcome.
+    follow: Option<(String, watch::Receiver<Option<Outcome>>)>,
     /// For later copies: whether the body differs from the leader's (same key, other payload).
     payload_differs: bool,
 }
@@ -435,7 +437,7 @@ where
                                 rx
                             }
                         };
-                        follow = Some((leader, rx));
+                        follow = Some((format!("{} (#{leader})", slot.id), rx));
                     }
                     None => {
                         leaders.insert(k.clone(), i);
@@ -521,7 +523,7 @@ where
     /// Runs one slot: a later copy waits for its leader, anything else goes through the claim.
     async fn run_slot(&self, slot: &Slot, budget: &Budget) -> Outcome {
         let outcome = match &slot.follow {
-            Some((leader, rx)) => self.follow(slot, *leader, rx.clone()).await,
+            Some((leader, rx)) => self.follow(slot, leader, rx.clone()).await,
             None => self.run_message(slot, budget).await,
         };
         if let Some(tx) = &slot.publish {
@@ -534,7 +536,7 @@ where
     async fn follow(
         &self,
         slot: &Slot,
-        leader: usize,
+        leader: &str,
         mut rx: watch::Receiver<Option<Outcome>>,
     ) -> Outcome {
         let leader_outcome = match rx.wait_for(Option::is_some).await {
@@ -547,9 +549,8 @@ where
             Some(Outcome::Processed) | Some(Outcome::Duplicate) if slot.payload_differs => {
                 // The same check as against a stored record (see `run_message`): a copy inside
                 // the batch must not slip a different payload past it.
-                let why = format!(
-                    "same key as message #{leader} of this batch, with a different payload"
-                );
+                let why =
+                    format!("same key as message {leader} of this batch, with a different payload");
                 if self.inner.config.payload_check == PayloadCheck::Fail {
                     return Outcome::Failed(Failure::new(FailureKind::PayloadMismatch, why));
                 }
@@ -563,14 +564,14 @@ where
             Some(Outcome::Failed(f)) => Outcome::Failed(Failure::new(
                 f.kind,
                 format!(
-                    "same key as message #{leader} of this batch, which failed: {}",
+                    "same key as message {leader} of this batch, which failed: {}",
                     f.message
                 ),
             )),
             Some(other) => other,
             None => Outcome::Failed(Failure::new(
                 FailureKind::Handler,
-                format!("internal: no outcome from message #{leader}"),
+                format!("internal: no outcome from message {leader}"),
             )),
         }
     }
@@ -595,7 +596,14 @@ where
         };
         let Some(key) = slot.key.as_deref() else {
             // No key, and policy says run anyway.
-            return self.run_unclaimed(message).await;
+            return self
+                .run_unclaimed(
+                    message,
+                    FailureKind::MissingKey,
+                    "the message has no idempotency key and ran without deduplication \
+                     (MissingKey::ProcessWithoutDedup)",
+                )
+                .await;
         };
 
         let config = &self.inner.config;
@@ -607,7 +615,7 @@ where
             lease_until,
             // An in-progress record must not expire before its lease lapses: an expired record
             // counts as absent, and a second worker would run the handler alongside the first.
-            expires_at: (now + config.ttl).max(lease_until),
+            expires_at: deadline::after(now, config.ttl).max(lease_until),
             fingerprint: slot.fingerprint.as_deref(),
         };
         let token = match self.inner.store.claim(request).await {
@@ -637,7 +645,14 @@ where
             Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
                 if config.on_store_unavailable == StoreUnavailable::FailOpen {
                     warn!(message_id = %slot.id, key, error = %e, "store unavailable: fail-open, running without a claim");
-                    return self.run_unclaimed(message).await;
+                    return self
+                        .run_unclaimed(
+                            message,
+                            FailureKind::StoreUnavailable,
+                            "the store was unavailable and the message ran without a claim \
+                             (StoreUnavailable::FailOpen)",
+                        )
+                        .await;
                 }
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreUnavailable,
@@ -662,12 +677,17 @@ where
     }
 
     /// Runs the handler without a claim (missing key with `ProcessWithoutDedup`, or fail-open).
-    async fn run_unclaimed(&self, message: Message) -> Outcome {
+    /// `kind` and `why` say which: a handler that returns effects fails, and the failure must
+    /// point at the real cause (a missing key is not a store outage).
+    async fn run_unclaimed(&self, message: Message, kind: FailureKind, why: &str) -> Outcome {
         match self.call_handler(message).await {
             Ok(effects) if effects.is_empty() => Outcome::Processed,
             Ok(_) => Outcome::Failed(Failure::new(
-                FailureKind::StoreUnavailable,
-                "the handler returned effects, which cannot be committed without a claim",
+                kind,
+                format!(
+                    "{why}, but the handler returned effects, which commit only with a claim's \
+                     completion: nothing was committed"
+                ),
             )),
             Err(failure) => Outcome::Failed(failure),
         }
@@ -712,7 +732,7 @@ where
     ) -> Outcome {
         let config = &self.inner.config;
         let has_effects = !effects.is_empty();
-        let expires_at = budget.now() + config.ttl;
+        let expires_at = deadline::after(budget.now(), config.ttl);
         let mut attempt = 0;
         let result = loop {
             // A retry resends the same effects. A transient error can leave it unknown whether
@@ -731,7 +751,9 @@ where
                 .await
             {
                 Err(e) if e.is_transient() && attempt < config.completion_retries => {
-                    let backoff = config.retry_backoff * 2u32.saturating_pow(attempt);
+                    let backoff = config
+                        .retry_backoff
+                        .saturating_mul(2u32.saturating_pow(attempt));
                     warn!(message_id = %slot.id, key, attempt, error = %e, "completion failed; retrying");
                     attempt += 1;
                     tokio::time::sleep(backoff).await;
@@ -776,10 +798,16 @@ where
         if kind != FailureKind::LostClaim {
             self.release(slot, key, token).await;
         }
-        Outcome::Failed(Failure::new(
-            kind,
-            format!("completion with effects failed, nothing was committed: {e}"),
-        ))
+        // A transient error (a timeout, a dropped connection) can hide a commit: do not tell
+        // the on-call engineer that nothing was written, or they may apply the effects by hand.
+        let what = if e.is_transient() {
+            "completion with effects could not be confirmed, it may or may not have committed \
+             (the redelivery finds out: skipped as a duplicate if it did, applied with the \
+             completion if it did not)"
+        } else {
+            "completion with effects failed, nothing was committed"
+        };
+        Outcome::Failed(Failure::new(kind, format!("{what}: {e}")))
     }
 
     async fn release(&self, slot: &Slot, key: &str, token: &ClaimToken) {

@@ -3,13 +3,19 @@
 #![cfg(feature = "dynamodb")]
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorContextMut;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::dynamodb::DynamoDbAttributes;
-use sqs_claim::{ClaimStore, DynamoDbStore};
+use sqs_claim::store::{Claim, ClaimRequest};
+use sqs_claim::{ClaimStore, DynamoDbStore, Effects};
 
 fn endpoint() -> String {
     std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
@@ -195,4 +201,71 @@ async fn unreachable_endpoint_is_unavailable() {
         .await
         .expect_err("claim on a closed port must fail");
     assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreUnavailable, "{err}");
+}
+
+/// Turns the answer of the first request it sees into an HTTP 500, after DynamoDB has done the
+/// work: what a lost answer looks like to the SDK, which then retries the request. The flag is
+/// shared with the test, to see that it fired.
+#[derive(Debug)]
+struct LoseFirstAnswer(Arc<AtomicBool>);
+
+impl aws_sdk_dynamodb::config::Intercept for LoseFirstAnswer {
+    fn name(&self) -> &'static str {
+        "LoseFirstAnswer"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), aws_sdk_dynamodb::error::BoxError> {
+        if self.0.swap(false, Ordering::SeqCst) {
+            *context.response_mut().status_mut() = 500.try_into()?;
+        }
+        Ok(())
+    }
+}
+
+/// The SDK retries a claim whose answer was lost; the retry is refused by the record the first
+/// attempt wrote, with this claim's own token. That is our claim, not "held elsewhere" (which
+/// would fail the message until the lease lapsed, and stall a FIFO group).
+#[tokio::test]
+async fn a_claim_retried_by_the_sdk_after_a_lost_answer_is_acquired() {
+    let table = fresh_store("sdk-retry").await.table().to_owned();
+    let armed = Arc::new(AtomicBool::new(true));
+    let config = client()
+        .config()
+        .to_builder()
+        .retry_config(RetryConfig::standard().with_max_attempts(3))
+        .interceptor(LoseFirstAnswer(Arc::clone(&armed)))
+        .build();
+    let store = DynamoDbStore::new(Client::from_conf(config), table);
+    let now = SystemTime::now();
+    let claim = store
+        .claim(ClaimRequest {
+            key: "ns#retried",
+            now,
+            lease_until: now + Duration::from_secs(60),
+            expires_at: now + Duration::from_secs(3600),
+            fingerprint: None,
+        })
+        .await
+        .expect("claim");
+    assert!(
+        !armed.load(Ordering::SeqCst),
+        "the first answer was lost, so the SDK retried"
+    );
+    let Claim::Acquired(token) = claim else {
+        panic!("our own retried claim must be acquired, got {claim:?}");
+    };
+    store
+        .complete(
+            "ns#retried",
+            &token,
+            now + Duration::from_secs(3600),
+            Effects::none(),
+        )
+        .await
+        .expect("the token is ours: it completes");
 }

@@ -317,6 +317,9 @@ async fn in_batch_copies_of_a_failed_message_fail_with_it() {
     let f = failure_of(&report, "m3");
     assert_eq!(f.kind, FailureKind::Handler);
     assert!(f.message.contains("which failed"), "{}", f.message);
+    // The copy names its leader by message id, as reports and logs do, not by a bare index
+    // that an on-call engineer would have to count out in the event.
+    assert!(f.message.contains("message m1 (#0)"), "{}", f.message);
     // m2 lacks the key: failed too (missing key), so all three are retried.
     assert_eq!(failed_ids(&report.response()), ["m1", "m2", "m3"]);
 }
@@ -495,6 +498,100 @@ async fn completion_keeps_failing_with_effects_fails_and_releases() {
     assert!(applied.lock().unwrap().contains("m1"));
 }
 
+/// A store whose completions commit and then answer a transient error, as a timeout after the
+/// write reached DynamoDB does.
+#[derive(Clone)]
+struct CommitsThenTimesOut(MemoryStore);
+
+impl ClaimStore for CommitsThenTimesOut {
+    type Effect = MemoryEffect;
+
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, sqs_claim::Error> {
+        self.0.claim(request).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &sqs_claim::store::ClaimToken,
+        expires_at: SystemTime,
+        effects: sqs_claim::Effects<MemoryEffect>,
+    ) -> Result<(), sqs_claim::Error> {
+        self.0.complete(key, token, expires_at, effects).await?;
+        Err(sqs_claim::Error::new(
+            ErrorKind::StoreUnavailable,
+            "timed out waiting for the answer",
+        ))
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        token: &sqs_claim::store::ClaimToken,
+    ) -> Result<(), sqs_claim::Error> {
+        self.0.release(key, token).await
+    }
+}
+
+/// After an ambiguous completion error the effects may well have committed: the failure must
+/// not claim otherwise (an engineer would re-apply a credit by hand), and the redelivery is a
+/// duplicate, with the effects applied once.
+#[tokio::test(start_paused = true)]
+async fn ambiguous_completion_with_effects_does_not_claim_nothing_was_committed() {
+    let store = CommitsThenTimesOut(MemoryStore::new());
+    let applied = Arc::new(AtomicUsize::new(0));
+    let a = Arc::clone(&applied);
+    let handler = service_fn(move |_msg: Message| {
+        let a = Arc::clone(&a);
+        let credit = MemoryEffect::new(move || {
+            a.fetch_add(1, Ordering::SeqCst);
+        });
+        async move { Ok::<_, BoxError>(vec![credit]) }
+    });
+    let p = Processor::builder(store.clone(), handler)
+        .namespace("t")
+        .clock(Clock::tokio())
+        .completion_retries(0, Duration::from_millis(10))
+        .build();
+    let report = p.process(event(&[rec("m1", "a")])).await.unwrap();
+    let failure = failure_of(&report, "m1");
+    assert_eq!(failure.kind, FailureKind::StoreUnavailable);
+    assert!(
+        !failure.message.contains("nothing was committed"),
+        "the commit may have happened: {failure:?}"
+    );
+    assert!(failure.message.contains("may or may not"), "{failure:?}");
+    assert_eq!(applied.load(Ordering::SeqCst), 1, "it did commit here");
+
+    let again = p.process(event(&[rec("m1", "a")])).await.unwrap();
+    assert_eq!(outcome_of(&again, "m1"), &Outcome::Duplicate);
+    assert_eq!(applied.load(Ordering::SeqCst), 1, "applied once");
+}
+
+/// A huge TTL or lease (say `SQS_CLAIM_TTL_SECS=18446744073709551615`) once overflowed
+/// `SystemTime` and panicked mid-batch: every invocation crashed and the batch came back until
+/// it reached the DLQ. It now means "practically forever".
+#[tokio::test(start_paused = true)]
+async fn huge_ttl_and_lease_do_not_overflow_the_clock() {
+    let store = MemoryStore::new();
+    let seen = Seen::new();
+    let p = Processor::builder(store.clone(), scripted(&seen))
+        .namespace("t")
+        .clock(Clock::tokio())
+        .ttl(Duration::MAX)
+        .lease(Duration::MAX)
+        .build();
+    let first = p
+        .process(event(&[rec("m1", "a"), rec("m2", "FAIL")]))
+        .await
+        .unwrap();
+    assert_eq!(outcome_names(&first), ["processed", "failed"]);
+    tokio::time::advance(Duration::from_secs(10 * 365 * 24 * 3600)).await;
+    let again = p.process(event(&[rec("m1", "a")])).await.unwrap();
+    assert_eq!(outcome_names(&again), ["duplicate"], "still remembered");
+    assert_eq!(seen.count("m1"), 1);
+}
+
 #[tokio::test]
 async fn rejected_effect_fails_the_message_and_applies_nothing() {
     let store = MemoryStore::new();
@@ -667,6 +764,21 @@ async fn key_json_pointer() {
     assert_eq!(key.as_deref(), Some("t#42"));
 }
 
+/// `json:` with no pointer is RFC 6901's whole document: the body would become the key, and
+/// keys are logged and stored. The textual form (`SQS_CLAIM_KEY`) refuses it.
+#[test]
+fn key_json_pointer_must_not_be_the_whole_body() {
+    for text in ["json:", " json: "] {
+        let err = KeySource::parse(text).expect_err(text);
+        assert_eq!(err.kind(), ErrorKind::Config);
+        assert!(err.to_string().contains("body-sha256"), "{err}");
+    }
+    assert_eq!(
+        KeySource::parse("json:/order_id").expect("a pointer"),
+        KeySource::JsonPointer("/order_id".into())
+    );
+}
+
 #[tokio::test]
 async fn key_message_attribute() {
     let k = || KeySource::MessageAttribute("IdempotencyKey".into());
@@ -799,6 +911,33 @@ async fn missing_key_process_without_dedup_runs_every_time() {
     assert_eq!(seen.count("m1"), 2, "no key, no deduplication");
     assert_eq!(seen.count("m2"), 1);
     assert_eq!(store.len(), 1);
+}
+
+/// A keyless message run without deduplication cannot commit effects (they need a claim): it
+/// fails, and the failure names the missing key, not a store outage that did not happen.
+#[tokio::test]
+async fn missing_key_process_without_dedup_with_effects_fails_as_missing_key() {
+    let store = MemoryStore::new();
+    let applied: Applied = Arc::default();
+    let a = Arc::clone(&applied);
+    let with_effects = service_fn(move |msg: Message| {
+        let e = effect(&a, msg.id());
+        async move { Ok::<_, BoxError>(vec![e]) }
+    });
+    let p = Processor::builder(store.clone(), with_effects)
+        .namespace("t")
+        .key(KeySource::MessageAttribute("IdempotencyKey".into()))
+        .missing_key(MissingKey::ProcessWithoutDedup)
+        .build();
+    let report = p.process(event(&[rec("m1", "x")])).await.unwrap();
+    let failure = failure_of(&report, "m1");
+    assert_eq!(failure.kind, FailureKind::MissingKey, "{failure:?}");
+    assert!(
+        failure.message.contains("ProcessWithoutDedup"),
+        "{failure:?}"
+    );
+    assert!(applied.lock().unwrap().is_empty());
+    assert!(store.is_empty());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -242,8 +242,23 @@ impl DynamoDbStore {
     }
 
     /// Classifies the item returned with a refused claim.
-    fn refused_claim(&self, item: Option<&HashMap<String, AttributeValue>>) -> Claim {
+    ///
+    /// The item may be our own: the SDK retries a `PutItem` whose answer was lost (a timeout, a
+    /// 500 after the write), and the retry is refused by the record its first attempt wrote.
+    /// That record carries this claim's token, so the claim is ours; calling it "held
+    /// elsewhere" would fail the message until the lease lapsed (and stall a FIFO group).
+    fn refused_claim(
+        &self,
+        token: ClaimToken,
+        item: Option<&HashMap<String, AttributeValue>>,
+    ) -> Claim {
         match item.and_then(|i| self.parse_record(i)) {
+            Some(p)
+                if p.record.status == Status::InProgress
+                    && p.token.as_deref() == Some(token.as_str()) =>
+            {
+                Claim::Acquired(token)
+            }
             Some(p) if p.record.status == Status::Completed => Claim::Completed(p.record),
             Some(p) => Claim::HeldElsewhere {
                 lease_until: p.record.lease_until,
@@ -344,7 +359,7 @@ impl ClaimStore for DynamoDbStore {
             Ok(_) => Ok(Claim::Acquired(token)),
             Err(SdkError::ServiceError(e)) => match e.err() {
                 PutItemError::ConditionalCheckFailedException(ccf) => {
-                    Ok(self.refused_claim(ccf.item()))
+                    Ok(self.refused_claim(token, ccf.item()))
                 }
                 _ => Err(classify("PutItem (claim)", SdkError::ServiceError(e))),
             },
