@@ -341,6 +341,18 @@ where
                 .as_deref()
                 .is_some_and(|a| a.ends_with(".fifo"))
         });
+        // Lambda always sends the ARN. Without one (a hand-made event), a `SequenceNumber`,
+        // which only FIFO queues assign, still marks the batch as FIFO: losing order silently
+        // is worse than keeping it needlessly. (`MessageGroupId` proves nothing: standard
+        // queues carry it too, for fair queues.)
+        let fifo = fifo
+            || records.iter().all(|r| r.event_source_arn.is_none())
+                && records
+                    .iter()
+                    .any(|r| r.attributes.contains_key("SequenceNumber"));
+        if fifo && records.iter().all(|r| r.event_source_arn.is_none()) {
+            warn!("batch without eventSourceARN carries SequenceNumber: processing it as FIFO");
+        }
         let slots = self.prepare(records, namespace);
 
         let outcomes: Vec<Outcome> = if fifo {

@@ -917,6 +917,12 @@ fn sqs_char(c: char) -> bool {
 }
 
 /// A `MessageGroupId` (or deduplication id): 1 to 128 ASCII letters, digits or punctuation.
+/// Whether SQS accepts `s` as a `MessageGroupId` (or `MessageDeduplicationId`): 1 to 128
+/// printable ASCII characters. Derive one (a hash, say) from values that may not pass.
+pub fn is_valid_group_id(s: &str) -> bool {
+    valid_id(s)
+}
+
 fn valid_id(s: &str) -> bool {
     !s.is_empty() && s.len() <= MAX_ID_CHARS && s.bytes().all(|b| b.is_ascii_graphic())
 }

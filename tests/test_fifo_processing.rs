@@ -553,3 +553,37 @@ async fn fifo_messages_know_they_are_fifo() {
         [(true, Some("a".to_owned()), Some("a1".to_owned()), true)]
     );
 }
+
+/// A hand-made event without `eventSourceARN`: FIFO records (they carry `SequenceNumber`) keep
+/// their order; records with only a `MessageGroupId` (fair queues) stay standard.
+#[tokio::test]
+async fn batch_without_source_arn_is_fifo_only_if_it_carries_sequence_numbers() {
+    let strip = |mut v: serde_json::Value| {
+        for r in v["Records"].as_array_mut().expect("records") {
+            r.as_object_mut().expect("record").remove("eventSourceARN");
+        }
+        v
+    };
+    let run = |records: Vec<common::Rec>| async move {
+        let seen = Seen::new();
+        let p = Processor::builder(MemoryStore::new(), scripted(&seen))
+            .namespace("t")
+            .build();
+        let payload: sqs_claim::events::SqsEvent =
+            serde_json::from_value(strip(common::event_json(&records))).expect("event");
+        p.process(lambda_runtime::LambdaEvent::new(
+            payload,
+            lambda_runtime::Context::default(),
+        ))
+        .await
+        .expect("process")
+    };
+    let fifo_like = run(vec![fifo("m1", "g1", "FAIL"), fifo("m2", "g1", "x")]).await;
+    assert_eq!(outcome_names(&fifo_like), ["failed", "not_started"]);
+    let fair = run(vec![
+        rec("m1", "FAIL").group("g1").dedup("d1"),
+        rec("m2", "x").group("g1").dedup("d2"),
+    ])
+    .await;
+    assert_eq!(outcome_names(&fair), ["failed", "processed"]);
+}

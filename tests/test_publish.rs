@@ -557,3 +557,14 @@ async fn batches_are_cut_by_total_size() {
         .collect();
     assert_eq!(sizes, vec![2, 2, 1], "each call stays under 100 KiB");
 }
+
+#[test]
+fn group_id_validity_matches_sqs_rules() {
+    use sqs_claim::publish::is_valid_group_id;
+    assert!(is_valid_group_id("acct-42"));
+    assert!(is_valid_group_id(&"a".repeat(128)));
+    assert!(!is_valid_group_id(&"a".repeat(129)));
+    assert!(!is_valid_group_id(""));
+    assert!(!is_valid_group_id("konto-ø"));
+    assert!(!is_valid_group_id("with space"));
+}

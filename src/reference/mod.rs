@@ -237,7 +237,17 @@ impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
                 let mut out = publisher.batch_for(&msg)?;
                 let mut outgoing = crate::publish::Outgoing::new(notice.to_string());
                 if publisher.is_fifo() {
-                    outgoing = outgoing.group_id(payment.account.clone());
+                    // The account orders its notices. An account SQS would refuse as a group id
+                    // (non-ASCII, over 128 characters) is hashed: same account, same group.
+                    let group = if crate::publish::is_valid_group_id(&payment.account) {
+                        payment.account.clone()
+                    } else {
+                        format!(
+                            "sha256:{}",
+                            crate::key::sha256_hex(payment.account.as_bytes())
+                        )
+                    };
+                    outgoing = outgoing.group_id(group);
                 }
                 out.push(outgoing);
                 out.send().await?;

@@ -154,7 +154,9 @@ impl<D: ClaimStore> TieredStore<D> {
             .skip_until
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        *guard = Some(Instant::now() + self.cooldown);
+        // Capped at a year: a cool-down of `Duration::MAX` means "practically never", not a
+        // panic from an `Instant` overflow.
+        *guard = Some(Instant::now() + self.cooldown.min(Duration::from_secs(365 * 86_400)));
     }
 
     /// Reads the marker; `None` if there is none, it has expired by `now`, or Redis failed.
