@@ -136,8 +136,15 @@ impl fmt::Display for Error {
             .source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static));
+        let mut last = String::new();
         while let Some(s) = source {
-            write!(f, ": {s}")?;
+            // Many errors already print their cause in their own message (`redis`,
+            // `tokio-postgres`): print each text once, not "refused: refused".
+            let text = s.to_string();
+            if !last.contains(&text) {
+                write!(f, ": {text}")?;
+            }
+            last = text;
             source = s.source();
         }
         Ok(())
@@ -149,5 +156,39 @@ impl std::error::Error for Error {
         self.source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Wrapper(std::io::Error);
+
+    impl fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "client error: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn display_names_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = Error::with_source(ErrorKind::StoreUnavailable, "store down", Wrapper(io));
+        assert_eq!(
+            e.to_string(),
+            "store down: client error: Connection refused"
+        );
+        assert_eq!(
+            format!("{e:?}"),
+            "[store_unavailable] store down: client error: Connection refused"
+        );
     }
 }
