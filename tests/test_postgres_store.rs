@@ -9,29 +9,14 @@ use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
 use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
 
-fn pg_url() -> String {
-    std::env::var("SQS_CLAIM_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+#[path = "support/servers.rs"]
+mod servers;
+
+use servers::{pg_url, sql};
 
 /// A migrated store on a fresh table; drop it with [`drop_table`] at the end of the test.
 async fn store() -> PostgresStore {
-    let url = pg_url();
-    let table = format!("claims_{}", uuid::Uuid::new_v4().simple());
-    let store = PostgresStore::connect(&url)
-        .and_then(|s| s.with_table(&table))
-        .expect("store config");
-    if let Err(e) = store.migrate().await {
-        panic!(
-            "PostgreSQL is not usable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
-        );
-    }
-    store
-}
-
-async fn sql(store: &PostgresStore, statement: &str) {
-    let client = store.pool().get().await.expect("pool");
-    client.batch_execute(statement).await.expect(statement);
+    servers::pg_store("claims").await
 }
 
 async fn drop_table(store: &PostgresStore) {

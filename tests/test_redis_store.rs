@@ -9,44 +9,10 @@ use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects, epoch_millis};
 use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
 
-fn redis_url() -> String {
-    std::env::var("SQS_CLAIM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-}
+#[path = "support/servers.rs"]
+mod servers;
 
-/// A store with a prefix of its own, so parallel tests and runs never share keys.
-async fn store() -> RedisStore {
-    let url = redis_url();
-    match RedisStore::connect(&url).await {
-        Ok(s) => s.with_prefix(format!("test:{}:", uuid::Uuid::new_v4())),
-        Err(e) => panic!(
-            "Redis is not reachable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
-        ),
-    }
-}
-
-/// Deletes every key under `prefix` (records expire by themselves; effect keys would not).
-async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
-    let mut conn = conn.clone();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .expect("SCAN");
-        if !keys.is_empty() {
-            let () = conn.del(keys).await.expect("DEL");
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-}
+use servers::{cleanup, redis_store as store, redis_url};
 
 fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
     ClaimRequest {

@@ -12,23 +12,13 @@ use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
 
-fn redis_url() -> String {
-    std::env::var("SQS_CLAIM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-}
+#[path = "support/servers.rs"]
+mod servers;
 
-fn pg_url() -> String {
-    std::env::var("SQS_CLAIM_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+use servers::{cleanup, pg_url, redis_store as cache, redis_url, sql};
 
-async fn cache() -> RedisStore {
-    let url = redis_url();
-    match RedisStore::connect(&url).await {
-        Ok(s) => s.with_prefix(format!("test:{}:", uuid::Uuid::new_v4())),
-        Err(e) => panic!(
-            "Redis is not reachable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
-        ),
-    }
+async fn postgres() -> PostgresStore {
+    servers::pg_store("tiered").await
 }
 
 /// A cache pointed at a closed port: every call fails as an outage would.
@@ -36,52 +26,9 @@ fn dead_cache() -> RedisStore {
     RedisStore::connect_lazy("redis://127.0.0.1:1/").expect("lazy connect never fails")
 }
 
-async fn postgres() -> PostgresStore {
-    let url = pg_url();
-    let table = format!("tiered_{}", uuid::Uuid::new_v4().simple());
-    let store = PostgresStore::connect(&url)
-        .and_then(|s| s.with_table(&table))
-        .expect("store config");
-    if let Err(e) = store.migrate().await {
-        panic!(
-            "PostgreSQL is not usable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
-        );
-    }
-    store
-}
-
-async fn sql(store: &PostgresStore, statement: &str) {
-    let client = store.pool().get().await.expect("pool");
-    client.batch_execute(statement).await.expect(statement);
-}
-
 async fn drop_tables(store: &PostgresStore) {
     let t = store.table();
     sql(store, &format!("DROP TABLE IF EXISTS {t}, {t}_effects")).await;
-}
-
-/// Deletes every key under `prefix` (records expire by themselves; effect keys would not).
-async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
-    let mut conn = conn.clone();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .expect("SCAN");
-        if !keys.is_empty() {
-            let () = conn.del(keys).await.expect("DEL");
-        }
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
 }
 
 fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
