@@ -74,7 +74,7 @@ struct Consumer {
 
 impl Consumer {
     /// Starts the binary as Lambda would: a clean environment with the runtime variables,
-    /// plus the consumer's settings. `RUST_LOG` is not set: the default level is under test.
+    /// plus the consumer's settings (`RUST_LOG` only if a test sets it).
     fn start(dir: &TempDir, runtime_api: &str, settings: &[(&str, &str)]) -> Consumer {
         let stdout = dir.path().join("consumer.stdout");
         let stderr = dir.path().join("consumer.stderr");
@@ -477,11 +477,26 @@ fn marker() -> String {
 /// key, a body the handler refuses, nor a batch refused for a missing `messageId`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn message_bodies_stay_out_of_the_logs() {
+    bodies_stay_out_of_the_logs(&[]).await;
+}
+
+/// Even at `RUST_LOG=trace`, with a directive aimed at the runtime's raw-event log line:
+/// `lambda_runtime` would log whole events there.
+#[tokio::test]
+async fn message_bodies_stay_out_of_the_logs_at_trace() {
+    bodies_stay_out_of_the_logs(&[(
+        "RUST_LOG",
+        "trace,lambda_runtime=trace,lambda_runtime::layers::api_response=trace",
+    )])
+    .await;
+}
+
+async fn bodies_stay_out_of_the_logs(settings: &[(&str, &str)]) {
     let dir = TempDir::new();
     let mut rt = FakeRuntime::start()
         .await
         .expect("start the fake runtime API");
-    let mut consumer = Consumer::start(&dir, &rt.address(), &[]);
+    let mut consumer = Consumer::start(&dir, &rt.address(), settings);
     let mark = marker();
 
     let bodies = [

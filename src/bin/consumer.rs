@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use sqs_claim::reference::{self, Ledger, LedgerTask, Settings};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::prelude::*;
 
 /// Runs the Lambda runtime loop on whichever ledger the store URL opened.
 struct Serve {
@@ -68,17 +69,21 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // `lambda_runtime` logs every raw event at TRACE, bodies included: cap it at DEBUG so that
-    // `RUST_LOG=trace` while debugging never writes message bodies to CloudWatch.
-    let filter = ["lambda_runtime=debug", "lambda_runtime_api_client=debug"]
-        .into_iter()
-        .filter_map(|d| d.parse().ok())
-        .fold(filter, |f, d| f.add_directive(d));
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_current_span(false)
+    // `lambda_runtime` logs every raw event at TRACE, bodies included. A second filter drops
+    // its TRACE events whatever `RUST_LOG` says (an `EnvFilter` directive could be overridden
+    // by a more specific one), so debugging never writes message bodies to CloudWatch.
+    let no_raw_events = tracing_subscriber::filter::filter_fn(|meta| {
+        !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("lambda_runtime"))
+    });
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .with_target(false)
+                .with_current_span(false)
+                .with_filter(filter)
+                .with_filter(no_raw_events),
+        )
         .init();
     match serve().await {
         Ok(()) => ExitCode::SUCCESS,
