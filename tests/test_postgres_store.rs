@@ -189,6 +189,46 @@ async fn unexpected_row_count_rolls_everything_back() {
     drop_table(&store).await;
 }
 
+/// Bad data in an effect (a NUL byte in text, an overflow) is the effect's fault, not the
+/// store's: `EffectRejected`, nothing committed, the claim still held.
+#[tokio::test]
+async fn bad_effect_data_is_rejected_not_a_store_error() {
+    let store = store().await;
+    let accounts = format!("{}_accounts", store.table());
+    sql(
+        &store,
+        &format!("CREATE TABLE {accounts} (id TEXT PRIMARY KEY, balance BIGINT NOT NULL)"),
+    )
+    .await;
+    let now = SystemTime::now();
+    let token = acquire(&store, request("bad-data", now)).await;
+    for effect in [
+        PgEffect::new(format!("INSERT INTO {accounts} VALUES ($1, 1)"))
+            .bind("nul\0byte".to_owned()),
+        PgEffect::new(format!(
+            "INSERT INTO {accounts} VALUES ('big', 9223372036854775807 + $1::bigint)"
+        ))
+        .bind(1i64),
+    ] {
+        let err = store
+            .complete(
+                "bad-data",
+                &token,
+                now + Duration::from_secs(60),
+                vec![effect].into(),
+            )
+            .await
+            .expect_err("bad data must refuse the completion");
+        assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
+    }
+    match store.claim(request("bad-data", now)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("the claim must still be held, got {other:?}"),
+    }
+    sql(&store, &format!("DROP TABLE {accounts}")).await;
+    drop_table(&store).await;
+}
+
 #[tokio::test]
 async fn migrate_is_idempotent_and_concurrent() {
     let store = store().await;

@@ -566,6 +566,18 @@ fn effect_err(i: usize, e: tokio_postgres::Error, key: &str, table: &str) -> Err
             ),
             e,
         ),
+        // Class 22: data exception (numeric overflow, invalid text such as a NUL byte, a
+        // division by zero): the effect's values are wrong, not the store. Retrying the same
+        // message will not help; it belongs in the DLQ with this reason.
+        Some(code) if code.code().starts_with("22") => Error::with_source(
+            ErrorKind::EffectRejected,
+            format!(
+                "effect #{i} was refused for its data (SQLSTATE {}); the completion and every \
+                 effect were rolled back and the claim is still held",
+                code.code()
+            ),
+            e,
+        ),
         _ => map_pg_err(&format!("effect #{i} of the completion of"), key, table, e),
     }
 }
