@@ -101,6 +101,17 @@ fn main() {
             .key(KeySource::JsonPointer("/order_id".into()))
             .namespace("bench")
             .build();
+        // DynamoDB Local is a JVM: right after `standins.sh up` its first thousand or so requests
+        // run unoptimised, and whichever side met them looked slow (x0.9 on a cold server, x1.5
+        // warm). Warm it up, untimed, with both request shapes.
+        for run in 0..5 {
+            let ev = event(100, &format!("warm-b-r{run}-{}", uuid::Uuid::new_v4()));
+            sequential_baseline(&store, &ev).await;
+            let ev = event(100, &format!("warm-p-r{run}-{}", uuid::Uuid::new_v4()));
+            let _ = processor
+                .process(LambdaEvent::new(ev, Context::default()))
+                .await;
+        }
         println!("== DynamoDB Local at {endpoint}: sequential (Powertools loop) vs sqs-claim");
         for batch in [10usize, 100] {
             let (mut base, mut ours) = (Vec::new(), Vec::new());

@@ -434,7 +434,7 @@ consumer's rules in the generator, independent of the Rust code); `tests/test_ev
 every event through `sqs_claim::Processor` on a `MemoryStore` twice and checks the batch
 response, the counts, every non-usual outcome and the balances against it.
 
-Try one against the local loop (see the README's *Deploy* section):
+Try one against the local loop (see the README's *Local loop* section):
 
 ```sh
 cargo lambda watch -A 127.0.0.1 &

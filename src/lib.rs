@@ -37,7 +37,7 @@
 //! | event in → records; FIFO detection; standard (bounded, by index) and FIFO (per group) paths | [`processor`] |
 //! | record → idempotency key (`namespace#key`) | [`key`] |
 //! | lease and cut-off from the Lambda deadline | [`deadline`] |
-//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) | [`store`] (contract) and its adapters |
+//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) (copies of one key inside a batch are matched earlier, in [`processor`]: the later copy waits for the first's outcome) | [`store`] (contract) and its adapters |
 //! | handler: a `tower::Service<Message>`; errors and panics caught per message | [`processor`], [`message`] |
 //! | complete (with the handler's atomic effects) or release, fenced by the owner token | [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |

@@ -397,7 +397,11 @@ impl LedgerTask for Prune {
             }
             None => {
                 println!("0");
-                eprintln!("{store} expires its records by itself (TTL): nothing to prune");
+                // Memory has no TTL, but it lives only as long as this process.
+                eprintln!(
+                    "nothing to prune in {store} (DynamoDB and Redis expire records by TTL; \
+                     memory: lasts only as long as one run)"
+                );
             }
         }
         Ok(())
@@ -461,6 +465,8 @@ fn main() -> ExitCode {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_writer(std::io::stderr)
+            // Colour codes only on a terminal: `2> run.log` or a pipe to grep stays plain text.
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init();
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
