@@ -106,3 +106,12 @@ pub mod events {
 
 #[cfg(feature = "dynamodb")]
 pub use aws_sdk_dynamodb;
+
+/// The SQS SDK this crate's publisher is built on, re-exported so a `Publisher` can be given a
+/// client of the same version.
+#[cfg(feature = "sqs")]
+pub use aws_sdk_sqs;
+
+/// AWS configuration loading, re-exported for building SDK clients of the same version.
+#[cfg(any(feature = "dynamodb", feature = "sqs"))]
+pub use aws_config;
