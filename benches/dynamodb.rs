@@ -10,15 +10,17 @@
 //! DynamoDB Local answers in well under a millisecond on loopback, far faster than DynamoDB
 //! over the network, so this ratio is a lower bound of what the concurrency buys in Lambda.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Instant;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use lambda_runtime::{Context, LambdaEvent};
 use sqs_claim::events::{SqsEvent, SqsMessage};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects};
 use sqs_claim::{DynamoDbStore, Error, KeySource, Message, Processor};
 use tower::service_fn;
+
+mod support;
+use support::{median, sequential_baseline};
 
 fn event(n: usize, tag: &str) -> SqsEvent {
     let mut e = SqsEvent::default();
@@ -34,37 +36,6 @@ fn event(n: usize, tag: &str) -> SqsEvent {
         })
         .collect();
     e
-}
-
-async fn sequential_baseline(store: &DynamoDbStore, ev: &SqsEvent) {
-    for m in &ev.records {
-        let now = SystemTime::now();
-        let key = format!("seq#{}", m.message_id.as_deref().unwrap_or_default());
-        let req = ClaimRequest {
-            key: &key,
-            now,
-            lease_until: now + Duration::from_secs(60),
-            expires_at: now + Duration::from_secs(3600),
-            fingerprint: None,
-        };
-        if let Ok(Claim::Acquired(token)) = store.claim(req).await {
-            let _: Result<serde_json::Value, _> =
-                serde_json::from_str(m.body.as_deref().unwrap_or(""));
-            let _ = store
-                .complete(
-                    &key,
-                    &token,
-                    now + Duration::from_secs(3600),
-                    Effects::none(),
-                )
-                .await;
-        }
-    }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 fn main() {
@@ -106,7 +77,10 @@ fn main() {
         // warm). Warm it up, untimed, with both request shapes.
         for run in 0..5 {
             let ev = event(100, &format!("warm-b-r{run}-{}", uuid::Uuid::new_v4()));
-            sequential_baseline(&store, &ev).await;
+            sequential_baseline(&store, &ev, |body| {
+                    let _ = serde_json::from_str::<serde_json::Value>(body);
+                })
+                .await;
             let ev = event(100, &format!("warm-p-r{run}-{}", uuid::Uuid::new_v4()));
             let _ = processor
                 .process(LambdaEvent::new(ev, Context::default()))
@@ -118,7 +92,10 @@ fn main() {
             for run in 0..7 {
                 let ev = event(batch, &format!("b{batch}-r{run}-{}", uuid::Uuid::new_v4()));
                 let start = Instant::now();
-                sequential_baseline(&store, &ev).await;
+                sequential_baseline(&store, &ev, |body| {
+                    let _ = serde_json::from_str::<serde_json::Value>(body);
+                })
+                .await;
                 base.push(start.elapsed());
 
                 let ev = event(batch, &format!("p{batch}-r{run}-{}", uuid::Uuid::new_v4()));

@@ -22,6 +22,9 @@ use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, Mem
 use sqs_claim::{Error, KeySource, MemoryStore, Message, Processor};
 use tower::service_fn;
 
+mod support;
+use support::{median, sequential_baseline};
+
 /// A memory store behind a simulated network round trip.
 #[derive(Clone)]
 struct SlowStore {
@@ -80,41 +83,6 @@ fn event(n: usize, run: usize) -> SqsEvent {
     e
 }
 
-/// The Powertools-style baseline: claim, handle, complete, one message at a time.
-async fn sequential_baseline(store: &SlowStore, ev: &SqsEvent, total: &AtomicU64) {
-    for m in &ev.records {
-        let now = SystemTime::now();
-        let key = format!("seq#{}", m.message_id.as_deref().unwrap_or_default());
-        let req = ClaimRequest {
-            key: &key,
-            now,
-            lease_until: now + Duration::from_secs(60),
-            expires_at: now + Duration::from_secs(3600),
-            fingerprint: None,
-        };
-        if let Ok(Claim::Acquired(token)) = store.claim(req).await {
-            let p: Payment = match serde_json::from_str(m.body.as_deref().unwrap_or("")) {
-                Ok(p) => p,
-                Err(_) => continue,
-            };
-            total.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
-            let _ = store
-                .complete(
-                    &key,
-                    &token,
-                    now + Duration::from_secs(3600),
-                    Effects::none(),
-                )
-                .await;
-        }
-    }
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() {
     // `cargo test --benches` runs bench targets with no `--bench` flag: do nothing then.
     if !std::env::args().any(|a| a == "--bench") {
@@ -155,7 +123,12 @@ fn main() {
             for run in 0..runs {
                 let ev = event(batch, run);
                 let start = Instant::now();
-                sequential_baseline(&store, &ev, &total).await;
+                sequential_baseline(&store, &ev, |body| {
+                    if let Ok(p) = serde_json::from_str::<Payment>(body) {
+                        total.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
+                    }
+                })
+                .await;
                 base.push(start.elapsed());
 
                 let ev = event(batch, 1000 + run);

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use common::*;
+use sqs_claim::store::conformance::request;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, Status};
+use sqs_claim::store::{Claim, ClaimStore, ClaimToken, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, ErrorKind, FailureKind, MemoryStore, Message, Outcome, Processor,
 };
@@ -88,16 +89,6 @@ async fn conformance_atomic_effects() {
         "a refused effect was applied: {:?}",
         probe.applied.lock().unwrap()
     );
-}
-
-fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key,
-        now,
-        lease_until: now + Duration::from_secs(30),
-        expires_at: now + Duration::from_secs(3600),
-        fingerprint: None,
-    }
 }
 
 async fn acquire(store: &MemoryStore, key: &str, now: SystemTime) -> ClaimToken {

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use sqs_claim::store::conformance::{acquire, request};
+use sqs_claim::store::{Claim, ClaimStore, Effects};
 use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
 
 #[path = "support/servers.rs"]
@@ -26,23 +27,6 @@ async fn drop_table(store: &PostgresStore) {
         &format!("DROP TABLE IF EXISTS {t}, {t}_effects, {t}_accounts"),
     )
     .await;
-}
-
-fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key,
-        now,
-        lease_until: now + Duration::from_secs(30),
-        expires_at: now + Duration::from_secs(3600),
-        fingerprint: None,
-    }
-}
-
-async fn acquire(store: &PostgresStore, req: ClaimRequest<'_>) -> ClaimToken {
-    match store.claim(req).await {
-        Ok(Claim::Acquired(t)) => t,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,30 +6,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
 use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects, epoch_millis};
+use sqs_claim::store::conformance::{acquire, request};
+use sqs_claim::store::{Claim, ClaimStore, Effects, epoch_millis};
 use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
 
 #[path = "support/servers.rs"]
 mod servers;
 
 use servers::{cleanup, redis_store as store, redis_url};
-
-fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key,
-        now,
-        lease_until: now + Duration::from_secs(30),
-        expires_at: now + Duration::from_secs(3600),
-        fingerprint: None,
-    }
-}
-
-async fn acquire(store: &RedisStore, req: ClaimRequest<'_>) -> sqs_claim::store::ClaimToken {
-    match store.claim(req).await {
-        Ok(Claim::Acquired(t)) => t,
-        other => panic!("expected Acquired, got {other:?}"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_run_all() {

@@ -10,9 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use sqs_claim::ErrorKind;
+use sqs_claim::store::conformance::request;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects};
+use sqs_claim::store::{Claim, ClaimStore, Effects};
 
 /// A database file in the temp dir, removed (with its WAL and shared-memory files) on drop.
 struct TempDb(PathBuf);
@@ -41,16 +42,6 @@ impl Drop for TempDb {
 
 fn open(db: &TempDb) -> SqliteStore {
     SqliteStore::open(db.path()).expect("open the SQLite store")
-}
-
-fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
-    ClaimRequest {
-        key,
-        now,
-        lease_until: now + Duration::from_secs(30),
-        expires_at: now + Duration::from_secs(3600),
-        fingerprint: None,
-    }
 }
 
 /// Effects as rows of a `probe` table; refusal by a statement that changes no row while

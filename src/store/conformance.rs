@@ -38,7 +38,9 @@ fn base_time() -> SystemTime {
     super::from_epoch_seconds(now)
 }
 
-fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
+/// A claim request for `key` at `now` with the suite's lease (30 s) and TTL (1 h), and no
+/// fingerprint: the shape a store's own tests need most.
+pub fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
         now,
@@ -48,7 +50,12 @@ fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
     }
 }
 
-async fn acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>, why: &str) -> ClaimToken {
+/// Claims `req.key` and returns the token; panics (naming the key) unless the claim is won.
+pub async fn acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>) -> ClaimToken {
+    must_acquire(store, req, "acquire").await
+}
+
+async fn must_acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>, why: &str) -> ClaimToken {
     match store.claim(req).await {
         Ok(Claim::Acquired(token)) => token,
         other => panic!(
@@ -79,8 +86,8 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
 pub async fn fresh_claim_is_acquired<S: ClaimStore>(store: &S) {
     let p = prefix("fresh");
     let now = base_time();
-    let a = acquire(store, request(&format!("{p}#a"), now), "fresh key").await;
-    let b = acquire(store, request(&format!("{p}#b"), now), "another fresh key").await;
+    let a = must_acquire(store, request(&format!("{p}#a"), now), "fresh key").await;
+    let b = must_acquire(store, request(&format!("{p}#b"), now), "another fresh key").await;
     assert_ne!(a, b, "two claims must get different owner tokens");
 }
 
@@ -88,7 +95,7 @@ pub async fn fresh_claim_is_acquired<S: ClaimStore>(store: &S) {
 pub async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
     let key = prefix("duplicate");
     let now = base_time();
-    let token = acquire(store, request(&key, now), "first claim").await;
+    let token = must_acquire(store, request(&key, now), "first claim").await;
     store
         .complete(&key, &token, now + TTL, Effects::none())
         .await
@@ -104,7 +111,7 @@ pub async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
 pub async fn live_lease_is_held_elsewhere<S: ClaimStore>(store: &S) {
     let key = prefix("held");
     let now = base_time();
-    acquire(store, request(&key, now), "first claim").await;
+    must_acquire(store, request(&key, now), "first claim").await;
     match store.claim(request(&key, now + LEASE / 2)).await {
         Ok(Claim::HeldElsewhere { lease_until }) => {
             if let Some(l) = lease_until {
@@ -126,9 +133,9 @@ pub async fn live_lease_is_held_elsewhere<S: ClaimStore>(store: &S) {
 pub async fn lapsed_lease_is_taken_over<S: ClaimStore>(store: &S) {
     let key = prefix("takeover");
     let now = base_time();
-    let old = acquire(store, request(&key, now), "first claim").await;
+    let old = must_acquire(store, request(&key, now), "first claim").await;
     let later = now + LEASE + Duration::from_secs(1);
-    let new = acquire(store, request(&key, later), "claim after the lease lapsed").await;
+    let new = must_acquire(store, request(&key, later), "claim after the lease lapsed").await;
     assert_ne!(old, new, "a takeover must issue a new token");
 }
 
@@ -136,13 +143,13 @@ pub async fn lapsed_lease_is_taken_over<S: ClaimStore>(store: &S) {
 pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
     let key = prefix("expired");
     let now = base_time();
-    let token = acquire(store, request(&key, now), "first claim").await;
+    let token = must_acquire(store, request(&key, now), "first claim").await;
     store
         .complete(&key, &token, now + Duration::from_secs(60), Effects::none())
         .await
         .expect("complete must succeed");
     let after = now + Duration::from_secs(62);
-    acquire(
+    must_acquire(
         store,
         request(&key, after),
         "claim after the record expired",
@@ -154,9 +161,9 @@ pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
 pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
     let key = prefix("fence-complete");
     let now = base_time();
-    let stale = acquire(store, request(&key, now), "first claim").await;
+    let stale = must_acquire(store, request(&key, now), "first claim").await;
     let later = now + LEASE + Duration::from_secs(1);
-    let fresh = acquire(store, request(&key, later), "takeover").await;
+    let fresh = must_acquire(store, request(&key, later), "takeover").await;
     let err = store
         .complete(&key, &stale, later + TTL, Effects::none())
         .await
@@ -177,9 +184,9 @@ pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
 pub async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
     let key = prefix("fence-release");
     let now = base_time();
-    let stale = acquire(store, request(&key, now), "first claim").await;
+    let stale = must_acquire(store, request(&key, now), "first claim").await;
     let later = now + LEASE + Duration::from_secs(1);
-    let fresh = acquire(store, request(&key, later), "takeover").await;
+    let fresh = must_acquire(store, request(&key, later), "takeover").await;
     let err = store
         .release(&key, &stale)
         .await
@@ -209,9 +216,9 @@ pub async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
 pub async fn release_allows_reclaim<S: ClaimStore>(store: &S) {
     let key = prefix("release");
     let now = base_time();
-    let token = acquire(store, request(&key, now), "first claim").await;
+    let token = must_acquire(store, request(&key, now), "first claim").await;
     store.release(&key, &token).await.expect("owner releases");
-    acquire(store, request(&key, now), "claim after release").await;
+    must_acquire(store, request(&key, now), "claim after release").await;
     let err = store
         .release(&key, &token)
         .await
@@ -223,7 +230,7 @@ pub async fn release_allows_reclaim<S: ClaimStore>(store: &S) {
 pub async fn completion_is_idempotent_per_token<S: ClaimStore>(store: &S) {
     let key = prefix("complete-twice");
     let now = base_time();
-    let token = acquire(store, request(&key, now), "first claim").await;
+    let token = must_acquire(store, request(&key, now), "first claim").await;
     store
         .complete(&key, &token, now + TTL, Effects::none())
         .await
@@ -240,7 +247,7 @@ pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
     let now = base_time();
     let mut req = request(&key, now);
     req.fingerprint = Some("abc123");
-    let token = acquire(store, req, "first claim").await;
+    let token = must_acquire(store, req, "first claim").await;
     store
         .complete(&key, &token, now + TTL, Effects::none())
         .await
@@ -264,7 +271,7 @@ pub async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
         long_a.clone(),
         long_b.clone(),
     ] {
-        let token = acquire(store, request(&key, now), "odd key").await;
+        let token = must_acquire(store, request(&key, now), "odd key").await;
         store
             .complete(&key, &token, now + TTL, Effects::none())
             .await
@@ -314,7 +321,7 @@ pub async fn takeover_race<S: ClaimStore>(store: &S, keys: usize, claimers: usiz
     let later = now + LEASE + Duration::from_secs(1);
     for k in 0..keys {
         let key = format!("{p}#{k}");
-        acquire(store, request(&key, now), "initial claim").await;
+        must_acquire(store, request(&key, now), "initial claim").await;
     }
     let winners: Vec<usize> = stream::iter(0..keys)
         .map(|k| {
@@ -361,7 +368,7 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
         format!("{key}#again"),
     );
     let now = base_time();
-    let token = acquire(store, request(&key, now), "first claim").await;
+    let token = must_acquire(store, request(&key, now), "first claim").await;
 
     // A refused effect cancels everything: no effect, no completion.
     let err = store
@@ -392,7 +399,7 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
         .release(&key, &token)
         .await
         .expect("release after cancel");
-    let token = acquire(store, request(&key, now), "claim after release").await;
+    let token = must_acquire(store, request(&key, now), "claim after release").await;
     store
         .complete(&key, &token, now + TTL, vec![probe.write(&m_ok)].into())
         .await
@@ -419,9 +426,9 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
     // A stale token's effects are never applied.
     let key2 = format!("{key}#stale");
     let m_stale = format!("{key}#stale-effect");
-    let stale = acquire(store, request(&key2, now), "claim").await;
+    let stale = must_acquire(store, request(&key2, now), "claim").await;
     let later = now + LEASE + Duration::from_secs(1);
-    acquire(store, request(&key2, later), "takeover").await;
+    must_acquire(store, request(&key2, later), "takeover").await;
     let err = store
         .complete(
             &key2,

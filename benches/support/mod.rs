@@ -1,0 +1,39 @@
+//! What both benchmarks share: the baseline loop and the median.
+
+use std::time::{Duration, SystemTime};
+
+use sqs_claim::events::SqsEvent;
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects};
+
+/// The Powertools batch loop, the baseline: claim, handle, complete, one message after another
+/// (two store round trips per message, none overlapping). `handle` gets each body.
+pub async fn sequential_baseline<S: ClaimStore>(store: &S, ev: &SqsEvent, handle: impl Fn(&str)) {
+    for m in &ev.records {
+        let now = SystemTime::now();
+        let key = format!("seq#{}", m.message_id.as_deref().unwrap_or_default());
+        let req = ClaimRequest {
+            key: &key,
+            now,
+            lease_until: now + Duration::from_secs(60),
+            expires_at: now + Duration::from_secs(3600),
+            fingerprint: None,
+        };
+        if let Ok(Claim::Acquired(token)) = store.claim(req).await {
+            handle(m.body.as_deref().unwrap_or(""));
+            let _ = store
+                .complete(
+                    &key,
+                    &token,
+                    now + Duration::from_secs(3600),
+                    Effects::none(),
+                )
+                .await;
+        }
+    }
+}
+
+/// The median of some timings.
+pub fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
