@@ -69,6 +69,7 @@ pub mod key;
 pub mod message;
 pub mod outcome;
 pub mod processor;
+pub mod retry;
 #[cfg(feature = "sqs")]
 pub mod publish;
 #[cfg(all(feature = "dynamodb", feature = "sqlite"))]
@@ -79,7 +80,10 @@ pub use deadline::Clock;
 pub use error::{BoxError, Error, ErrorKind};
 pub use key::{KeySource, MissingKey};
 pub use message::Message;
-pub use outcome::{BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome};
+pub use outcome::{
+    BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
+};
+pub use retry::RetryPolicy;
 pub use processor::{
     Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
 };

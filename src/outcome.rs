@@ -31,6 +31,54 @@ pub enum Outcome {
     /// The message was not started (deadline, or an earlier failure in its FIFO group or
     /// batch) and is reported for redelivery.
     NotStarted(NotStarted),
+    /// The invocation's time budget ran out while this message was at `step`; it is reported
+    /// for redelivery. What that means for its claim depends on the step (see [`Step`]).
+    CutOff(Step),
+}
+
+/// Where a message was when the invocation's time budget ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Step {
+    /// Claiming: the claim may or may not have been written. If it was, it is held until its
+    /// lease (the invocation's deadline) lapses; nothing ran.
+    Claim,
+    /// The handler was running and was cancelled. It may have reached an external service (a
+    /// payment provider), so the claim is **kept** until its lease lapses: releasing it at
+    /// once would let a redelivery race a call still in flight.
+    Handler,
+    /// Completing: the completion may or may not have committed (with the handler's effects).
+    /// The redelivery finds out: skipped as a duplicate if it did, run again if it did not.
+    Completion,
+}
+
+impl Step {
+    /// A short stable name: `claim`, `handler`, `completion`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Claim => "claim",
+            Step::Handler => "handler",
+            Step::Completion => "completion",
+        }
+    }
+
+    fn explain(self) -> &'static str {
+        match self {
+            Step::Claim => {
+                "time budget ran out while claiming; nothing ran (a claim that landed lapses with \
+                 its lease)"
+            }
+            Step::Handler => {
+                "time budget ran out during the handler call; the claim is kept until its lease \
+                 lapses, so a redelivery cannot race a call still in flight"
+            }
+            Step::Completion => {
+                "time budget ran out while completing: the completion may or may not have \
+                 committed (the redelivery finds out: skipped as a duplicate if it did, run again \
+                 if it did not)"
+            }
+        }
+    }
 }
 
 impl Outcome {
@@ -48,6 +96,7 @@ impl Outcome {
             Outcome::HeldElsewhere { .. } => "held_elsewhere",
             Outcome::Failed(_) => "failed",
             Outcome::NotStarted(_) => "not_started",
+            Outcome::CutOff(_) => "cut_off",
         }
     }
 
@@ -58,6 +107,7 @@ impl Outcome {
             Outcome::HeldElsewhere { .. } => Some("another worker holds a live claim".into()),
             Outcome::Failed(f) => Some(format!("{}: {}", f.kind.as_str(), f.message)),
             Outcome::NotStarted(r) => Some(r.as_str().into()),
+            Outcome::CutOff(step) => Some(format!("{}: {}", step.as_str(), step.explain())),
         }
     }
 }
@@ -101,6 +151,9 @@ pub enum FailureKind {
     /// The claim was taken over by another worker before the completion, and the handler's
     /// effects were therefore not committed.
     LostClaim,
+    /// The handler ran longer than the processor's `handler_timeout` and was cancelled. Like a
+    /// handler cut off by the deadline, its claim is kept until its lease lapses.
+    HandlerTimeout,
 }
 
 impl FailureKind {
@@ -115,6 +168,7 @@ impl FailureKind {
             FailureKind::StoreRejected => "store_rejected",
             FailureKind::EffectRejected => "effect_rejected",
             FailureKind::LostClaim => "lost_claim",
+            FailureKind::HandlerTimeout => "handler_timeout",
         }
     }
 }
@@ -182,6 +236,8 @@ pub struct Counts {
     pub failed: usize,
     /// Reported for retry: not started.
     pub not_started: usize,
+    /// Reported for retry: cut off by the invocation's time budget.
+    pub cut_off: usize,
 }
 
 /// The outcome of every message of a batch, in batch order.
@@ -210,6 +266,7 @@ impl BatchReport {
                 Outcome::HeldElsewhere { .. } => c.held_elsewhere += 1,
                 Outcome::Failed(_) => c.failed += 1,
                 Outcome::NotStarted(_) => c.not_started += 1,
+                Outcome::CutOff(_) => c.cut_off += 1,
             }
         }
         c

@@ -89,6 +89,8 @@ pub struct Config {
     lease: Duration,
     ttl: Duration,
     deadline_margin: Duration,
+    answer_reserve: Duration,
+    handler_timeout: Option<Duration>,
     on_store_unavailable: StoreUnavailable,
     fifo: FifoMode,
     completion_retries: u32,
@@ -107,6 +109,8 @@ impl Default for Config {
             lease: Duration::from_secs(300),
             ttl: Duration::from_secs(24 * 3600),
             deadline_margin: Duration::from_secs(2),
+            answer_reserve: Duration::from_millis(250),
+            handler_timeout: None,
             on_store_unavailable: StoreUnavailable::FailClosed,
             fifo: FifoMode::PerGroup,
             completion_retries: 3,
@@ -179,6 +183,24 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// above your slowest handler's duration so a started message can finish.
     pub fn deadline_margin(mut self, margin: Duration) -> Self {
         self.config.deadline_margin = margin;
+        self
+    }
+
+    /// How long before the deadline every step still in flight is cut off, so the answer can
+    /// be sent in time. Default: 250 ms. Every step (claim, handler, completion and its
+    /// retries, release) races `deadline - answer_reserve`; a message cut off is reported
+    /// [`Outcome::CutOff`](crate::Outcome::CutOff).
+    pub fn answer_reserve(mut self, reserve: Duration) -> Self {
+        self.config.answer_reserve = reserve;
+        self
+    }
+
+    /// The longest one handler call may take. Default: none (the invocation's time budget
+    /// still bounds it). A handler that runs longer is cancelled and its message fails with
+    /// [`FailureKind::HandlerTimeout`](crate::FailureKind::HandlerTimeout); its claim is kept
+    /// until its lease lapses, as the call may have reached an external service.
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handler_timeout = Some(timeout);
         self
     }
 
@@ -846,6 +868,9 @@ fn log_outcome(slot: &Slot, outcome: &Outcome) {
         }
         Outcome::NotStarted(r) => {
             info!(message_id = %slot.id, key, outcome = "not_started", reason = r.as_str(), "message not started")
+        }
+        Outcome::CutOff(step) => {
+            warn!(message_id = %slot.id, key, outcome = "cut_off", step = step.as_str(), "message cut off by the time budget")
         }
     }
 }

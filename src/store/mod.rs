@@ -260,6 +260,13 @@ pub trait ClaimStore: Send + Sync + 'static {
         key: &str,
         token: &ClaimToken,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Whether this store's client already retries transient errors by itself (the AWS SDK
+    /// does, with its `RetryConfig`). The processor then adds no retries of its own on top:
+    /// stacked retry loops multiply. Default: `false`.
+    fn retries_internally(&self) -> bool {
+        false
+    }
 }
 
 /// The effect type of stores that cannot commit effects atomically: it has no values, so a
