@@ -2,10 +2,21 @@
 //!
 //! Lambda gives each invocation a deadline (epoch milliseconds). A claim's lease lasts until
 //! that deadline: if the function is killed there, the lease lapses at the moment the work was
-//! certainly abandoned, and a redelivery can take the message over. The processor also stops
-//! *starting* messages a safety margin before the deadline and reports the unstarted ones as
-//! failures, so the invocation returns a partial batch response instead of timing out (a timeout
-//! would redeliver the whole batch, including what already succeeded).
+//! certainly abandoned, and a redelivery can take the message over.
+//!
+//! Two instants before the deadline bound the work, so the invocation always returns a partial
+//! batch response instead of timing out (a timeout would redeliver the whole batch, including
+//! what already succeeded, and leave every claim in flight held until its lease lapses):
+//!
+//! ```text
+//!  start ─────────────── cut-off ─────────── hard stop ──── deadline
+//!                        (deadline − margin)  (deadline − answer reserve)
+//!   messages start        nothing new starts   every step still in flight is cut off,
+//!                                              the answer is sent
+//! ```
+//!
+//! [`Budget::bounded`] races a step against the hard stop; the processor runs every step through
+//! it (claim, handler, completion with its retries, release).
 
 use std::time::{Duration, SystemTime};
 
@@ -81,9 +92,16 @@ pub(crate) struct Budget {
     deadline: Option<SystemTime>,
     /// No message starts at or after this time.
     cutoff: Option<SystemTime>,
+    /// Every step still in flight is cut off at this instant (tokio's clock, so paused-time
+    /// tests drive it), leaving the answer reserve to send the response.
+    hard_stop: Option<tokio::time::Instant>,
     /// Lease used when there is no deadline.
     lease: Duration,
 }
+
+/// A step raced against the budget did not finish before the hard stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutOfTime;
 
 impl Budget {
     /// `deadline_ms` is `Context::deadline`: epoch milliseconds, 0 meaning "no deadline" (as in
@@ -93,7 +111,16 @@ impl Budget {
     /// A value below [`EPOCH_DEADLINE_FLOOR_MS`] (before 2001) cannot be the epoch deadline of a
     /// real invocation: local emulators send a relative budget there (`cargo lambda watch`
     /// sends `600000`), so it is read as milliseconds from now.
-    pub(crate) fn new(clock: Clock, deadline_ms: u64, margin: Duration, lease: Duration) -> Self {
+    ///
+    /// `reserve` is kept back from the deadline to send the answer: the hard stop is
+    /// `deadline - reserve`.
+    pub(crate) fn new(
+        clock: Clock,
+        deadline_ms: u64,
+        margin: Duration,
+        reserve: Duration,
+        lease: Duration,
+    ) -> Self {
         let deadline = match deadline_ms {
             0 => None,
             ms if ms < EPOCH_DEADLINE_FLOOR_MS => {
@@ -106,11 +133,38 @@ impl Budget {
             ms => Some(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
         };
         let cutoff = deadline.map(|d| d.checked_sub(margin).unwrap_or(SystemTime::UNIX_EPOCH));
+        // The wall-clock deadline, turned once into an instant of tokio's monotonic clock: a
+        // wall clock stepped back or forth mid-invocation must not move the hard stop.
+        let now = clock.now();
+        let hard_stop = deadline.map(|d| {
+            let left = d.duration_since(now).unwrap_or(Duration::ZERO);
+            tokio::time::Instant::now() + left.saturating_sub(reserve)
+        });
         Budget {
             clock,
             deadline,
             cutoff,
+            hard_stop,
             lease,
+        }
+    }
+
+    /// The instant every step still in flight is cut off (`None`: no deadline).
+    pub(crate) fn hard_stop(&self) -> Option<tokio::time::Instant> {
+        self.hard_stop
+    }
+
+    /// Runs `step` until it finishes or the hard stop comes, whichever is first. A step cut off
+    /// is dropped (cancelled) where it stands.
+    pub(crate) async fn bounded<F: std::future::Future>(
+        &self,
+        step: F,
+    ) -> Result<F::Output, OutOfTime> {
+        match self.hard_stop {
+            None => Ok(step.await),
+            Some(at) => tokio::time::timeout_at(at, step)
+                .await
+                .map_err(|_| OutOfTime),
         }
     }
 
@@ -139,6 +193,7 @@ mod tests {
             Clock::system(),
             0,
             Duration::from_secs(2),
+            Duration::ZERO,
             Duration::from_secs(60),
         );
         assert!(b.may_start());
@@ -153,6 +208,7 @@ mod tests {
             Clock::system(),
             1,
             Duration::from_secs(2),
+            Duration::ZERO,
             Duration::from_secs(60),
         );
         assert!(!b.may_start());
@@ -164,6 +220,7 @@ mod tests {
         let b = Budget::new(
             Clock::system(),
             past,
+            Duration::ZERO,
             Duration::ZERO,
             Duration::from_secs(60),
         );
@@ -177,6 +234,7 @@ mod tests {
             Clock::system(),
             600_000,
             Duration::from_secs(2),
+            Duration::ZERO,
             Duration::ZERO,
         );
         assert!(b.may_start());
@@ -193,6 +251,7 @@ mod tests {
             clock,
             now + 10_000,
             Duration::from_secs(2),
+            Duration::ZERO,
             Duration::from_secs(60),
         );
         assert!(b.may_start());
@@ -200,5 +259,36 @@ mod tests {
         assert!(b.may_start());
         tokio::time::advance(Duration::from_millis(2)).await;
         assert!(!b.may_start());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bounded_cuts_a_step_off_at_deadline_minus_reserve() {
+        let clock = Clock::tokio();
+        let now = crate::store::epoch_millis(clock.now()) as u64;
+        let b = Budget::new(
+            clock,
+            now + 1_000,
+            Duration::from_millis(500),
+            Duration::from_millis(200),
+            Duration::from_secs(60),
+        );
+        let start = tokio::time::Instant::now();
+        let r = b.bounded(std::future::pending::<()>()).await;
+        assert_eq!(r, Err(OutOfTime));
+        assert_eq!(start.elapsed(), Duration::from_millis(800));
+        assert_eq!(b.bounded(async { 7 }).await, Ok(7), "a ready step is not cut off");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_deadline_means_no_hard_stop() {
+        let b = Budget::new(
+            Clock::tokio(),
+            0,
+            Duration::from_secs(2),
+            Duration::from_millis(250),
+            Duration::from_secs(60),
+        );
+        assert!(b.hard_stop().is_none());
+        assert_eq!(b.bounded(async { 1 }).await, Ok(1));
     }
 }

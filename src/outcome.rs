@@ -236,8 +236,14 @@ pub struct Counts {
     pub failed: usize,
     /// Reported for retry: not started.
     pub not_started: usize,
-    /// Reported for retry: cut off by the invocation's time budget.
+    /// Reported for retry: cut off by the invocation's time budget. Serialized only when not
+    /// zero, so reports of batches that finished in time keep the shape scripts already read.
+    #[serde(skip_serializing_if = "is_zero")]
     pub cut_off: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// The outcome of every message of a batch, in batch order.

@@ -1,0 +1,260 @@
+//! The processor's policies and settings, and the builder that sets them.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::{Inner, Processor};
+use crate::deadline::Clock;
+use crate::key::{KeySource, MissingKey};
+use crate::outcome::{Failure, FailureKind, Outcome};
+use crate::retry::RetryPolicy;
+
+/// What to do when the store cannot be reached to claim a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StoreUnavailable {
+    /// Report the message as failed without running the handler (the default): nothing runs
+    /// unclaimed, and SQS redelivers after the visibility timeout.
+    #[default]
+    FailClosed,
+    /// Run the handler without a claim. Availability over safety: during the outage, a
+    /// redelivered message runs again. Handlers that return effects still fail, as their
+    /// effects cannot be committed without the store.
+    FailOpen,
+}
+
+/// What to do when a key was completed before with a different payload fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PayloadCheck {
+    /// Do not fingerprint payloads.
+    Off,
+    /// Log a warning and skip the message as a duplicate.
+    Warn,
+    /// Report the message as failed (the default): it is retried, then reaches the DLQ, where a
+    /// person can look at the conflicting payload. Same key, other body is a producer bug, and
+    /// skipping it silently could drop a payment.
+    #[default]
+    Fail,
+}
+
+impl PayloadCheck {
+    /// The one place the policy is applied: a message whose key was already done (by a stored
+    /// record, or by an earlier copy in this batch) is a duplicate, unless its payload differs
+    /// and the policy says fail. `against` names what it was compared with, for the failure and
+    /// the log line.
+    pub(crate) fn judge(self, differs: bool, message_id: &str, against: &str) -> Outcome {
+        if !differs {
+            return Outcome::Duplicate;
+        }
+        let why = format!("same key as {against}, with a different payload");
+        if self == PayloadCheck::Fail {
+            return Outcome::Failed(Failure::new(FailureKind::PayloadMismatch, why));
+        }
+        warn!(message_id, "{why}; skipped as a duplicate");
+        Outcome::Duplicate
+    }
+}
+
+/// How a FIFO batch reacts to a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FifoMode {
+    /// After a failure, the rest of that message group is not started; other groups go on
+    /// (the default).
+    #[default]
+    PerGroup,
+    /// The batch runs one message at a time, in order; after the first failure nothing else
+    /// starts (what AWS documents as the safe default).
+    WholeBatch,
+}
+
+/// Processor settings. Every field has a documented default; see [`ProcessorBuilder`].
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub(super) key: KeySource,
+    pub(super) namespace: Option<String>,
+    pub(super) missing_key: MissingKey,
+    pub(super) payload_check: PayloadCheck,
+    pub(super) concurrency: usize,
+    pub(super) lease: Duration,
+    pub(super) ttl: Duration,
+    pub(super) deadline_margin: Duration,
+    pub(super) answer_reserve: Duration,
+    pub(super) handler_timeout: Option<Duration>,
+    pub(super) on_store_unavailable: StoreUnavailable,
+    pub(super) fifo: FifoMode,
+    pub(super) completion_retry: RetryPolicy,
+    pub(super) clock: Clock,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            key: KeySource::MessageId,
+            namespace: None,
+            missing_key: MissingKey::Fail,
+            payload_check: PayloadCheck::Fail,
+            concurrency: 10,
+            lease: Duration::from_secs(300),
+            ttl: Duration::from_secs(24 * 3600),
+            deadline_margin: Duration::from_secs(2),
+            answer_reserve: Duration::from_millis(250),
+            handler_timeout: None,
+            on_store_unavailable: StoreUnavailable::FailClosed,
+            fifo: FifoMode::PerGroup,
+            completion_retry: RetryPolicy::default(),
+            clock: Clock::system(),
+        }
+    }
+}
+
+/// Builds a [`Processor`]. Every setting has a default; call only what you change.
+pub struct ProcessorBuilder<S, H> {
+    pub(super) store: S,
+    pub(super) handler: H,
+    pub(super) config: Config,
+}
+
+impl<S, H> fmt::Debug for ProcessorBuilder<S, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProcessorBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, H> ProcessorBuilder<S, H> {
+    /// Where the idempotency key comes from. Default: [`KeySource::MessageId`].
+    pub fn key(mut self, key: KeySource) -> Self {
+        self.config.key = key;
+        self
+    }
+
+    /// The key namespace (`namespace#key`). Default: the `AWS_LAMBDA_FUNCTION_NAME`
+    /// environment variable, else the function name in the invocation context, else
+    /// `sqs-claim`. Set it explicitly for payments: renaming a function must not reset
+    /// deduplication, and two consumers of one table must use different namespaces.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.config.namespace = Some(namespace.into());
+        self
+    }
+
+    /// What to do with a message that lacks the key. Default: [`MissingKey::Fail`].
+    pub fn missing_key(mut self, policy: MissingKey) -> Self {
+        self.config.missing_key = policy;
+        self
+    }
+
+    /// Payload fingerprint check. Default: [`PayloadCheck::Fail`].
+    pub fn payload_check(mut self, check: PayloadCheck) -> Self {
+        self.config.payload_check = check;
+        self
+    }
+
+    /// How many messages of a standard-queue batch run at once. Default: 10. Values below 1
+    /// are treated as 1.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n.max(1);
+        self
+    }
+
+    /// How long a claim is leased when the invocation has no deadline (`Context::deadline` is
+    /// 0, as outside Lambda). Inside Lambda, the lease is the invocation's deadline. Default:
+    /// 5 minutes. Values above 100 years are treated as 100 years.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
+        self
+    }
+
+    /// How long a completed key is remembered (the TTL). Default: 24 hours. Keep it longer
+    /// than the queue's redelivery window: visibility timeout × `maxReceiveCount`, and longer
+    /// still if producers can resend hours later. Values above 100 years are treated as 100
+    /// years.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// No message starts later than this before the deadline. Default: 2 seconds. Set it
+    /// above your slowest handler's duration so a started message can finish.
+    pub fn deadline_margin(mut self, margin: Duration) -> Self {
+        self.config.deadline_margin = margin;
+        self
+    }
+
+    /// How long before the deadline every step still in flight is cut off, so the answer can
+    /// be sent in time. Default: 250 ms. Every step (claim, handler, completion and its
+    /// retries, release) races `deadline - answer_reserve`; a message cut off is reported
+    /// [`Outcome::CutOff`] with the step it was at.
+    pub fn answer_reserve(mut self, reserve: Duration) -> Self {
+        self.config.answer_reserve = reserve;
+        self
+    }
+
+    /// The longest one handler call may take. Default: none (the invocation's time budget
+    /// still bounds it). A handler that runs longer is cancelled and its message fails with
+    /// [`FailureKind::HandlerTimeout`]; its claim is kept until its lease lapses, as the call
+    /// may have reached an external service. (A `tower::timeout::TimeoutLayer` around the
+    /// handler also works, but its error is an ordinary handler error, which releases the
+    /// claim at once.)
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handler_timeout = Some(timeout);
+        self
+    }
+
+    /// What to do when the store is unreachable at claim time. Default:
+    /// [`StoreUnavailable::FailClosed`].
+    pub fn on_store_unavailable(mut self, policy: StoreUnavailable) -> Self {
+        self.config.on_store_unavailable = policy;
+        self
+    }
+
+    /// FIFO failure mode. Default: [`FifoMode::PerGroup`].
+    pub fn fifo(mut self, mode: FifoMode) -> Self {
+        self.config.fifo = mode;
+        self
+    }
+
+    /// Retries of a completion that failed with a transient error, and the first backoff
+    /// (doubled each time, with jitter, capped at 2 s). Default: 3 retries from 50 ms.
+    /// Shorthand for [`completion_retry`](Self::completion_retry).
+    pub fn completion_retries(self, retries: u32, backoff: Duration) -> Self {
+        self.completion_retry(RetryPolicy::new(retries, backoff))
+    }
+
+    /// The retry policy of a completion that failed with a transient error. Default:
+    /// [`RetryPolicy::default`]. Not used for stores whose client retries by itself
+    /// ([`ClaimStore::retries_internally`](crate::ClaimStore::retries_internally): the AWS
+    /// SDK's own retry configuration applies there), and never past the time budget.
+    pub fn completion_retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.completion_retry = policy;
+        self
+    }
+
+    /// The clock. Default: [`Clock::system`]. Tests use [`Clock::tokio`] with paused time.
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.config.clock = clock;
+        self
+    }
+
+    /// Finishes the processor.
+    pub fn build(self) -> Processor<S, H> {
+        let mut config = self.config;
+        if config.namespace.is_none() {
+            config.namespace = std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+                .ok()
+                .filter(|s| !s.is_empty());
+        }
+        Processor {
+            inner: Arc::new(Inner {
+                store: self.store,
+                handler: self.handler,
+                config,
+            }),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The batch engine: an SQS event in, a partial batch response out.
+//!
+//! ```text
+//! event ──► plan (plan.rs) ──► run (run.rs) ──► outcome per message ──► response (outcome.rs)
+//!            records → owned items:   standard: bounded concurrency, batch order kept
+//!            key, fingerprint,        FIFO: one lane per message group, in order
+//!            FIFO lanes, leader/copy  each message: claim ─► handler ─► complete / release,
+//!                                     every step raced against the time budget (deadline.rs)
+//! ```
+//!
+//! | file | what it holds |
+//! |------|---------------|
+//! | `mod.rs` | [`Processor`]: `process` and the `tower::Service` the Lambda runtime calls |
+//! | `config.rs` | the policies ([`StoreUnavailable`], [`PayloadCheck`], [`FifoMode`]) and [`ProcessorBuilder`] |
+//! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
+//! | `run.rs` | the standard and FIFO schedulers, and the steps of one message under the budget |
+//!
+//! Where a duplicate is detected: when the claim finds the key completed (`run.rs`,
+//! `Claim::Completed`), or, for copies inside one batch, at planning (`plan.rs`: a later copy
+//! follows the first copy's outcome). Where the deadline cuts work off: `deadline.rs`
+//! ([`Budget::bounded`](crate::deadline)), called for every step in `run.rs`.
+
+mod config;
+mod plan;
+mod run;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::LambdaEvent;
+use tower::Service;
+use tracing::info;
+
+pub use config::{Config, FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
+
+use crate::deadline::Budget;
+use crate::message::Message;
+use crate::outcome::BatchReport;
+use crate::store::{ClaimStore, Effects};
+use crate::{BoxError, Error};
+use plan::Plan;
+
+struct Inner<S, H> {
+    store: S,
+    handler: H,
+    config: Config,
+}
+
+/// The SQS batch processor. Cheap to clone (an `Arc` inside).
+///
+/// Use it as the Lambda handler (`lambda_runtime::run(processor)`: it is a
+/// `tower::Service<LambdaEvent<SqsEvent>>` answering an `SqsBatchResponse`), or call
+/// [`Processor::process`] from your own handler.
+pub struct Processor<S, H> {
+    inner: Arc<Inner<S, H>>,
+}
+
+impl<S, H> Clone for Processor<S, H> {
+    fn clone(&self) -> Self {
+        Processor {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S, H> std::fmt::Debug for Processor<S, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processor")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, H> Processor<S, H>
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+{
+    /// A processor with every default.
+    pub fn new(store: S, handler: H) -> Self {
+        Self::builder(store, handler).build()
+    }
+
+    /// A builder, to change defaults.
+    pub fn builder(store: S, handler: H) -> ProcessorBuilder<S, H> {
+        ProcessorBuilder {
+            store,
+            handler,
+            config: Config::default(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    /// Processes one invocation's batch and reports every message's outcome.
+    ///
+    /// With a deadline in the context, it returns by `deadline - answer_reserve` whatever
+    /// hangs: every step still in flight then is cut off ([`Outcome::CutOff`](crate::Outcome::CutOff)).
+    ///
+    /// Fails as a whole (so Lambda redelivers the whole batch) only if a record has no message
+    /// id: it could not be named in a partial batch response, and an empty identifier would
+    /// fail the batch anyway, less clearly.
+    pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> Result<BatchReport, Error> {
+        let (payload, context) = event.into_parts();
+        let config = &self.inner.config;
+        let namespace = config
+            .namespace
+            .clone()
+            .or_else(|| Some(context.env_config.function_name.clone()).filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| "sqs-claim".to_owned());
+        let budget = Budget::new(
+            config.clock.clone(),
+            context.deadline,
+            config.deadline_margin,
+            config.answer_reserve,
+            config.lease,
+        );
+        let plan = Plan::new(payload.records, config, &namespace)?;
+        let fifo = plan.lanes.is_some();
+        let report = BatchReport::new(self.inner.run(plan, &budget).await);
+        let c = report.counts();
+        info!(
+            records = report.items().len(),
+            fifo,
+            processed = c.processed,
+            duplicate = c.duplicate,
+            held_elsewhere = c.held_elsewhere,
+            failed = c.failed,
+            not_started = c.not_started,
+            cut_off = c.cut_off,
+            "batch done"
+        );
+        Ok(report)
+    }
+}
+
+impl<S, H> Service<LambdaEvent<SqsEvent>> for Processor<S, H>
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+{
+    type Response = SqsBatchResponse;
+    type Error = lambda_runtime::Error;
+    type Future =
+        Pin<Box<dyn Future<Output = Result<SqsBatchResponse, lambda_runtime::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let report = this.process(event).await?;
+            Ok(report.response())
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! Planning: the batch's records become owned items, each with what to do, before anything runs.
+//!
+//! Everything that can be decided from the event alone is decided here: the key, the payload
+//! fingerprint, whether a record is FIFO, which records are later copies of a key that appears
+//! earlier in the batch (they wait for that leader instead of claiming), and which fail at once
+//! (no key). The run step then only executes the plan: it never has to ask whether a message
+//! is still there or whether a leader exists, because those states cannot be written.
+
+use std::collections::HashMap;
+
+use aws_lambda_events::sqs::SqsMessage;
+use tracing::warn;
+
+use super::config::{Config, FifoMode, PayloadCheck};
+use crate::key::{self, MissingKey};
+use crate::message::Message;
+use crate::outcome::{Failure, FailureKind};
+use crate::{Error, ErrorKind};
+
+/// What the report needs of an item, kept while its action runs.
+#[derive(Debug)]
+pub(super) struct Meta {
+    /// The SQS message id (never empty: the plan refuses a batch otherwise).
+    pub(super) id: String,
+    /// The namespaced idempotency key, if the message has one.
+    pub(super) key: Option<String>,
+}
+
+/// What to do with one record.
+#[derive(Debug)]
+pub(super) enum Action {
+    /// Its own work.
+    Do(Work),
+    /// A later copy of a key that an earlier record of this batch (the leader) carries: its
+    /// outcome follows the leader's, and it never claims.
+    Follow {
+        /// The leader's index in the batch (always lower than this item's).
+        leader: usize,
+        /// The leader as reports and logs name it: `ID (#index)`.
+        leader_name: String,
+        /// Whether this copy's body differs from the leader's (same key, other payload).
+        payload_differs: bool,
+    },
+}
+
+/// The work of a record that is not a later copy.
+#[derive(Debug)]
+pub(super) enum Work {
+    /// Claim the key, run the handler, then complete or release.
+    Claim {
+        message: Message,
+        key: String,
+        fingerprint: Option<String>,
+    },
+    /// Run the handler without a claim (no key, and [`MissingKey::ProcessWithoutDedup`]).
+    Unclaimed { message: Message },
+    /// Fail at once, without running anything.
+    Fail(Failure),
+}
+
+/// The batch, planned.
+#[derive(Debug)]
+pub(super) struct Plan {
+    pub(super) metas: Vec<Meta>,
+    pub(super) actions: Vec<Action>,
+    /// FIFO: the lanes, each a list of indexes in batch order. `None` for a standard queue.
+    pub(super) lanes: Option<Vec<Vec<usize>>>,
+}
+
+impl Plan {
+    /// Plans `records`. Fails only if a record has no message id: it could not be named in a
+    /// partial batch response, and an empty identifier would fail the batch anyway, less
+    /// clearly.
+    pub(super) fn new(
+        records: Vec<SqsMessage>,
+        config: &Config,
+        namespace: &str,
+    ) -> Result<Plan, Error> {
+        for (i, r) in records.iter().enumerate() {
+            if r.message_id.as_deref().is_none_or(str::is_empty) {
+                return Err(Error::new(
+                    ErrorKind::InvalidEvent,
+                    format!(
+                        "record #{i} of the batch has no messageId: it cannot be reported as a \
+                         failure, so the whole invocation fails and Lambda redelivers the batch"
+                    ),
+                ));
+            }
+        }
+        let lanes = is_fifo(&records).then(|| lanes(&records, config.fifo));
+
+        // First copy of each key: its index, its fingerprint, and its name for reports.
+        let mut leaders: HashMap<String, (usize, Option<String>, String)> = HashMap::new();
+        let mut metas = Vec::with_capacity(records.len());
+        let mut actions = Vec::with_capacity(records.len());
+        for (i, record) in records.into_iter().enumerate() {
+            let id = record.message_id.clone().unwrap_or_default();
+            let (key, action) = match config.key.extract(&record) {
+                Ok(Some(raw)) => {
+                    let key = key::namespaced(namespace, &raw);
+                    let fingerprint = (config.payload_check != PayloadCheck::Off)
+                        .then(|| key::sha256_hex(record.body.as_deref().unwrap_or("").as_bytes()));
+                    let action = match leaders.get(&key) {
+                        Some((leader, leader_fingerprint, leader_name)) => Action::Follow {
+                            leader: *leader,
+                            leader_name: leader_name.clone(),
+                            payload_differs: matches!(
+                                (&fingerprint, leader_fingerprint),
+                                (Some(ours), Some(theirs)) if ours != theirs
+                            ),
+                        },
+                        None => {
+                            let name = format!("{id} (#{i})");
+                            leaders.insert(key.clone(), (i, fingerprint.clone(), name));
+                            Action::Do(Work::Claim {
+                                message: Message::new(record, Some(key.clone())),
+                                key: key.clone(),
+                                fingerprint,
+                            })
+                        }
+                    };
+                    (Some(key), action)
+                }
+                Ok(None) => {
+                    let why = format!("message has no idempotency key ({})", config.key.describe());
+                    (None, no_key(record, &id, why, config.missing_key))
+                }
+                Err(e) => (
+                    None,
+                    no_key(record, &id, e.message().to_owned(), config.missing_key),
+                ),
+            };
+            metas.push(Meta { id, key });
+            actions.push(action);
+        }
+        Ok(Plan {
+            metas,
+            actions,
+            lanes,
+        })
+    }
+}
+
+fn no_key(record: SqsMessage, id: &str, why: String, policy: MissingKey) -> Action {
+    match policy {
+        MissingKey::Fail => Action::Do(Work::Fail(Failure::new(FailureKind::MissingKey, why))),
+        MissingKey::ProcessWithoutDedup => {
+            warn!(message_id = %id, reason = %why, "processing without deduplication");
+            Action::Do(Work::Unclaimed {
+                message: Message::new(record, None),
+            })
+        }
+    }
+}
+
+/// Whether the batch comes from a FIFO queue.
+fn is_fifo(records: &[SqsMessage]) -> bool {
+    let by_arn = records.iter().any(|r| {
+        r.event_source_arn
+            .as_deref()
+            .is_some_and(|a| a.ends_with(".fifo"))
+    });
+    if by_arn {
+        return true;
+    }
+    // Lambda always sends the ARN. Without one (a hand-made event), a `SequenceNumber`, which
+    // only FIFO queues assign, still marks the batch as FIFO: losing order silently is worse
+    // than keeping it needlessly. (`MessageGroupId` proves nothing: standard queues carry it
+    // too, for fair queues.)
+    let by_sequence = records.iter().all(|r| r.event_source_arn.is_none())
+        && records
+            .iter()
+            .any(|r| r.attributes.contains_key("SequenceNumber"));
+    if by_sequence {
+        warn!("batch without eventSourceARN carries SequenceNumber: processing it as FIFO");
+    }
+    by_sequence
+}
+
+/// FIFO lanes: one per message group (or one for the whole batch), in batch order.
+fn lanes(records: &[SqsMessage], mode: FifoMode) -> Vec<Vec<usize>> {
+    match mode {
+        FifoMode::WholeBatch => vec![(0..records.len()).collect()],
+        FifoMode::PerGroup => {
+            let mut lanes: Vec<Vec<usize>> = Vec::new();
+            let mut by_group: HashMap<Option<&str>, usize> = HashMap::new();
+            for (i, r) in records.iter().enumerate() {
+                let group = r.attributes.get("MessageGroupId").map(String::as_str);
+                let lane = *by_group.entry(group).or_insert_with(|| {
+                    lanes.push(Vec::new());
+                    lanes.len() - 1
+                });
+                lanes[lane].push(i);
+            }
+            lanes
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! Running a plan: the standard and the FIFO scheduler side by side, and every step of one
+//! message (claim, handler, complete or release) raced against the invocation's time budget.
+//!
+//! Each item of the plan becomes one future, built in batch order and shared
+//! ([`futures::future::Shared`]), so whatever depends on an item awaits the item itself:
+//!
+//! * a later copy of a key awaits its leader (which has a lower index, so it already exists);
+//! * in FIFO, an item first awaits the item before it in its lane, and does not start if that
+//!   one stopped the lane. A copy in another group can therefore drive its leader without ever
+//!   running it out of order: the leader still waits for its own lane.
+//!
+//! Standard queues run the item futures with bounded concurrency (`buffered`, which yields in
+//! batch order); a FIFO batch (at most 10 messages) polls all of them at once, the lanes keeping
+//! the order.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared, join_all};
+use futures::stream::{self, StreamExt};
+use tower::{Service, ServiceExt};
+use tracing::{error, warn};
+
+use super::Inner;
+use super::config::{FifoMode, StoreUnavailable};
+use super::plan::{Action, Meta, Plan, Work};
+use crate::deadline::{self, Budget, OutOfTime};
+use crate::message::Message;
+use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
+use crate::retry::RetryPolicy;
+use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use crate::{BoxError, Error, ErrorKind};
+
+/// An item's result, as the items that depend on it see it.
+#[derive(Debug, Clone)]
+struct Done {
+    outcome: Outcome,
+    /// FIFO: why the rest of the item's lane does not start, once something in it did not
+    /// succeed.
+    stops_lane: Option<NotStarted>,
+}
+
+type Item<'a> = Shared<BoxFuture<'a, Done>>;
+
+/// How a handler call ended.
+enum HandlerEnd<E> {
+    /// It returned: its effects, or why it failed (an error or a panic).
+    Returned(Result<Effects<E>, Failure>),
+    /// It ran longer than `handler_timeout` and was cancelled.
+    TimedOut(Duration),
+    /// The time budget ran out while it ran; it was cancelled.
+    OutOfTime,
+}
+
+impl<S, H> Inner<S, H>
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+{
+    /// Runs every item of `plan` and reports them in batch order.
+    pub(super) async fn run(&self, plan: Plan, budget: &Budget) -> Vec<ItemReport> {
+        let Plan {
+            metas,
+            actions,
+            lanes,
+        } = plan;
+        // FIFO: the item before each one in its lane.
+        let previous = lanes.as_ref().map(|lanes| {
+            let mut previous = vec![None; actions.len()];
+            for lane in lanes {
+                for pair in lane.windows(2) {
+                    previous[pair[1]] = Some(pair[0]);
+                }
+            }
+            previous
+        });
+        let skip_reason = match self.config.fifo {
+            FifoMode::WholeBatch => NotStarted::EarlierFailureInBatch,
+            FifoMode::PerGroup => NotStarted::EarlierFailureInGroup,
+        };
+
+        let mut items: Vec<Item<'_>> = Vec::with_capacity(actions.len());
+        for (i, action) in actions.into_iter().enumerate() {
+            let before = previous
+                .as_ref()
+                .and_then(|p| p[i])
+                .map(|p| items[p].clone());
+            let id = metas[i].id.as_str();
+            let outcome: BoxFuture<'_, Outcome> = match action {
+                Action::Do(work) => self.execute(work, id, budget).boxed(),
+                Action::Follow {
+                    leader,
+                    leader_name,
+                    payload_differs,
+                } => {
+                    let leader = items[leader].clone();
+                    let check = self.config.payload_check;
+                    async move {
+                        follow(leader.await.outcome, &leader_name, payload_differs, check, id)
+                    }
+                    .boxed()
+                }
+            };
+            let fifo = previous.is_some();
+            let item = async move {
+                if let Some(before) = before {
+                    if let Some(reason) = before.await.stops_lane {
+                        return Done {
+                            outcome: Outcome::NotStarted(reason),
+                            stops_lane: Some(reason),
+                        };
+                    }
+                }
+                let outcome = outcome.await;
+                let stops_lane = (fifo && !outcome.is_success()).then(|| match outcome {
+                    // Past the hard stop or the cut-off the rest of the lane would not start
+                    // either: say so, rather than blame an "earlier failure".
+                    Outcome::NotStarted(NotStarted::Deadline) | Outcome::CutOff(_) => {
+                        NotStarted::Deadline
+                    }
+                    _ => skip_reason,
+                });
+                Done {
+                    outcome,
+                    stops_lane,
+                }
+            };
+            items.push(item.boxed().shared());
+        }
+
+        let done: Vec<Done> = if lanes.is_some() {
+            join_all(items).await
+        } else {
+            stream::iter(items)
+                .buffered(self.config.concurrency)
+                .collect()
+                .await
+        };
+        metas
+            .into_iter()
+            .zip(done)
+            .map(|(meta, done)| {
+                log_outcome(&meta, &done.outcome);
+                ItemReport {
+                    message_id: meta.id,
+                    key: meta.key,
+                    outcome: done.outcome,
+                }
+            })
+            .collect()
+    }
+
+    /// One item's own work.
+    async fn execute(&self, work: Work, id: &str, budget: &Budget) -> Outcome {
+        match work {
+            Work::Fail(failure) => Outcome::Failed(failure),
+            Work::Unclaimed { message } => {
+                if !budget.may_start() {
+                    return Outcome::NotStarted(NotStarted::Deadline);
+                }
+                self.run_unclaimed(
+                    message,
+                    budget,
+                    FailureKind::MissingKey,
+                    "the message has no idempotency key and ran without deduplication \
+                     (MissingKey::ProcessWithoutDedup)",
+                )
+                .await
+            }
+            Work::Claim {
+                message,
+                key,
+                fingerprint,
+            } => {
+                self.run_claimed(message, id, &key, fingerprint.as_deref(), budget)
+                    .await
+            }
+        }
+    }
+
+    /// claim → handler → complete or release, each step under the budget.
+    async fn run_claimed(
+        &self,
+        message: Message,
+        id: &str,
+        key: &str,
+        fingerprint: Option<&str>,
+        budget: &Budget,
+    ) -> Outcome {
+        if !budget.may_start() {
+            return Outcome::NotStarted(NotStarted::Deadline);
+        }
+        let config = &self.config;
+        let now = budget.now();
+        let lease_until = budget.lease_until(now);
+        let request = ClaimRequest {
+            key,
+            now,
+            lease_until,
+            // An in-progress record must not expire before its lease lapses: an expired record
+            // counts as absent, and a second worker would run the handler alongside the first.
+            expires_at: deadline::after(now, config.ttl).max(lease_until),
+            fingerprint,
+        };
+        let Ok(claim) = budget.bounded(self.store.claim(request)).await else {
+            return Outcome::CutOff(Step::Claim);
+        };
+        let token = match claim {
+            Ok(Claim::Acquired(token)) => token,
+            Ok(Claim::Completed(record)) => {
+                let differs = matches!(
+                    (fingerprint, record.fingerprint.as_deref()),
+                    (Some(ours), Some(theirs)) if ours != theirs
+                );
+                return config
+                    .payload_check
+                    .judge(differs, id, "a completed record");
+            }
+            Ok(Claim::HeldElsewhere { lease_until }) => {
+                return Outcome::HeldElsewhere { lease_until };
+            }
+            Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
+                if config.on_store_unavailable == StoreUnavailable::FailOpen {
+                    warn!(message_id = %id, key, error = %e, "store unavailable: fail-open, running without a claim");
+                    return self
+                        .run_unclaimed(
+                            message,
+                            budget,
+                            FailureKind::StoreUnavailable,
+                            "the store was unavailable and the message ran without a claim \
+                             (StoreUnavailable::FailOpen)",
+                        )
+                        .await;
+                }
+                return Outcome::Failed(Failure::new(
+                    FailureKind::StoreUnavailable,
+                    format!("claim failed, nothing ran: {e}"),
+                ));
+            }
+            Err(e) => {
+                return Outcome::Failed(Failure::new(
+                    FailureKind::StoreRejected,
+                    format!("claim refused by the store, nothing ran: {e}"),
+                ));
+            }
+        };
+
+        match self.call_handler(message, budget).await {
+            HandlerEnd::Returned(Ok(effects)) => {
+                self.complete(id, key, &token, budget, effects).await
+            }
+            HandlerEnd::Returned(Err(failure)) => {
+                self.release(id, key, &token, budget).await;
+                Outcome::Failed(failure)
+            }
+            // The call may have reached an external service: the claim is kept (not released)
+            // until its lease lapses, so a redelivery cannot race a call still in flight.
+            HandlerEnd::TimedOut(after) => Outcome::Failed(handler_timed_out(after, true)),
+            HandlerEnd::OutOfTime => Outcome::CutOff(Step::Handler),
+        }
+    }
+
+    /// Runs the handler without a claim (missing key with `ProcessWithoutDedup`, or fail-open).
+    /// `kind` and `why` say which: a handler that returns effects fails, and the failure must
+    /// point at the real cause (a missing key is not a store outage).
+    async fn run_unclaimed(
+        &self,
+        message: Message,
+        budget: &Budget,
+        kind: FailureKind,
+        why: &str,
+    ) -> Outcome {
+        match self.call_handler(message, budget).await {
+            HandlerEnd::Returned(Ok(effects)) if effects.is_empty() => Outcome::Processed,
+            HandlerEnd::Returned(Ok(_)) => Outcome::Failed(Failure::new(
+                kind,
+                format!(
+                    "{why}, but the handler returned effects, which commit only with a claim's \
+                     completion: nothing was committed"
+                ),
+            )),
+            HandlerEnd::Returned(Err(failure)) => Outcome::Failed(failure),
+            HandlerEnd::TimedOut(after) => Outcome::Failed(handler_timed_out(after, false)),
+            HandlerEnd::OutOfTime => Outcome::CutOff(Step::Handler),
+        }
+    }
+
+    /// Calls the handler under the handler timeout and the budget, turning an error or a panic
+    /// into a [`Failure`].
+    async fn call_handler(&self, message: Message, budget: &Budget) -> HandlerEnd<S::Effect> {
+        let mut handler = self.handler.clone();
+        // The whole call, `ready` and the synchronous part of `call` included, is inside
+        // `catch_unwind`: a panicking handler fails its message, not the batch.
+        let run = AssertUnwindSafe(async move {
+            let ready = handler.ready().await.map_err(Into::into)?;
+            ready.call(message).await.map_err(Into::into)
+        })
+        .catch_unwind();
+        let timed = async {
+            match self.config.handler_timeout {
+                None => Ok(run.await),
+                Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
+            }
+        };
+        let returned = match budget.bounded(timed).await {
+            Err(OutOfTime) => return HandlerEnd::OutOfTime,
+            Ok(Err(limit)) => return HandlerEnd::TimedOut(limit),
+            Ok(Ok(returned)) => returned,
+        };
+        HandlerEnd::Returned(match returned {
+            Ok(Ok(response)) => Ok(response.into()),
+            Ok(Err(e)) => {
+                let e: BoxError = e;
+                Err(Failure::new(FailureKind::Handler, e.to_string()))
+            }
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".to_owned());
+                Err(Failure::new(
+                    FailureKind::Panic,
+                    format!("handler panicked: {what}"),
+                ))
+            }
+        })
+    }
+
+    /// Records the completion with the handler's effects, retrying transient errors under the
+    /// one retry policy, and all of it under the budget.
+    async fn complete(
+        &self,
+        id: &str,
+        key: &str,
+        token: &ClaimToken,
+        budget: &Budget,
+        effects: Effects<S::Effect>,
+    ) -> Outcome {
+        let has_effects = !effects.is_empty();
+        let expires_at = deadline::after(budget.now(), self.config.ttl);
+        // A client that retries by itself (the AWS SDK) gets no second loop on top.
+        let policy = if self.store.retries_internally() {
+            RetryPolicy::none()
+        } else {
+            self.config.completion_retry
+        };
+        let mut effects = Some(effects);
+        // A retry resends the same effects. A transient error can leave it unknown whether the
+        // attempt committed; the contract makes that safe: if it did, the retry finds the
+        // record completed by this token and succeeds without applying anything again; if it
+        // did not, the retry commits effects and completion together.
+        let attempt = |retry: u32| {
+            let send = if retry >= policy.max_retries() {
+                effects.take().unwrap_or_default()
+            } else {
+                effects
+                    .as_ref()
+                    .map(|e| Effects::from(e.as_slice().to_vec()))
+                    .unwrap_or_default()
+            };
+            self.store.complete(key, token, expires_at, send)
+        };
+        let retried = policy.retry(
+            budget.hard_stop(),
+            attempt,
+            Error::is_transient,
+            |retry, e| warn!(message_id = %id, key, retry, error = %e, "completion failed; retrying"),
+        );
+        match budget.bounded(retried).await {
+            Ok(Ok(())) => Outcome::Processed,
+            Ok(Err(e)) => {
+                self.completion_failed(id, key, token, budget, has_effects, e)
+                    .await
+            }
+            Err(OutOfTime) if has_effects => Outcome::CutOff(Step::Completion),
+            Err(OutOfTime) => {
+                // As for a completion that failed (below): the side effect already happened.
+                error!(
+                    message_id = %id, key,
+                    "handler succeeded but its completion was cut off by the time budget; \
+                     reporting success, a later redelivery of this key could run the handler \
+                     again"
+                );
+                Outcome::Processed
+            }
+        }
+    }
+
+    async fn completion_failed(
+        &self,
+        id: &str,
+        key: &str,
+        token: &ClaimToken,
+        budget: &Budget,
+        has_effects: bool,
+        e: Error,
+    ) -> Outcome {
+        if !has_effects {
+            // The handler's side effect already happened: reporting a failure would run it
+            // again on redelivery. Report success and shout; the claim stays in progress and
+            // its lease lapses at the deadline.
+            error!(
+                message_id = %id, key, error = %e,
+                "handler succeeded but its completion could not be recorded; reporting success, \
+                 a later redelivery of this key could run the handler again"
+            );
+            return Outcome::Processed;
+        }
+        let kind = match e.kind() {
+            ErrorKind::EffectRejected => FailureKind::EffectRejected,
+            ErrorKind::LostClaim => FailureKind::LostClaim,
+            ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
+            _ => FailureKind::StoreRejected,
+        };
+        if kind != FailureKind::LostClaim {
+            self.release(id, key, token, budget).await;
+        }
+        // A transient error (a timeout, a dropped connection) can hide a commit: do not tell
+        // the on-call engineer that nothing was written, or they may apply the effects by hand.
+        let what = if e.is_transient() {
+            "completion with effects could not be confirmed, it may or may not have committed \
+             (the redelivery finds out: skipped as a duplicate if it did, applied with the \
+             completion if it did not)"
+        } else {
+            "completion with effects failed, nothing was committed"
+        };
+        Outcome::Failed(Failure::new(kind, format!("{what}: {e}")))
+    }
+
+    async fn release(&self, id: &str, key: &str, token: &ClaimToken, budget: &Budget) {
+        // Not fatal either way: the message is reported failed, and an unreleased claim lapses
+        // with its lease, after which the redelivery takes it over.
+        match budget.bounded(self.store.release(key, token)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                warn!(message_id = %id, key, error = %e, "could not release the claim; it will lapse with its lease");
+            }
+            Err(OutOfTime) => {
+                warn!(message_id = %id, key, "release cut off by the time budget; the claim will lapse with its lease");
+            }
+        }
+    }
+}
+
+/// A later copy's outcome, from its leader's.
+fn follow(
+    leader: Outcome,
+    leader_name: &str,
+    payload_differs: bool,
+    check: super::config::PayloadCheck,
+    id: &str,
+) -> Outcome {
+    match leader {
+        Outcome::Processed | Outcome::Duplicate => check.judge(
+            payload_differs,
+            id,
+            &format!("message {leader_name} of this batch"),
+        ),
+        Outcome::Failed(f) => Outcome::Failed(Failure::new(
+            f.kind,
+            format!(
+                "same key as message {leader_name} of this batch, which failed: {}",
+                f.message
+            ),
+        )),
+        // The copy never started: the leader ran out of time.
+        Outcome::CutOff(_) => Outcome::NotStarted(NotStarted::Deadline),
+        other => other,
+    }
+}
+
+fn handler_timed_out(after: Duration, claimed: bool) -> Failure {
+    let claim = if claimed {
+        "; the claim is kept until its lease lapses, as the call may have reached an external \
+         service"
+    } else {
+        ""
+    };
+    Failure::new(
+        FailureKind::HandlerTimeout,
+        format!(
+            "handler ran longer than its timeout ({} ms) and was cancelled{claim}",
+            after.as_millis()
+        ),
+    )
+}
+
+fn log_outcome(meta: &Meta, outcome: &Outcome) {
+    let id = meta.id.as_str();
+    let key = meta.key.as_deref().unwrap_or("");
+    match outcome {
+        Outcome::Processed => tracing::debug!(message_id = %id, key, outcome = "processed"),
+        Outcome::Duplicate => {
+            tracing::info!(message_id = %id, key, outcome = "duplicate", "duplicate skipped")
+        }
+        Outcome::HeldElsewhere { .. } => {
+            tracing::info!(message_id = %id, key, outcome = "held_elsewhere", "claimed by another worker; will be retried")
+        }
+        Outcome::Failed(f) => {
+            warn!(message_id = %id, key, outcome = "failed", kind = f.kind.as_str(), reason = %f.message, "message failed")
+        }
+        Outcome::NotStarted(r) => {
+            tracing::info!(message_id = %id, key, outcome = "not_started", reason = r.as_str(), "message not started")
+        }
+        Outcome::CutOff(step) => {
+            warn!(message_id = %id, key, outcome = "cut_off", step = step.as_str(), "message cut off by the time budget; reported for retry")
+        }
+    }
+}
