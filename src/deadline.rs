@@ -276,7 +276,11 @@ mod tests {
         let r = b.bounded(std::future::pending::<()>()).await;
         assert_eq!(r, Err(OutOfTime));
         assert_eq!(start.elapsed(), Duration::from_millis(800));
-        assert_eq!(b.bounded(async { 7 }).await, Ok(7), "a ready step is not cut off");
+        assert_eq!(
+            b.bounded(async { 7 }).await,
+            Ok(7),
+            "a ready step is not cut off"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -34,12 +34,13 @@
 //!
 //! | step | module |
 //! |------|--------|
-//! | event in → records; FIFO detection; standard (bounded, by index) and FIFO (per group) paths | [`processor`] |
+//! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
 //! | record → idempotency key (`namespace#key`) | [`key`] |
-//! | lease and cut-off from the Lambda deadline | [`deadline`] |
-//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) (copies of one key inside a batch are matched earlier, in [`processor`]: the later copy waits for the first's outcome) | [`store`] (contract) and its adapters |
-//! | handler: a `tower::Service<Message>`; errors and panics caught per message | [`processor`], [`message`] |
-//! | complete (with the handler's atomic effects) or release, fenced by the owner token | [`store`] |
+//! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve) | [`deadline`] |
+//! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers; every step below raced against the hard stop | [`processor`] (`run.rs`) |
+//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`store`] (contract) and its adapters |
+//! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`processor`] (`run.rs`), [`message`] |
+//! | complete (with the handler's atomic effects, retried under one [`retry`] policy) or release, fenced by the owner token | [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | the reference payments consumer behind the `consumer` Lambda binary and the `sqs-claim` CLI | `reference` (features `dynamodb` + `sqlite`) |
@@ -69,11 +70,11 @@ pub mod key;
 pub mod message;
 pub mod outcome;
 pub mod processor;
-pub mod retry;
 #[cfg(feature = "sqs")]
 pub mod publish;
 #[cfg(all(feature = "dynamodb", feature = "sqlite"))]
 pub mod reference;
+pub mod retry;
 pub mod store;
 
 pub use deadline::Clock;
@@ -83,10 +84,10 @@ pub use message::Message;
 pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
-pub use retry::RetryPolicy;
 pub use processor::{
     Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
 };
+pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};
 
 #[cfg(feature = "dynamodb")]

@@ -129,10 +129,13 @@ where
     let start = tokio::time::Instant::now();
     let deadline = deadline_in(clock, DEADLINE);
     // Twice the deadline: a processor that does not cut work off fails here instead of hanging.
-    let report = tokio::time::timeout(2 * DEADLINE, p.process(event_with_deadline(batch, deadline)))
-        .await
-        .expect("the batch did not answer by its deadline")
-        .expect("batch accepted");
+    let report = tokio::time::timeout(
+        2 * DEADLINE,
+        p.process(event_with_deadline(batch, deadline)),
+    )
+    .await
+    .expect("the batch did not answer by its deadline")
+    .expect("batch accepted");
     (report, start.elapsed())
 }
 
@@ -140,8 +143,18 @@ fn processor(
     store: &Stalling,
     clock: &Clock,
     applied: &Arc<AtomicUsize>,
-) -> sqs_claim::ProcessorBuilder<Stalling, impl tower::Service<Message, Response = Effects<MemoryEffect>, Error = BoxError, Future: Send + 'static> + Clone + Send + Sync + 'static>
-{
+) -> sqs_claim::ProcessorBuilder<
+    Stalling,
+    impl tower::Service<
+        Message,
+        Response = Effects<MemoryEffect>,
+        Error = BoxError,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static,
+> {
     Processor::builder(store.clone(), handler(applied))
         .namespace("t")
         .clock(clock.clone())
@@ -165,7 +178,10 @@ async fn a_hung_handler_is_cut_off_and_keeps_its_claim() {
     let (report, took) = run(&p, &clock, &batch).await;
 
     answered_at_the_hard_stop(took);
-    assert_eq!(outcome_names(&report), ["processed", "cut_off", "processed"]);
+    assert_eq!(
+        outcome_names(&report),
+        ["processed", "cut_off", "processed"]
+    );
     assert_eq!(outcome_of(&report, "m2"), &Outcome::CutOff(Step::Handler));
     assert_eq!(failed_ids(&report.response()), ["m2"]);
     assert_eq!(report.counts().cut_off, 1);
@@ -223,7 +239,10 @@ async fn a_stalled_completion_with_effects_is_cut_off_and_reported() {
     let (report, took) = run(&p, &clock, &[rec("m1", "ok")]).await;
 
     answered_at_the_hard_stop(took);
-    assert_eq!(outcome_of(&report, "m1"), &Outcome::CutOff(Step::Completion));
+    assert_eq!(
+        outcome_of(&report, "m1"),
+        &Outcome::CutOff(Step::Completion)
+    );
     assert_eq!(failed_ids(&report.response()), ["m1"]);
     let detail = outcome_of(&report, "m1").detail().unwrap();
     assert!(detail.contains("may or may not have committed"), "{detail}");
@@ -283,8 +302,14 @@ async fn completion_retries_stop_before_the_budget_runs_out() {
         )
         .build();
     let (report, took) = run(&p, &clock, &[rec("m1", "ok")]).await;
-    assert!(took < DEADLINE - RESERVE, "gave up before the hard stop: {took:?}");
-    assert_eq!(failure_of(&report, "m1").kind, FailureKind::StoreUnavailable);
+    assert!(
+        took < DEADLINE - RESERVE,
+        "gave up before the hard stop: {took:?}"
+    );
+    assert_eq!(
+        failure_of(&report, "m1").kind,
+        FailureKind::StoreUnavailable
+    );
     let tries = store.completes.load(Ordering::SeqCst);
     assert!((2..1000).contains(&tries), "{tries} attempts");
 }
@@ -302,8 +327,15 @@ async fn no_retry_loop_on_top_of_a_client_that_retries_itself() {
         .completion_retries(5, Duration::from_millis(10))
         .build();
     let (report, _) = run(&p, &clock, &[rec("m1", "ok")]).await;
-    assert_eq!(failure_of(&report, "m1").kind, FailureKind::StoreUnavailable);
-    assert_eq!(store.completes.load(Ordering::SeqCst), 1, "one call: the client retries");
+    assert_eq!(
+        failure_of(&report, "m1").kind,
+        FailureKind::StoreUnavailable
+    );
+    assert_eq!(
+        store.completes.load(Ordering::SeqCst),
+        1,
+        "one call: the client retries"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -316,7 +348,11 @@ async fn the_handler_timeout_fails_one_message_and_keeps_its_claim() {
         .build();
     let (report, took) = run(&p, &clock, &[rec("m1", "HANG"), rec("m2", "ok")]).await;
 
-    assert_eq!(took, Duration::from_secs(1), "the timeout, not the deadline");
+    assert_eq!(
+        took,
+        Duration::from_secs(1),
+        "the timeout, not the deadline"
+    );
     assert_eq!(outcome_names(&report), ["failed", "processed"]);
     let f = failure_of(&report, "m1");
     assert_eq!(f.kind, FailureKind::HandlerTimeout);
@@ -342,7 +378,13 @@ async fn fifo_a_hung_group_stops_there_and_other_groups_finish() {
     answered_at_the_hard_stop(took);
     assert_eq!(
         outcome_names(&report),
-        ["processed", "cut_off", "processed", "not_started", "processed"]
+        [
+            "processed",
+            "cut_off",
+            "processed",
+            "not_started",
+            "processed"
+        ]
     );
     assert_eq!(
         outcome_of(&report, "a3"),
@@ -368,7 +410,10 @@ async fn a_copy_of_a_cut_off_key_is_not_started() {
     ];
     let (report, took) = run(&p, &clock, &batch).await;
     answered_at_the_hard_stop(took);
-    assert_eq!(outcome_names(&report), ["cut_off", "processed", "not_started"]);
+    assert_eq!(
+        outcome_names(&report),
+        ["cut_off", "processed", "not_started"]
+    );
     assert_eq!(failed_ids(&report.response()), ["m1", "m3"]);
 }
 

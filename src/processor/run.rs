@@ -100,7 +100,13 @@ where
                     let leader = items[leader].clone();
                     let check = self.config.payload_check;
                     async move {
-                        follow(leader.await.outcome, &leader_name, payload_differs, check, id)
+                        follow(
+                            leader.await.outcome,
+                            &leader_name,
+                            payload_differs,
+                            check,
+                            id,
+                        )
                     }
                     .boxed()
                 }
@@ -116,7 +122,7 @@ where
                     }
                 }
                 let outcome = outcome.await;
-                let stops_lane = (fifo && !outcome.is_success()).then(|| match outcome {
+                let stops_lane = (fifo && !outcome.is_success()).then_some(match outcome {
                     // Past the hard stop or the cut-off the rest of the lane would not start
                     // either: say so, rather than blame an "earlier failure".
                     Outcome::NotStarted(NotStarted::Deadline) | Outcome::CutOff(_) => {
