@@ -15,7 +15,7 @@
 //!                                              the answer is sent
 //! ```
 //!
-//! [`Budget::bounded`] races a step against the hard stop; the processor runs every step through
+//! `Budget::bounded` races a step against the hard stop; the processor runs every step through
 //! it (claim, handler, completion with its retries, release).
 
 use std::time::{Duration, SystemTime};

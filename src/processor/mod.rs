@@ -18,7 +18,7 @@
 //! Where a duplicate is detected: when the claim finds the key completed (`run.rs`,
 //! `Claim::Completed`), or, for copies inside one batch, at planning (`plan.rs`: a later copy
 //! follows the first copy's outcome). Where the deadline cuts work off: `deadline.rs`
-//! ([`Budget::bounded`](crate::deadline)), called for every step in `run.rs`.
+//! (`Budget::bounded`), called for every step in `run.rs`.
 
 mod config;
 mod plan;
