@@ -48,6 +48,9 @@ fn aws_env(url: &str) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Extra environment variables of one run.
+type Env = Vec<(String, String)>;
+
 struct Finished {
     code: Option<i32>,
     stderr: String,
@@ -114,7 +117,7 @@ async fn the_cli_fails_fast_on_a_dark_store() {
     let pg_silent = silent::fake_pg(silent::Then::Silent).await;
     let event = plain_event().to_str().expect("UTF-8 path").to_owned();
     let dark = silent.addr().to_string();
-    let cases: Vec<(&str, String, Vec<(String, String)>)> = vec![
+    let cases: Vec<(&str, String, Env)> = vec![
         (
             "dynamodb",
             "dynamodb:claims".into(),
