@@ -91,7 +91,7 @@ pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
-pub use store::DynamoDbStore;
+pub use store::{DynamoDbSettings, DynamoDbStore};
 
 #[cfg(feature = "sqs")]
 pub use publish::{Outgoing, Publisher};

@@ -63,11 +63,16 @@
 //!
 //! # Retries
 //!
-//! Entries that SQS reports as failed with `SenderFault = false` (a server-side problem) and
-//! whole calls that fail transiently (timeouts, connection errors, HTTP 5xx, throttling) are
-//! retried, up to [`Publisher::retries`] attempts with doubling backoff. This is on top of the
-//! SDK's own retry of a call, configured on the client. On a FIFO queue a retried call is safe
-//! (same ids); on a standard queue, a call that timed out but did reach SQS is published twice.
+//! Two layers, never stacked. A whole call that fails transiently (a timeout, a connection
+//! error, HTTP 5xx, throttling) is retried by the SDK, as the client's `RetryConfig` says (the
+//! reference consumer sets it explicitly: standard mode, 3 attempts); the publisher does not
+//! retry it again, or three attempts of ours over three of the SDK's would be nine calls. What
+//! the SDK cannot see is an entry that failed inside a `200` answer with `SenderFault = false`
+//! (a server-side problem with that entry alone): those entries, and only those, are sent again
+//! under the publisher's [`RetryPolicy`] ([`Publisher::retry_policy`]; default 2 retries from
+//! 100 ms, with jitter and a cap). [`OutgoingBatch::send_by`] stops retrying when the
+//! invocation's time budget would be spent. On a FIFO queue a retried call is safe (same ids);
+//! on a standard queue, a call that timed out but did reach SQS is published twice.
 //! Entries with `SenderFault = true` are not retried: the request is wrong and will stay wrong.
 //! What still fails comes back as one [`Error`] of kind [`ErrorKind::Publish`], whose source is
 //! a [`PublishFailure`] naming every failed output with SQS's code and message.
@@ -85,6 +90,7 @@ use sha2::{Digest, Sha256};
 use tracing::{debug, warn};
 
 use crate::message::Message;
+use crate::retry::RetryPolicy;
 use crate::{Error, ErrorKind};
 
 /// The most entries SQS takes in one `SendMessageBatch` call.
@@ -217,8 +223,7 @@ struct Inner {
     queue_url: String,
     fifo: bool,
     max_message_bytes: usize,
-    attempts: u32,
-    backoff: Duration,
+    policy: RetryPolicy,
     id_attribute: Option<String>,
 }
 
@@ -236,14 +241,15 @@ impl fmt::Debug for Publisher {
             .field("queue_url", &self.inner.queue_url)
             .field("fifo", &self.inner.fifo)
             .field("max_message_bytes", &self.inner.max_message_bytes)
-            .field("attempts", &self.inner.attempts)
+            .field("retry_policy", &self.inner.policy)
             .finish()
     }
 }
 
 impl Publisher {
     /// A publisher to `queue_url`. The queue is FIFO if and only if the URL ends in `.fifo`.
-    /// Defaults: 256 KiB size limit, 3 attempts from 100 ms backoff, no id attribute.
+    /// Defaults: 256 KiB size limit, entries failed server-side retried twice from 100 ms
+    /// backoff ([`RetryPolicy`]), no id attribute.
     pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
         let queue_url = queue_url.into();
         let fifo = queue_url.trim_end_matches('/').ends_with(".fifo");
@@ -253,8 +259,7 @@ impl Publisher {
                 queue_url,
                 fifo,
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-                attempts: 3,
-                backoff: Duration::from_millis(100),
+                policy: default_policy(),
                 id_attribute: None,
             }),
         }
@@ -271,8 +276,7 @@ impl Publisher {
                     queue_url: i.queue_url.clone(),
                     fifo: i.fifo,
                     max_message_bytes: i.max_message_bytes,
-                    attempts: i.attempts,
-                    backoff: i.backoff,
+                    policy: i.policy,
                     id_attribute: i.id_attribute.clone(),
                 };
                 f(&mut copy);
@@ -291,13 +295,19 @@ impl Publisher {
         })
     }
 
-    /// Attempts per entry (1 = no retry) and the first backoff, doubled each time (with
-    /// jitter). Default: 3 attempts from 100 ms. Values below 1 are treated as 1.
+    /// Attempts per entry failed server-side inside a `200` answer (1 = no retry) and the
+    /// first backoff, doubled each time (with jitter, capped at 2 s): a shorthand for
+    /// [`retry_policy`](Self::retry_policy)`(RetryPolicy::new(attempts - 1, first_backoff))`.
+    /// Default: 3 attempts from 100 ms. Values below 1 are treated as 1. Whole calls are
+    /// retried by the SDK client, not here (see "Retries" in the module docs).
     pub fn retries(self, attempts: u32, first_backoff: Duration) -> Self {
-        self.update(|i| {
-            i.attempts = attempts.max(1);
-            i.backoff = first_backoff;
-        })
+        self.retry_policy(RetryPolicy::new(attempts.max(1) - 1, first_backoff))
+    }
+
+    /// How entries failed server-side inside a `200` answer are retried. Default: 2 retries
+    /// from 100 ms, capped at 2 s.
+    pub fn retry_policy(self, policy: RetryPolicy) -> Self {
+        self.update(|i| i.policy = policy)
     }
 
     /// Also sends each output's derived id as the `String` message attribute `name`, on every
@@ -509,6 +519,18 @@ impl OutgoingBatch {
     /// [`PublishFailure`]. Return it from the handler: the input fails, its claim is released,
     /// and the retry resends the same ids (dropped as copies by a FIFO queue).
     pub async fn send(self) -> Result<Vec<Sent>, Error> {
+        self.send_until(None).await
+    }
+
+    /// [`send`](Self::send), retrying failed entries only while a retry's backoff ends before
+    /// `stop_at` (the invocation's time budget: its deadline minus the time needed to answer).
+    /// A call in flight is bounded by the SDK client's timeouts; race the whole send against
+    /// the budget too if the client has none.
+    pub async fn send_by(self, stop_at: tokio::time::Instant) -> Result<Vec<Sent>, Error> {
+        self.send_until(Some(stop_at)).await
+    }
+
+    async fn send_until(self, stop_at: Option<tokio::time::Instant>) -> Result<Vec<Sent>, Error> {
         let prepared = self.prepare()?;
         let p = &self.publisher.inner;
         let mut sent: Vec<Sent> = Vec::with_capacity(prepared.len());
@@ -531,7 +553,7 @@ impl OutgoingBatch {
                     _ => todo.push(item),
                 }
             }
-            let (ok, bad) = self.send_chunk(todo).await;
+            let (ok, bad) = self.send_chunk(todo, stop_at).await;
             sent.extend(ok);
             for (item, f) in bad {
                 if let (true, Some(g)) = (p.fifo, &item.group) {
@@ -692,105 +714,168 @@ impl OutgoingBatch {
         }
     }
 
-    /// Sends one chunk (at most 10 entries within the size limit), retrying retryable failures.
+    /// Sends one chunk (at most 10 entries within the size limit). Entries failed server-side
+    /// inside a `200` answer are sent again under the publisher's [`RetryPolicy`]; a whole call
+    /// that failed was already retried by the SDK, and is reported as it is.
     async fn send_chunk<'a>(
         &self,
-        mut todo: Vec<&'a Prepared>,
+        todo: Vec<&'a Prepared>,
+        stop_at: Option<tokio::time::Instant>,
     ) -> (Vec<Sent>, Vec<(&'a Prepared, FailedOutput)>) {
         let p = &self.publisher.inner;
-        let mut sent = Vec::new();
-        let mut failed = Vec::new();
-        let mut attempt = 1;
-        while !todo.is_empty() {
-            let last = attempt >= p.attempts;
-            let call = p
-                .client
-                .send_message_batch()
-                .queue_url(&p.queue_url)
-                .set_entries(Some(todo.iter().map(|t| t.entry.clone()).collect()))
-                .send()
-                .await;
-            let mut retry: Vec<&Prepared> = Vec::new();
-            match call {
-                Ok(out) => {
-                    for ok in out.successful() {
-                        if let Some(item) = todo.iter().find(|t| t.entry.id() == ok.id()) {
-                            sent.push(Sent {
-                                output: item.label.clone(),
-                                message_id: ok.message_id().to_owned(),
-                                sequence_number: ok.sequence_number().map(str::to_owned),
-                                deduplication_id: item.dedup_id.clone(),
-                            });
-                        }
-                    }
-                    for bad in out.failed() {
-                        let Some(item) = todo.iter().find(|t| t.entry.id() == bad.id()) else {
-                            continue;
-                        };
-                        if !bad.sender_fault() && !last {
-                            retry.push(item);
+        let state = std::sync::Mutex::new(Chunk {
+            todo,
+            sent: Vec::new(),
+            failed: Vec::new(),
+            retryable: Vec::new(),
+        });
+        let outcome = p
+            .policy
+            .retry(
+                stop_at,
+                |_| {
+                    let todo = lock(&state).todo.clone();
+                    let state = &state;
+                    async move {
+                        let call = p
+                            .client
+                            .send_message_batch()
+                            .queue_url(&p.queue_url)
+                            .set_entries(Some(todo.iter().map(|t| t.entry.clone()).collect()))
+                            .send()
+                            .await;
+                        let mut st = lock(state);
+                        st.answer(&todo, call);
+                        if st.retryable.is_empty() {
+                            Ok(())
                         } else {
-                            failed.push((
-                                *item,
-                                FailedOutput {
-                                    output: item.label.clone(),
-                                    code: bad.code().to_owned(),
-                                    message: bad.message().unwrap_or("(no message)").to_owned(),
-                                    sender_fault: bad.sender_fault(),
-                                },
-                            ));
+                            Err(st.retryable.len())
                         }
                     }
-                    // An entry in neither list would be a protocol violation: we cannot know
-                    // whether it was sent, so it is reported failed (a retry of the handler
-                    // resends it, deduplicated on FIFO queues).
-                    for item in &todo {
-                        let id = item.entry.id();
-                        let answered = out.successful().iter().any(|s| s.id() == id)
-                            || out.failed().iter().any(|f| f.id() == id);
-                        if !answered {
-                            failed.push((
-                                *item,
-                                FailedOutput {
-                                    output: item.label.clone(),
-                                    code: "NoResult".into(),
-                                    message: "SQS answered neither success nor failure for this \
-                                              entry"
-                                        .into(),
-                                    sender_fault: false,
-                                },
-                            ));
-                        }
-                    }
-                }
-                Err(e) => {
-                    let (code, message, transient) = classify(&e);
-                    if transient && !last {
-                        warn!(queue_url = %p.queue_url, attempt, code, error = %message, "SendMessageBatch failed; retrying");
-                        retry = todo.clone();
-                    } else {
-                        for item in &todo {
-                            failed.push((
-                                *item,
-                                FailedOutput {
-                                    output: item.label.clone(),
-                                    code: code.clone(),
-                                    message: message.clone(),
-                                    sender_fault: !transient,
-                                },
-                            ));
-                        }
-                    }
-                }
-            }
-            if !retry.is_empty() {
-                tokio::time::sleep(backoff(p.backoff, attempt)).await;
-            }
-            attempt += 1;
-            todo = retry;
+                },
+                |_| true,
+                |retry, failed: &usize| {
+                    warn!(
+                        queue_url = %p.queue_url,
+                        retry,
+                        entries = *failed,
+                        "entries failed server-side; retrying them"
+                    );
+                },
+            )
+            .await;
+        let mut st = state.into_inner().unwrap_or_else(|e| e.into_inner());
+        if outcome.is_err() {
+            // Out of retries (or of time): the last failure of each entry is its report.
+            let last = std::mem::take(&mut st.retryable);
+            st.failed.extend(last);
         }
-        (sent, failed)
+        (st.sent, st.failed)
     }
+}
+
+/// The state of one chunk across its attempts.
+struct Chunk<'a> {
+    /// What the next attempt sends.
+    todo: Vec<&'a Prepared>,
+    sent: Vec<Sent>,
+    /// Final failures.
+    failed: Vec<(&'a Prepared, FailedOutput)>,
+    /// Entries failed server-side in the last answer, with that failure: retried, or reported
+    /// when the policy gives up.
+    retryable: Vec<(&'a Prepared, FailedOutput)>,
+}
+
+/// Only `send_chunk`'s own code runs under the lock, and never across an `await`; a poisoned
+/// lock still holds consistent lists.
+fn lock<'m, 'a>(m: &'m std::sync::Mutex<Chunk<'a>>) -> std::sync::MutexGuard<'m, Chunk<'a>> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<'a> Chunk<'a> {
+    /// Sorts the answer to a call that sent `todo`.
+    fn answer(
+        &mut self,
+        todo: &[&'a Prepared],
+        call: Result<
+            aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput,
+            SdkError<SendMessageBatchError, HttpResponse>,
+        >,
+    ) {
+        self.retryable.clear();
+        let failure =
+            |item: &Prepared, code: String, message: String, sender_fault: bool| FailedOutput {
+                output: item.label.clone(),
+                code,
+                message,
+                sender_fault,
+            };
+        match call {
+            Ok(out) => {
+                for ok in out.successful() {
+                    if let Some(item) = todo.iter().find(|t| t.entry.id() == ok.id()) {
+                        self.sent.push(Sent {
+                            output: item.label.clone(),
+                            message_id: ok.message_id().to_owned(),
+                            sequence_number: ok.sequence_number().map(str::to_owned),
+                            deduplication_id: item.dedup_id.clone(),
+                        });
+                    }
+                }
+                for bad in out.failed() {
+                    let Some(item) = todo.iter().find(|t| t.entry.id() == bad.id()) else {
+                        continue;
+                    };
+                    let f = failure(
+                        item,
+                        bad.code().to_owned(),
+                        bad.message().unwrap_or("(no message)").to_owned(),
+                        bad.sender_fault(),
+                    );
+                    if bad.sender_fault() {
+                        self.failed.push((*item, f));
+                    } else {
+                        self.retryable.push((*item, f));
+                    }
+                }
+                // An entry in neither list would be a protocol violation: we cannot know
+                // whether it was sent, so it is reported failed (a retry of the handler
+                // resends it, deduplicated on FIFO queues).
+                for item in todo {
+                    let id = item.entry.id();
+                    let answered = out.successful().iter().any(|s| s.id() == id)
+                        || out.failed().iter().any(|f| f.id() == id);
+                    if !answered {
+                        self.failed.push((
+                            *item,
+                            failure(
+                                item,
+                                "NoResult".into(),
+                                "SQS answered neither success nor failure for this entry".into(),
+                                false,
+                            ),
+                        ));
+                    }
+                }
+            }
+            Err(e) => {
+                // The SDK already retried this call as its RetryConfig allows.
+                let (code, message, transient) = classify(&e);
+                for item in todo {
+                    self.failed.push((
+                        *item,
+                        failure(item, code.clone(), message.clone(), !transient),
+                    ));
+                }
+            }
+        }
+        self.todo = self.retryable.iter().map(|(item, _)| *item).collect();
+    }
+}
+
+/// The publisher's default policy for entries failed server-side: 2 retries from 100 ms.
+fn default_policy() -> RetryPolicy {
+    RetryPolicy::new(2, Duration::from_millis(100))
 }
 
 /// Labels in push order: unnamed outputs count positions, named ones carry their name.
@@ -833,15 +918,6 @@ fn chunks(prepared: &[Prepared], max_bytes: usize) -> Vec<&[Prepared]> {
         out.push(&prepared[start..]);
     }
     out
-}
-
-/// Doubling backoff with jitter (50% to 100% of the step): many Lambdas throttled at once
-/// should not retry in lockstep.
-fn backoff(first: Duration, attempt: u32) -> Duration {
-    let step = first.saturating_mul(2u32.saturating_pow(attempt.saturating_sub(1)));
-    // uuid's v4 randomness is already a dependency; no need for a rand crate for jitter.
-    let r = (uuid::Uuid::new_v4().as_u128() % 1000) as u32;
-    step / 2 + step * r / 2000
 }
 
 /// Code, message and transience of a failed call.
@@ -971,18 +1047,6 @@ mod tests {
         let lens: Vec<usize> = chunks(&p, 1000).iter().map(|c| c.len()).collect();
         assert_eq!(lens, vec![2, 1, 1, 1]);
         assert!(chunks(&prepared(&[]), 1000).is_empty());
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter() {
-        for attempt in 1..5 {
-            let step = Duration::from_millis(100) * 2u32.pow(attempt - 1);
-            let b = backoff(Duration::from_millis(100), attempt);
-            assert!(
-                b >= step / 2 && b <= step,
-                "attempt {attempt}: {b:?} not in {step:?}/2..={step:?}"
-            );
-        }
     }
 
     #[test]

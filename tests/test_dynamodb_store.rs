@@ -269,3 +269,98 @@ async fn a_claim_retried_by_the_sdk_after_a_lost_answer_is_acquired() {
         .await
         .expect("the token is ours: it completes");
 }
+
+// ------------------------------------------------------------------ bounded client (issue 8)
+
+#[path = "support/silent.rs"]
+mod silent;
+
+use sqs_claim::DynamoDbSettings;
+use sqs_claim::aws_config;
+
+/// A store on `endpoint` built the way `from_env` builds it: the crate's client settings.
+async fn bounded_store(endpoint: &str, settings: DynamoDbSettings) -> DynamoDbStore {
+    let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "test"))
+        .endpoint_url(endpoint)
+        .load()
+        .await;
+    DynamoDbStore::from_sdk_config(&config, "silent-table", settings)
+}
+
+fn some_claim(now: SystemTime) -> ClaimRequest<'static> {
+    ClaimRequest {
+        key: "ns#silent",
+        now,
+        lease_until: now + Duration::from_secs(60),
+        expires_at: now + Duration::from_secs(3600),
+        fingerprint: None,
+    }
+}
+
+/// A port that accepts the connection and never answers (a partition, a security group that
+/// drops the replies): the default settings give up within the operation timeout (4 s) with
+/// `StoreUnavailable`, saying the request was sent and may have been applied.
+#[tokio::test]
+async fn a_silent_endpoint_is_unavailable_within_the_operation_timeout() {
+    let endpoint = silent::silent().await;
+    let settings = DynamoDbSettings::default();
+    let store = bounded_store(&endpoint.http_url(), settings).await;
+    assert!(
+        store.retries_internally(),
+        "the SDK retries; the processor must not"
+    );
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.claim(some_claim(SystemTime::now())),
+    )
+    .await
+    .expect("the claim must not hang on a silent endpoint");
+    let elapsed = started.elapsed();
+    let err = result.expect_err("no answer, no claim");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreUnavailable, "{err}");
+    assert!(
+        elapsed < settings.operation_timeout + Duration::from_secs(2),
+        "bounded by the operation timeout ({:?}), took {elapsed:?}",
+        settings.operation_timeout
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("no answer") && text.contains("may or may not have been applied"),
+        "{text}"
+    );
+    assert!(!text.contains("could not reach"), "it was reached: {text}");
+}
+
+/// The three stages are told apart: refused (nothing sent), closed after the request went
+/// out (maybe applied), silent (maybe applied).
+#[tokio::test]
+async fn errors_say_how_far_the_request_got() {
+    let fast = DynamoDbSettings::default()
+        .with_attempt_timeout(Duration::from_millis(300))
+        .with_operation_timeout(Duration::from_secs(1))
+        .with_max_attempts(2);
+    let now = SystemTime::now();
+
+    // A closed port: the connection is refused.
+    let refused = bounded_store("http://127.0.0.1:1", fast).await;
+    let err = refused.claim(some_claim(now)).await.expect_err("refused");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreUnavailable, "{err}");
+    assert!(
+        err.to_string().contains("could not reach") && err.to_string().contains("nothing was sent"),
+        "{err}"
+    );
+
+    // Accepted, the request read, then the connection closed without an answer.
+    let closing = silent::closing().await;
+    let store = bounded_store(&closing.http_url(), fast).await;
+    let err = store.claim(some_claim(now)).await.expect_err("closed");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreUnavailable, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("sent, but no answer") && !text.contains("could not reach"),
+        "{text}"
+    );
+}

@@ -385,3 +385,115 @@ async fn cli_on_postgres() {
     ]);
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+// ------------------------------------------------------------------ bounded calls (issue 8)
+
+#[path = "support/silent.rs"]
+mod silent;
+
+use sqs_claim::store::postgres::PostgresSettings;
+
+fn fast() -> PostgresSettings {
+    PostgresSettings::default().with_call_timeout(Duration::from_secs(1))
+}
+
+/// tokio-postgres has no query timeout: a server that completed the connect and then went
+/// silent (a partition) would keep a claim waiting forever. The store's own bound ends it with
+/// `StoreUnavailable` naming the wait.
+#[tokio::test]
+async fn a_server_silent_after_connect_is_unavailable_within_the_call_timeout() {
+    for (what, endpoint) in [
+        (
+            "silent after the handshake",
+            silent::fake_pg(silent::Then::Silent).await,
+        ),
+        ("silent from the first byte", silent::silent().await),
+    ] {
+        let url = format!("postgres://postgres@{}/test", endpoint.addr());
+        let store = PostgresStore::connect_with(&url, fast()).unwrap();
+        let started = Instant::now();
+        let result = tokio::time::timeout(
+            Duration::from_secs(20),
+            store.claim(request("k", SystemTime::now())),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the claim must not hang"));
+        let elapsed = started.elapsed();
+        let err = result.expect_err("no answer, no claim");
+        assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{what}: {err}");
+        assert!(
+            elapsed < Duration::from_secs(3),
+            "{what}: bounded by the 1 s call timeout, took {elapsed:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("no answer from PostgreSQL within 1000 ms"),
+            "{what}: {err}"
+        );
+    }
+}
+
+/// The start-up check says "run `sqs-claim init`" only for a missing table (42P01). A
+/// connection that breaks during the check is a network problem, and says so.
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[tokio::test]
+async fn a_reset_during_the_start_up_check_is_not_a_missing_table() {
+    use sqs_claim::reference::Ledger;
+
+    let closing = silent::fake_pg(silent::Then::Close).await;
+    let url = format!("postgres://postgres@{}/test", closing.addr());
+    let store = PostgresStore::connect_with(&url, fast()).unwrap();
+    let err = store.prepare().await.expect_err("the connection closes");
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+    let text = err.to_string();
+    assert!(
+        !text.contains("init"),
+        "a lost connection is not a missing table: {text}"
+    );
+    assert!(text.contains("connection to PostgreSQL lost"), "{text}");
+
+    // The real server, a table never created: that one says what to run.
+    let table = format!("never_{}", uuid::Uuid::new_v4().simple());
+    let missing = PostgresStore::connect(&pg_url())
+        .and_then(|s| s.with_table(&table))
+        .unwrap();
+    let err = missing.prepare().await.expect_err("no table");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    assert!(err.to_string().contains("sqs-claim init"), "{err}");
+}
+
+#[test]
+fn call_timeout_and_pool_size_are_configurable() {
+    let store = PostgresStore::connect(&pg_url()).unwrap();
+    assert_eq!(store.call_timeout(), Duration::from_secs(5));
+    let store =
+        PostgresStore::connect_with(&pg_url(), PostgresSettings::default().with_pool_size(1))
+            .unwrap();
+    assert_eq!(store.pool().status().max_size, 1);
+}
+
+/// The server applies the statement timeout the store sets: a statement that sleeps past it
+/// is cancelled by PostgreSQL (SQLSTATE 57014), well before the client-side bound.
+#[tokio::test]
+async fn the_server_cancels_a_statement_past_the_statement_timeout() {
+    let store = PostgresStore::connect_with(
+        &pg_url(),
+        PostgresSettings::default().with_statement_timeout(Some(Duration::from_millis(200))),
+    )
+    .unwrap();
+    let client = store.pool().get().await.expect("a connection");
+    let shown = client
+        .query_one("SHOW statement_timeout", &[])
+        .await
+        .expect("SHOW");
+    assert_eq!(shown.get::<_, String>(0), "200ms");
+    let err = client
+        .batch_execute("SELECT pg_sleep(2)")
+        .await
+        .expect_err("cancelled by the server");
+    assert_eq!(
+        err.code(),
+        Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+        "{err}"
+    );
+}

@@ -442,8 +442,25 @@ async fn sender_faults_are_not_retried_and_are_reported() {
     );
 }
 
+/// A client for `endpoint` whose SDK retries a failed call: `attempts` attempts, tiny backoff.
+fn client_with_sdk_retries(endpoint: &str, attempts: u32) -> aws_sdk_sqs::Client {
+    let config = client(endpoint)
+        .config()
+        .to_builder()
+        .retry_config(
+            aws_sdk_sqs::config::retry::RetryConfig::standard()
+                .with_max_attempts(attempts)
+                .with_initial_backoff(Duration::from_millis(1))
+                .with_max_backoff(Duration::from_millis(5)),
+        )
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}
+
+/// A whole call that fails is the SDK's to retry (it sees the 500); the publisher must not
+/// loop on top of it, or 3 attempts of ours over 3 of the SDK's make 9 calls.
 #[tokio::test]
-async fn whole_call_server_errors_are_retried_then_reported() {
+async fn whole_call_server_errors_are_left_to_the_sdk_and_reported() {
     let sqs = scripted(|_, _| {
         (
             500,
@@ -451,13 +468,24 @@ async fn whole_call_server_errors_are_retried_then_reported() {
         )
     })
     .await;
-    let p = publisher(&sqs, "out.fifo");
-    let mut batch = p.batch("ns#k");
-    batch.push(Outgoing::new("a").group_id("g"));
-    batch.push(Outgoing::new("b").group_id("g"));
-    let err = batch.send().await.unwrap_err();
+    let send = |client: aws_sdk_sqs::Client| {
+        let p = Publisher::new(client, format!("{}/000000000000/out.fifo", sqs.url))
+            .retries(3, Duration::from_millis(1));
+        let mut batch = p.batch("ns#k");
+        batch.push(Outgoing::new("a").group_id("g"));
+        batch.push(Outgoing::new("b").group_id("g"));
+        batch.send()
+    };
+    // The SDK's 3 attempts, and no more.
+    let err = send(client_with_sdk_retries(&sqs.url, 3))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        sqs.requests.lock().unwrap().len(),
+        3,
+        "the SDK's 3 attempts, none of ours on top"
+    );
     let f = PublishFailure::of(&err).unwrap();
-    assert_eq!(sqs.requests.lock().unwrap().len(), 3, "3 attempts");
     assert_eq!(f.failed().len(), 2);
     assert!(
         f.failed()
@@ -466,6 +494,82 @@ async fn whole_call_server_errors_are_retried_then_reported() {
         "{f:?}"
     );
     assert!(err.to_string().contains("we broke"), "{err}");
+    // Without SDK retries: one call.
+    sqs.requests.lock().unwrap().clear();
+    send(client(&sqs.url)).await.unwrap_err();
+    assert_eq!(
+        sqs.requests.lock().unwrap().len(),
+        1,
+        "no loop of ours on a whole call"
+    );
+}
+
+/// An entry that keeps failing server-side inside a 200 answer (which the SDK cannot see) is
+/// retried by the publisher's policy: `retries(3, ..)` is 3 attempts in all.
+#[tokio::test]
+async fn entries_failed_inside_a_200_are_retried_by_the_policy_only() {
+    let sqs = scripted(|_, req| {
+        let ids = entry_ids(req);
+        (
+            200,
+            json!({
+                "Successful": [],
+                "Failed": ids.iter().map(|id| fail(id, false, "InternalError")).collect::<Vec<_>>(),
+            }),
+        )
+    })
+    .await;
+    let p = Publisher::new(
+        client_with_sdk_retries(&sqs.url, 3),
+        format!("{}/000000000000/out.fifo", sqs.url),
+    )
+    .retry_policy(sqs_claim::RetryPolicy::new(2, Duration::from_millis(1)));
+    let mut batch = p.batch("ns#k");
+    batch.push(Outgoing::new("a").group_id("g"));
+    let err = batch.send().await.unwrap_err();
+    assert_eq!(
+        sqs.requests.lock().unwrap().len(),
+        3,
+        "1 attempt + 2 retries"
+    );
+    let f = PublishFailure::of(&err).unwrap();
+    assert_eq!(f.failed()[0].code, "InternalError");
+    assert!(!f.failed()[0].sender_fault);
+}
+
+/// `send_by`: no retry whose backoff would end past the budget's stop.
+#[tokio::test]
+async fn send_by_never_retries_past_the_stop() {
+    let sqs = scripted(|_, req| {
+        let ids = entry_ids(req);
+        (
+            200,
+            json!({
+                "Successful": [],
+                "Failed": ids.iter().map(|id| fail(id, false, "InternalError")).collect::<Vec<_>>(),
+            }),
+        )
+    })
+    .await;
+    let p = Publisher::new(client(&sqs.url), format!("{}/000000000000/out", sqs.url))
+        .retry_policy(sqs_claim::RetryPolicy::new(5, Duration::from_secs(10)));
+    let mut batch = p.batch("ns#k");
+    batch.push(Outgoing::new("a"));
+    let stop = tokio::time::Instant::now() + Duration::from_secs(1);
+    let err = batch.send_by(stop).await.unwrap_err();
+    assert!(
+        tokio::time::Instant::now() < stop,
+        "answered before the stop"
+    );
+    assert_eq!(
+        sqs.requests.lock().unwrap().len(),
+        1,
+        "a 5 s backoff does not fit in a 1 s budget"
+    );
+    assert_eq!(
+        PublishFailure::of(&err).unwrap().failed()[0].code,
+        "InternalError"
+    );
 }
 
 #[tokio::test]

@@ -555,3 +555,46 @@ fn concurrent_opens_of_a_new_file_succeed() {
         });
     }
 }
+
+/// The wait for the connection thread's answer is bounded too (twice the busy timeout plus
+/// 2 s): a claim queued behind a statement that keeps the thread busy (a stuck disk looks the
+/// same) fails with `StoreUnavailable` instead of waiting for as long as the thread is busy.
+#[tokio::test]
+async fn a_stuck_connection_thread_is_unavailable_within_the_reply_bound() {
+    let db = TempDb::new("stuck");
+    let store = SqliteStore::open(db.path()).expect("open");
+    store
+        .set_busy_timeout(Duration::from_millis(100))
+        .await
+        .expect("set busy timeout");
+    // Minutes of work for the connection thread; nobody waits for its answer.
+    let busy = store.clone();
+    tokio::spawn(async move {
+        let _ = busy
+            .query(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
+                 WHERE i < 2000000000) SELECT count(*) FROM n",
+                vec![],
+            )
+            .await;
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.claim(request("ns#stuck", SystemTime::now())),
+    )
+    .await
+    .expect("the claim must not wait for the busy thread");
+    let err = result.expect_err("the thread never got to the claim");
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
+    assert!(
+        err.to_string().contains("did not answer within 2200 ms"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "bounded by 2.2 s, took {:?}",
+        started.elapsed()
+    );
+}

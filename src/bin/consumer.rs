@@ -6,7 +6,9 @@
 //! `info`); message bodies are never logged.
 //!
 //! At startup it checks that the store's tables exist and answer, so a misconfiguration is one
-//! clear log line at init rather than a failure per message.
+//! clear log line at init rather than a failure per message. The check is bounded
+//! (`SQS_CLAIM_STARTUP_TIMEOUT_MS`, default 5 s): a store that does not answer stops the
+//! consumer with one error line and a non-zero exit.
 
 use std::process::ExitCode;
 
@@ -22,8 +24,8 @@ struct Serve {
 impl LedgerTask for Serve {
     type Output = Result<(), lambda_runtime::Error>;
 
+    /// Runs once the ledger is open and ready (`StoreUrl::open_prepared` checked it).
     async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        ledger.prepare().await?;
         let processor = reference::build(ledger, &self.settings).await?;
         lambda_runtime::run(processor).await
     }
@@ -63,7 +65,9 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
         "starting the reference consumer"
     );
     check_lambda_environment()?;
-    url.open(Serve { settings }).await?
+    // Bounded: a store that is dark at start-up fails the init with one line, never a hang.
+    let startup = settings.startup_timeout;
+    url.open_prepared(startup, Serve { settings }).await?
 }
 
 #[tokio::main]

@@ -50,7 +50,8 @@ Options:
   -h, --help              this text
 
 DynamoDB endpoint, region and credentials come from the standard AWS environment
-(AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). The consumer's other
+(AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and
+checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The consumer's other
 settings (SQS_CLAIM_KEY, SQS_CLAIM_NAMESPACE, ...) are read from the environment as the
 Lambda reads them. RUST_LOG=info shows the processor's logs on stderr.
 ";
@@ -275,12 +276,9 @@ struct Invoke {
 impl LedgerTask for Invoke {
     type Output = Result<(), CliError>;
 
+    /// Runs once the ledger is open and ready (`StoreUrl::open_prepared` checked it).
     async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
         let store = &self.store;
-        ledger
-            .prepare()
-            .await
-            .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
         let processor = reference::build(ledger, &self.settings)
             .await
             .map_err(CliError::failed)?;
@@ -347,7 +345,6 @@ impl LedgerTask for Balances {
     async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
         let store = &self.store;
         let fail = |e: sqs_claim::Error| CliError::failed(format!("store {store}: {e}"));
-        ledger.prepare().await.map_err(fail)?;
         let balances = ledger.balances().await.map_err(fail)?;
         if balances.is_empty() {
             eprintln!("no accounts yet (store {store})");
@@ -428,21 +425,29 @@ async fn run(args: Args) -> Result<(), CliError> {
     };
     let url = store_url(&args, &settings)?;
     let store = url.to_string();
+    // Opening the store and its readiness check are bounded (SQS_CLAIM_STARTUP_TIMEOUT_MS).
+    let startup = settings.startup_timeout;
     let opened = match args.command {
         Command::Invoke { json_report, .. } => {
             let event = event.unwrap_or_default();
-            url.open(Invoke {
-                event,
-                json_report,
-                settings,
-                store: store.clone(),
-            })
+            url.open_prepared(
+                startup,
+                Invoke {
+                    event,
+                    json_report,
+                    settings,
+                    store: store.clone(),
+                },
+            )
             .await
         }
         Command::Balances => {
-            url.open(Balances {
-                store: store.clone(),
-            })
+            url.open_prepared(
+                startup,
+                Balances {
+                    store: store.clone(),
+                },
+            )
             .await
         }
         Command::Init => {

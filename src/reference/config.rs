@@ -18,6 +18,7 @@
 //! | `SQS_CLAIM_STORE_UNAVAILABLE` | `fail-closed` | `fail-closed` or `fail-open` |
 //! | `SQS_CLAIM_DEADLINE_MARGIN_MS` | `2000` | no message starts later than this before the deadline |
 //! | `SQS_CLAIM_OUTPUT_QUEUE_URL` | none | publish a `credited` notice per credit to this queue |
+//! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
 
 use std::fmt;
 use std::future::Future;
@@ -27,6 +28,12 @@ use std::time::Duration;
 use super::{DynamoDbLedger, Ledger, MemoryLedger};
 use crate::store::sqlite::SqliteStore;
 use crate::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
+
+/// How long opening the store and its start-up check ([`Ledger::prepare`]) may take by default.
+/// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
+/// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
+/// timeout.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The reference consumer's settings. [`Settings::default`] is what an empty environment gives.
 #[derive(Debug, Clone)]
@@ -56,6 +63,8 @@ pub struct Settings {
     pub deadline_margin: Duration,
     /// `SQS_CLAIM_OUTPUT_QUEUE_URL`.
     pub output_queue_url: Option<String>,
+    /// `SQS_CLAIM_STARTUP_TIMEOUT_MS`.
+    pub startup_timeout: Duration,
 }
 
 impl Default for Settings {
@@ -73,6 +82,7 @@ impl Default for Settings {
             store_unavailable: StoreUnavailable::FailClosed,
             deadline_margin: Duration::from_millis(2000),
             output_queue_url: None,
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
         }
     }
 }
@@ -159,6 +169,14 @@ impl Settings {
                 &v,
                 "milliseconds",
                 0,
+            )?);
+        }
+        if let Some(v) = get("SQS_CLAIM_STARTUP_TIMEOUT_MS") {
+            s.startup_timeout = Duration::from_millis(whole_number(
+                "SQS_CLAIM_STARTUP_TIMEOUT_MS",
+                &v,
+                "milliseconds",
+                1,
             )?);
         }
         s.output_queue_url = get("SQS_CLAIM_OUTPUT_QUEUE_URL").map(|v| v.trim().to_owned());
@@ -333,18 +351,50 @@ impl StoreUrl {
     /// The one place that maps a URL to a store type; `task` is generic over the ledger, so the
     /// rest of a program (the Lambda binary, the CLI) is written once for every store.
     pub async fn open<T: LedgerTask>(&self, task: T) -> Result<T::Output, Error> {
+        self.open_by(None, task).await
+    }
+
+    /// Opens the store, checks it is ready ([`Ledger::prepare`]), then hands its ledger to
+    /// `task`; opening and checking together may take at most `startup` (the binaries use
+    /// [`Settings::startup_timeout`]). A store that does not answer in time (a partition, a
+    /// port that accepts connections and never replies) fails with
+    /// [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging the start.
+    pub async fn open_prepared<T: LedgerTask>(
+        &self,
+        startup: Duration,
+        task: T,
+    ) -> Result<T::Output, Error> {
+        let ready_by = tokio::time::Instant::now() + startup;
+        let prepared = Prepared {
+            ready_by,
+            startup,
+            task,
+        };
+        self.open_by(Some((ready_by, startup)), prepared).await?
+    }
+
+    async fn open_by<T: LedgerTask>(
+        &self,
+        ready_by: Option<(tokio::time::Instant, Duration)>,
+        task: T,
+    ) -> Result<T::Output, Error> {
         match self {
             #[cfg(feature = "redis")]
             StoreUrl::Tiered { cache, durable } => {
-                super::redis::open_tiered(cache.expose(), durable, task).await
+                super::redis::open_tiered(cache.expose(), durable, ready_by, task).await
             }
-            other => other.open_durable(task).await,
+            other => other.open_durable(ready_by, task).await,
         }
     }
 
     /// [`open`](Self::open) for every store but `tiered:` (which wraps one of these; keeping
-    /// it out of this function keeps the generic recursion finite).
-    pub(crate) async fn open_durable<T: LedgerTask>(&self, task: T) -> Result<T::Output, Error> {
+    /// it out of this function keeps the generic recursion finite). Connecting is bounded by
+    /// `ready_by` when given.
+    pub(crate) async fn open_durable<T: LedgerTask>(
+        &self,
+        ready_by: Option<(tokio::time::Instant, Duration)>,
+        task: T,
+    ) -> Result<T::Output, Error> {
         let missing = |feature: &str| {
             Error::new(
                 ErrorKind::Config,
@@ -354,7 +404,10 @@ impl StoreUrl {
         let _ = &missing; // unused when every feature is enabled
         Ok(match self {
             #[cfg(feature = "redis")]
-            StoreUrl::Redis(url) => task.run(super::redis::open(url.expose()).await?).await,
+            StoreUrl::Redis(url) => {
+                let store = within(ready_by, super::redis::open(url.expose())).await?;
+                task.run(store).await
+            }
             #[cfg(feature = "postgres")]
             StoreUrl::Postgres(url) => {
                 task.run(crate::store::postgres::PostgresStore::connect(
@@ -394,10 +447,51 @@ impl StoreUrl {
                 table,
                 accounts_table,
             } => {
-                task.run(DynamoDbLedger::from_env(table, accounts_table).await)
-                    .await
+                let ledger = within(ready_by, async {
+                    Ok(DynamoDbLedger::from_env(table, accounts_table).await)
+                })
+                .await?;
+                task.run(ledger).await
             }
         })
+    }
+}
+
+/// Runs `step` of the start-up, bounded by `ready_by` (`None`: unbounded).
+pub(crate) async fn within<T>(
+    ready_by: Option<(tokio::time::Instant, Duration)>,
+    step: impl Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let Some((at, startup)) = ready_by else {
+        return step.await;
+    };
+    match tokio::time::timeout_at(at, step).await {
+        Ok(result) => result,
+        Err(_) => Err(Error::new(
+            ErrorKind::StoreUnavailable,
+            format!(
+                "the store did not answer within {} ms at start-up \
+                 (SQS_CLAIM_STARTUP_TIMEOUT_MS): check that it is up and reachable from here \
+                 (network, firewall or security group, endpoint)",
+                startup.as_millis()
+            ),
+        )),
+    }
+}
+
+/// A task run only once the ledger is ready: [`Ledger::prepare`] within the start-up bound.
+struct Prepared<T> {
+    ready_by: tokio::time::Instant,
+    startup: Duration,
+    task: T,
+}
+
+impl<T: LedgerTask> LedgerTask for Prepared<T> {
+    type Output = Result<T::Output, Error>;
+
+    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
+        within(Some((self.ready_by, self.startup)), ledger.prepare()).await?;
+        Ok(self.task.run(ledger).await)
     }
 }
 
@@ -496,6 +590,7 @@ mod tests {
             ("SQS_CLAIM_FIFO_MODE", "whole-batch"),
             ("SQS_CLAIM_STORE_UNAVAILABLE", "fail-open"),
             ("SQS_CLAIM_DEADLINE_MARGIN_MS", "0"),
+            ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "1500"),
             (
                 "SQS_CLAIM_OUTPUT_QUEUE_URL",
                 "https://sqs.us-east-1.amazonaws.com/1/q.fifo",
@@ -511,6 +606,7 @@ mod tests {
         assert_eq!(s.fifo, FifoMode::WholeBatch);
         assert_eq!(s.store_unavailable, StoreUnavailable::FailOpen);
         assert_eq!(s.deadline_margin, Duration::ZERO);
+        assert_eq!(s.startup_timeout, Duration::from_millis(1500));
         assert!(s.output_queue_url.is_some());
     }
 
@@ -526,6 +622,8 @@ mod tests {
             ("SQS_CLAIM_FIFO_MODE", "strict"),
             ("SQS_CLAIM_STORE_UNAVAILABLE", "open"),
             ("SQS_CLAIM_DEADLINE_MARGIN_MS", "2s"),
+            ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "0"),
+            ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "5s"),
             ("SQS_CLAIM_OUTPUT_QUEUE_URL", "my-queue"),
         ] {
             let err = settings(&[(var, value)]).expect_err(var);

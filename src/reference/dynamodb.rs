@@ -41,13 +41,10 @@ impl DynamoDbLedger {
     }
 
     /// The ledger on `table` and `accounts_table`, with a client configured from the standard
-    /// AWS environment (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB`).
+    /// AWS environment (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB`) and bounded as
+    /// [`DynamoDbStore::from_env`] bounds it.
     pub async fn from_env(table: &str, accounts_table: &str) -> Self {
-        let config = aws_config::load_from_env().await;
-        Self::new(
-            DynamoDbStore::new(Client::new(&config), table),
-            accounts_table,
-        )
+        Self::new(DynamoDbStore::from_env(table).await, accounts_table)
     }
 
     /// The claim store.
@@ -96,6 +93,10 @@ impl ClaimStore for DynamoDbLedger {
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         self.inner.store.release(key, token).await
+    }
+
+    fn retries_internally(&self) -> bool {
+        self.inner.store.retries_internally()
     }
 }
 
@@ -162,10 +163,14 @@ impl Ledger for DynamoDbLedger {
         self.create_accounts_table().await
     }
 
-    /// Checks that both tables exist and are active; creates nothing.
+    /// Checks that both tables exist and are active; creates nothing. The two checks run at
+    /// once, so a dark endpoint costs one timeout, not two.
     async fn prepare(&self) -> Result<(), Error> {
-        for table in [self.inner.store.table(), self.accounts_table()] {
-            match self.table_status(table).await? {
+        let tables = [self.inner.store.table(), self.accounts_table()];
+        let (claims, accounts) =
+            futures::future::join(self.table_status(tables[0]), self.table_status(tables[1])).await;
+        for (table, status) in tables.into_iter().zip([claims, accounts]) {
+            match status? {
                 Some(TableStatus::Active) => {}
                 None => {
                     return Err(Error::new(

@@ -281,8 +281,7 @@ pub async fn build<L: Ledger + Clone>(
         #[cfg(feature = "sqs")]
         {
             let config = aws_config::load_from_env().await;
-            let publisher =
-                crate::publish::Publisher::new(aws_sdk_sqs::Client::new(&config), url.clone());
+            let publisher = crate::publish::Publisher::new(sqs_client(&config), url.clone());
             handler = handler.with_output(publisher);
         }
         #[cfg(not(feature = "sqs"))]
@@ -295,6 +294,34 @@ pub async fn build<L: Ledger + Clone>(
         }
     }
     Ok(processor_with_handler(ledger, handler, settings))
+}
+
+/// The output queue's SQS client, with its retries and timeouts set here rather than left to
+/// the environment: the SDK retries a failed `SendMessageBatch` call (standard mode, 3
+/// attempts, backoff from 50 ms capped at 1 s), each attempt bounded at 2 s and the whole call
+/// at 4 s, like the DynamoDB client. The publisher retries only entries that failed inside a
+/// `200` answer, which the SDK cannot see: the two never stack.
+#[cfg(feature = "sqs")]
+fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
+    use aws_sdk_sqs::config::retry::RetryConfig;
+    use aws_sdk_sqs::config::timeout::TimeoutConfig;
+    use std::time::Duration;
+    let config = aws_sdk_sqs::config::Builder::from(config)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(Duration::from_millis(50))
+                .with_max_backoff(Duration::from_secs(1)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .operation_attempt_timeout(Duration::from_secs(2))
+                .operation_timeout(Duration::from_secs(4))
+                .build(),
+        )
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
 }
 
 /// The processor over `ledger` with `handler`, configured by `settings`.

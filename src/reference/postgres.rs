@@ -2,8 +2,8 @@
 //! table (`{claims table}_accounts`), credited by an upsert in the completion's transaction.
 
 use super::Ledger;
-use crate::store::postgres::{PgEffect, PostgresStore};
-use crate::{Error, ErrorKind};
+use crate::Error;
+use crate::store::postgres::{PgEffect, PostgresStore, check_error};
 
 /// The accounts table of `store`: `{claims table}_accounts`, in the same schema.
 pub fn accounts_table(store: &PostgresStore) -> String {
@@ -18,32 +18,12 @@ fn quoted(name: &str) -> String {
         .join(".")
 }
 
+/// An error on the accounts table: only a missing table (SQLSTATE 42P01) says to run
+/// `sqs-claim init`; anything else names its cause (see `check_error`).
 fn db_err(store: &PostgresStore, what: &str, e: tokio_postgres::Error) -> Error {
-    let kind = match e.code() {
-        Some(code) if code.code().starts_with("08") || code.code().starts_with("57P") => {
-            ErrorKind::StoreUnavailable
-        }
-        Some(_) => ErrorKind::StoreRejected,
-        None => ErrorKind::StoreUnavailable,
-    };
-    Error::with_source(
-        kind,
-        format!(
-            "{what} (table {}); run `sqs-claim init` (or Ledger::init) to create the tables",
-            accounts_table(store)
-        ),
-        e,
-    )
-}
-
-async fn client(store: &PostgresStore) -> Result<deadpool_postgres::Client, Error> {
-    store.pool().get().await.map_err(|e| {
-        Error::with_source(
-            ErrorKind::StoreUnavailable,
-            "no PostgreSQL connection available; check that the database is up and reachable",
-            e,
-        )
-    })
+    let table = accounts_table(store);
+    let inner = check_error(&table, e);
+    Error::new(inner.kind(), format!("{what}: {inner}"))
 }
 
 impl Ledger for PostgresStore {
@@ -61,59 +41,23 @@ impl Ledger for PostgresStore {
     }
 
     async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
-        let client = client(self).await?;
-        let sql = format!(
-            "SELECT account, balance FROM {} ORDER BY account",
-            quoted(&accounts_table(self))
-        );
-        let rows = client
-            .query(&sql, &[])
+        self.bounded("reading the balances", read_balances(self))
             .await
-            .map_err(|e| db_err(self, "cannot read the balances", e))?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get(0)
-                        .map_err(|e| db_err(self, "unexpected accounts row", e))?,
-                    row.try_get(1)
-                        .map_err(|e| db_err(self, "unexpected accounts row", e))?,
-                ))
-            })
-            .collect()
     }
 
     /// Creates the claims table ([`PostgresStore::migrate`]) and the accounts table.
     async fn init(&self) -> Result<(), Error> {
         self.migrate().await?;
-        let client = client(self).await?;
-        let sql = format!(
-            "CREATE TABLE IF NOT EXISTS {} (\
-               account TEXT PRIMARY KEY, \
-               balance BIGINT NOT NULL CHECK (balance >= 0))",
-            quoted(&accounts_table(self))
-        );
-        client
-            .batch_execute(&sql)
+        self.bounded("creating the accounts table", create_accounts(self))
             .await
-            .map_err(|e| db_err(self, "cannot create the accounts table", e))
     }
 
-    /// Checks that both tables exist and answer; creates nothing.
+    /// Checks that both tables exist and answer, at once; creates nothing.
     async fn prepare(&self) -> Result<(), Error> {
-        let client = client(self).await?;
-        let sql = format!("SELECT 1 FROM {} LIMIT 0", quoted(self.table()));
-        client.batch_execute(&sql).await.map_err(|e| {
-            Error::with_source(
-                ErrorKind::StoreRejected,
-                format!(
-                    "the claims table {} is not usable; run `sqs-claim init` (or \
-                     PostgresStore::migrate) first",
-                    self.table()
-                ),
-                e,
-            )
-        })?;
-        self.balances().await.map(|_| ())
+        let claims = self.bounded("the start-up check", check_claims_table(self));
+        let (claims, accounts) = futures::future::join(claims, self.balances()).await;
+        claims?;
+        accounts.map(|_| ())
     }
 
     async fn prune_expired(
@@ -125,4 +69,49 @@ impl Ledger for PostgresStore {
             .await
             .map(Some)
     }
+}
+
+async fn check_claims_table(store: &PostgresStore) -> Result<(), Error> {
+    let client = store.client().await?;
+    let sql = format!("SELECT 1 FROM {} LIMIT 0", quoted(store.table()));
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| check_error(store.table(), e))
+}
+
+async fn read_balances(store: &PostgresStore) -> Result<Vec<(String, i64)>, Error> {
+    let client = store.client().await?;
+    let sql = format!(
+        "SELECT account, balance FROM {} ORDER BY account",
+        quoted(&accounts_table(store))
+    );
+    let rows = client
+        .query(&sql, &[])
+        .await
+        .map_err(|e| db_err(store, "cannot read the balances", e))?;
+    rows.iter()
+        .map(|row| {
+            Ok((
+                row.try_get(0)
+                    .map_err(|e| db_err(store, "unexpected accounts row", e))?,
+                row.try_get(1)
+                    .map_err(|e| db_err(store, "unexpected accounts row", e))?,
+            ))
+        })
+        .collect()
+}
+
+async fn create_accounts(store: &PostgresStore) -> Result<(), Error> {
+    let client = store.client().await?;
+    let sql = format!(
+        "CREATE TABLE IF NOT EXISTS {} (\
+           account TEXT PRIMARY KEY, \
+           balance BIGINT NOT NULL CHECK (balance >= 0))",
+        quoted(&accounts_table(store))
+    );
+    client
+        .batch_execute(&sql)
+        .await
+        .map_err(|e| db_err(store, "cannot create the accounts table", e))
 }

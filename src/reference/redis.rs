@@ -125,6 +125,7 @@ fn split_prefix(url: &str) -> (String, Option<String>) {
 pub(super) async fn open_tiered<T: LedgerTask>(
     cache: &str,
     durable: &StoreUrl,
+    ready_by: Option<(tokio::time::Instant, std::time::Duration)>,
     task: T,
 ) -> Result<T::Output, Error> {
     let (cache, prefix) = split_prefix(cache);
@@ -132,7 +133,7 @@ pub(super) async fn open_tiered<T: LedgerTask>(
     if let Some(p) = prefix {
         cache = cache.with_prefix(p);
     }
-    durable.open_durable(Tiered { cache, task }).await
+    durable.open_durable(ready_by, Tiered { cache, task }).await
 }
 
 /// Wraps whichever ledger the durable URL opens in a [`TieredStore`] before handing it on.

@@ -27,9 +27,23 @@
 //!   the handler's writes (at most 99), all or nothing. A cancelled transaction is reported
 //!   with the reason of every refused action.
 //! * release: one `DeleteItem` conditional on the token and `INPROGRESS`.
+//!
+//! # Timeouts and retries
+//!
+//! [`DynamoDbStore::from_env`] builds its client with explicit bounds ([`DynamoDbSettings`]):
+//! a connect timeout, a timeout per attempt, a timeout for the whole call (retries included)
+//! and the SDK's standard retry mode with a fixed number of attempts. The SDK retries what it
+//! can see (throttling, 5xx, connection errors, timeouts), so the store says
+//! [`ClaimStore::retries_internally`] and the processor adds no loop of its own on top. A
+//! client you build yourself ([`DynamoDbStore::new`]) keeps whatever you configured on it.
+//!
+//! Errors say how far a request got: "could not connect" (nothing was sent), "sent, but no
+//! answer" (the write may or may not have been applied: the claim protocol makes either safe,
+//! but an operator reading the log should not look for a network outage at the wrong end), or
+//! an unreadable answer.
 
 use std::collections::HashMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -141,6 +155,109 @@ impl DynamoDbAttributes {
     }
 }
 
+/// How the client [`DynamoDbStore::from_env_with`] builds bounds its calls.
+///
+/// The defaults fit a Lambda invocation. A DynamoDB write answers in single-digit
+/// milliseconds; an attempt that has not answered in 2 s is lost, not slow, and is better
+/// retried on a fresh connection. Three attempts would then take up to 6 s, so the operation
+/// timeout (4 s) cuts the whole call first: a store that went dark costs a message at most 4 s,
+/// well inside the default 30 s function timeout, and leaves time to answer the batch.
+/// Connecting takes a round trip or two inside a region: 1 s is generous.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_claim::store::dynamodb::DynamoDbSettings;
+///
+/// let settings = DynamoDbSettings::default()
+///     .with_attempt_timeout(Duration::from_millis(500))
+///     .with_max_attempts(2);
+/// assert_eq!(settings.operation_timeout, Duration::from_secs(4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DynamoDbSettings {
+    /// How long opening a connection may take. Default 1 s.
+    pub connect_timeout: Duration,
+    /// How long one attempt may take, from sending to the whole answer. Default 2 s.
+    pub attempt_timeout: Duration,
+    /// How long a whole call may take, every attempt and backoff included. Default 4 s.
+    pub operation_timeout: Duration,
+    /// Attempts per call, the first included (standard retry mode; 1 disables the SDK's
+    /// retries). Default 3.
+    pub max_attempts: u32,
+    /// The SDK's first backoff (it adds full jitter). Default 50 ms.
+    pub initial_backoff: Duration,
+    /// The SDK's longest backoff. Default 1 s.
+    pub max_backoff: Duration,
+}
+
+impl Default for DynamoDbSettings {
+    fn default() -> Self {
+        DynamoDbSettings {
+            connect_timeout: Duration::from_secs(1),
+            attempt_timeout: Duration::from_secs(2),
+            operation_timeout: Duration::from_secs(4),
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl DynamoDbSettings {
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the timeout of one attempt.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Sets the timeout of a whole call, retries included.
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Sets the attempts per call (values below 1 count as 1).
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Sets the SDK's first and longest backoff.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
+    /// Applies these settings to an SDK configuration builder.
+    fn apply(&self, builder: aws_sdk_dynamodb::config::Builder) -> aws_sdk_dynamodb::Config {
+        use aws_sdk_dynamodb::config::retry::RetryConfig;
+        use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+        builder
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(self.max_attempts.max(1))
+                    .with_initial_backoff(self.initial_backoff)
+                    .with_max_backoff(self.max_backoff),
+            )
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(self.connect_timeout)
+                    .operation_attempt_timeout(self.attempt_timeout)
+                    .operation_timeout(self.operation_timeout)
+                    .build(),
+            )
+            .build()
+    }
+}
+
 /// A claim store on a DynamoDB table. Cheap to clone (the SDK client is an `Arc`).
 #[derive(Debug, Clone)]
 pub struct DynamoDbStore {
@@ -160,10 +277,30 @@ impl DynamoDbStore {
     }
 
     /// A store on `table` with a client configured from the standard AWS environment
-    /// (region, credentials, and `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local).
+    /// (region, credentials, and `AWS_ENDPOINT_URL_DYNAMODB` for DynamoDB Local), bounded by
+    /// the default [`DynamoDbSettings`] (see there for the figures and why).
     pub async fn from_env(table: impl Into<String>) -> Self {
+        Self::from_env_with(table, DynamoDbSettings::default()).await
+    }
+
+    /// [`from_env`](Self::from_env) with other timeouts and retries. They replace whatever the
+    /// environment says (`AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`): the store's bounds are part of
+    /// the invocation's time budget, and must not change with a variable nobody remembers.
+    pub async fn from_env_with(table: impl Into<String>, settings: DynamoDbSettings) -> Self {
         let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        Self::new(Client::new(&config), table)
+        Self::from_sdk_config(&config, table, settings)
+    }
+
+    /// A store on `table` with a client built from a shared AWS configuration (region,
+    /// credentials, endpoint) and bounded by `settings`, which replace the configuration's
+    /// own retry and timeout settings.
+    pub fn from_sdk_config(
+        config: &aws_config::SdkConfig,
+        table: impl Into<String>,
+        settings: DynamoDbSettings,
+    ) -> Self {
+        let config = settings.apply(aws_sdk_dynamodb::config::Builder::from(config));
+        Self::new(Client::from_conf(config), table)
     }
 
     /// Uses other attribute names.
@@ -461,6 +598,13 @@ impl ClaimStore for DynamoDbStore {
             Err(e) => Err(classify("DeleteItem (release)", e)),
         }
     }
+
+    /// The SDK retries throttling, server errors and lost connections by itself (with the
+    /// `RetryConfig` of [`DynamoDbSettings`] when built by `from_env`): a loop of ours on top
+    /// would multiply the attempts.
+    fn retries_internally(&self) -> bool {
+        true
+    }
 }
 
 impl DynamoDbStore {
@@ -633,6 +777,13 @@ fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
 /// Maps an SDK error to the crate's kinds: throttling, server errors, timeouts and network
 /// failures are transient (`StoreUnavailable`); the rest (missing table, validation, access
 /// denied) will not fix themselves (`StoreRejected`).
+///
+/// The message says how far the request got, because that is what an operator acts on:
+/// * could not connect: nothing was sent (network, DNS, security group, endpoint);
+/// * could not be sent (credentials, request signing): nothing was sent;
+/// * sent, but no answer (timed out, or the connection dropped after sending): the request may
+///   or may not have been applied;
+/// * an answer that could not be read: it may or may not have been applied.
 pub(crate) fn classify<E, R>(op: &str, e: SdkError<E, R>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -665,11 +816,34 @@ where
         ),
         SdkError::TimeoutError(_) => (
             ErrorKind::StoreUnavailable,
-            format!("DynamoDB {op} timed out"),
+            format!(
+                "DynamoDB {op}: no answer within the client's timeout (the endpoint is silent: \
+                 a partition, or replies dropped); the request may or may not have been applied"
+            ),
         ),
-        SdkError::DispatchFailure(_) => (
+        SdkError::DispatchFailure(d) => (
             ErrorKind::StoreUnavailable,
-            format!("DynamoDB {op}: could not reach the endpoint (network, DNS or credentials)"),
+            match dispatch_stage(d.is_io() || d.is_timeout() || d.as_other().is_some(), &e) {
+                Dispatch::Connect => format!(
+                    "DynamoDB {op}: could not reach the endpoint (network, DNS, firewall or \
+                     endpoint URL); nothing was sent"
+                ),
+                Dispatch::NotSent => format!(
+                    "DynamoDB {op}: the request could not be sent (credentials, signing or client \
+                     configuration); nothing was sent"
+                ),
+                Dispatch::Sent => format!(
+                    "DynamoDB {op}: sent, but no answer (the connection failed after the request \
+                     went out; it may or may not have been applied)"
+                ),
+            },
+        ),
+        SdkError::ResponseError(_) => (
+            ErrorKind::StoreUnavailable,
+            format!(
+                "DynamoDB {op}: sent, but the answer could not be read (truncated or malformed; \
+                 it may or may not have been applied)"
+            ),
         ),
         _ => (
             ErrorKind::StoreUnavailable,
@@ -692,6 +866,38 @@ where
         Error::new(kind, what)
     } else {
         Error::with_source(kind, what, detail)
+    }
+}
+
+/// How far a request that failed in dispatch got.
+#[derive(Debug, PartialEq, Eq)]
+enum Dispatch {
+    /// The connection could not be opened (refused, DNS, connect timeout).
+    Connect,
+    /// The request failed before it was sent (credentials, signing).
+    NotSent,
+    /// The connection was open and the request (maybe partly) written: lost after sending.
+    Sent,
+}
+
+/// `io_or_timeout`: the SDK's own classification of the dispatch failure (I/O, timeout, or a
+/// transient "other" such as a connection closed before the answer was complete).
+fn dispatch_stage(io_or_timeout: bool, e: &(dyn std::error::Error + 'static)) -> Dispatch {
+    // The HTTP client marks a failed connect in its error chain: hyper-util's
+    // "client error (Connect)", and the SDK's own "HTTP connect timeout". Anything else of the
+    // I/O or timeout kind happened on an open connection, after the request went out.
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if text.contains("(Connect)") || text.contains("connect timeout") {
+            return Dispatch::Connect;
+        }
+        cause = c.source();
+    }
+    if io_or_timeout {
+        Dispatch::Sent
+    } else {
+        Dispatch::NotSent
     }
 }
 

@@ -68,7 +68,7 @@ pub mod tiered;
 pub use memory::{MemoryEffect, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
-pub use dynamodb::DynamoDbStore;
+pub use dynamodb::{DynamoDbSettings, DynamoDbStore};
 
 /// The state of a stored claim record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

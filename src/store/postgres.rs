@@ -81,8 +81,24 @@
 //!
 //! [`PostgresStore::connect`] builds a `deadpool-postgres` pool without TLS, for a database on
 //! a private network or localhost. For TLS, build a pool with your connector (for example
-//! `tokio-postgres-rustls`) and pass it to [`PostgresStore::new`]. A `statement_timeout` can be
-//! set in the URL: `postgres://.../db?options=-c%20statement_timeout%3D5s`.
+//! `tokio-postgres-rustls`) and pass it to [`PostgresStore::new`].
+//!
+//! # Timeouts: a silent server is detected
+//!
+//! `tokio-postgres` has no query timeout: a server behind a network partition (or a security
+//! group change) neither answers nor resets the connection, and a query waits forever. So
+//! every store call (claim, complete, release, migrate, prune) is bounded on the client
+//! ([`PostgresSettings::call_timeout`], default 5 s, also for a pool passed to
+//! [`PostgresStore::new`]) and fails with [`ErrorKind::StoreUnavailable`] "no answer from
+//! PostgreSQL within ...": the statement may or may not have run, which the claim protocol
+//! makes safe (a claim that landed is held until its lease lapses; a repeated completion is a
+//! no-op). [`PostgresStore::connect_with`] also sets, on each connection:
+//!
+//! * a server-side `statement_timeout` (default 3 s, shorter than the client bound, so a
+//!   statement stuck on a lock is cancelled by the server and reported as such), unless the
+//!   URL's `options` already set one;
+//! * a connect timeout (default 2 s) and TCP keepalives (idle 5 s, then every 2 s, 3 probes)
+//!   with a TCP user timeout (5 s), so a dead peer is noticed on an idle pooled connection too.
 //!
 //! # Errors
 //!
@@ -93,6 +109,7 @@
 //! [`ErrorKind::EffectRejected`].
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -112,6 +129,106 @@ pub const DEFAULT_TABLE: &str = "sqs_claim_processed_events";
 
 /// Keys longer than this (in bytes) are stored as their SHA-256 (see "Long keys").
 const MAX_VERBATIM_KEY: usize = 512;
+
+/// The bounds [`PostgresStore::connect_with`] puts on connections and calls. See "Timeouts" in
+/// the module docs for why each exists; the defaults fit a Lambda invocation (a store call
+/// normally takes a millisecond or two, so seconds mean the server or the network is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresSettings {
+    /// The client-side bound on each store call, pool wait and connect included. Default 5 s.
+    pub call_timeout: Duration,
+    /// The server-side `statement_timeout` set on each connection (`None`: leave the server's
+    /// or the URL's). Default 3 s.
+    pub statement_timeout: Option<Duration>,
+    /// How long opening a socket may take. Default 2 s.
+    pub connect_timeout: Duration,
+    /// Idle time before the first TCP keepalive probe. Default 5 s.
+    pub keepalives_idle: Duration,
+    /// Time between probes. Default 2 s.
+    pub keepalives_interval: Duration,
+    /// Probes before the connection is given up. Default 3.
+    pub keepalives_retries: u32,
+    /// How long sent data may stay unacknowledged before the kernel drops the connection
+    /// (`TCP_USER_TIMEOUT`, Linux). Default 5 s.
+    pub tcp_user_timeout: Duration,
+    /// Connections in the pool. Default 16.
+    pub pool_size: usize,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        PostgresSettings {
+            call_timeout: Duration::from_secs(5),
+            statement_timeout: Some(Duration::from_secs(3)),
+            connect_timeout: Duration::from_secs(2),
+            keepalives_idle: Duration::from_secs(5),
+            keepalives_interval: Duration::from_secs(2),
+            keepalives_retries: 3,
+            tcp_user_timeout: Duration::from_secs(5),
+            pool_size: 16,
+        }
+    }
+}
+
+impl PostgresSettings {
+    /// Sets the client-side bound on each store call.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Sets (or, with `None`, leaves alone) the server-side `statement_timeout`.
+    pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the keepalive idle time, probe interval and probe count.
+    pub fn with_keepalives(mut self, idle: Duration, interval: Duration, retries: u32) -> Self {
+        self.keepalives_idle = idle;
+        self.keepalives_interval = interval;
+        self.keepalives_retries = retries;
+        self
+    }
+
+    /// Sets the TCP user timeout.
+    pub fn with_tcp_user_timeout(mut self, timeout: Duration) -> Self {
+        self.tcp_user_timeout = timeout;
+        self
+    }
+
+    /// Sets the pool size (at least 1).
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    fn apply(&self, config: &mut tokio_postgres::Config) {
+        config
+            .connect_timeout(self.connect_timeout)
+            .keepalives(true)
+            .keepalives_idle(self.keepalives_idle)
+            .keepalives_interval(self.keepalives_interval)
+            .keepalives_retries(self.keepalives_retries)
+            .tcp_user_timeout(self.tcp_user_timeout);
+        if let Some(timeout) = self.statement_timeout {
+            let options = config.get_options().unwrap_or_default().to_owned();
+            // A timeout the URL sets on purpose wins.
+            if !options.contains("statement_timeout") {
+                let ms = timeout.as_millis().max(1);
+                let options = format!("{options} -c statement_timeout={ms}");
+                config.options(options.trim_start());
+            }
+        }
+    }
+}
 
 /// A SQL statement committed in the same transaction as a [`PostgresStore`] completion.
 ///
@@ -301,36 +418,48 @@ fn stored_id(key: &str) -> Cow<'_, str> {
 pub struct PostgresStore {
     pool: Pool,
     sql: Arc<Statements>,
+    call_timeout: Duration,
 }
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
             .field("table", &self.sql.table)
+            .field("call_timeout", &self.call_timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl PostgresStore {
-    /// A store on an existing pool, using the default table `sqs_claim_processed_events`.
+    /// A store on an existing pool, using the default table `sqs_claim_processed_events`. Each
+    /// call is bounded by the default [`PostgresSettings::call_timeout`] (5 s); the pool's
+    /// connections keep the settings they were built with.
     pub fn new(pool: Pool) -> Self {
         PostgresStore {
             pool,
             sql: Arc::new(Statements::new(DEFAULT_TABLE)),
+            call_timeout: PostgresSettings::default().call_timeout,
         }
     }
 
     /// Builds a pool (up to 16 connections, no TLS; see the module docs) for `url`
-    /// (`postgres://user[:password]@host[:port]/db`). Connections are opened on first use, so
-    /// this does not fail when the database is down.
+    /// (`postgres://user[:password]@host[:port]/db`), bounded by the default
+    /// [`PostgresSettings`]. Connections are opened on first use, so this does not fail when
+    /// the database is down.
     pub fn connect(url: &str) -> Result<Self, Error> {
-        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
+        Self::connect_with(url, PostgresSettings::default())
+    }
+
+    /// [`connect`](Self::connect) with other timeouts, keepalives or pool size.
+    pub fn connect_with(url: &str, settings: PostgresSettings) -> Result<Self, Error> {
+        let mut config = tokio_postgres::Config::from_str(url).map_err(|e| {
             Error::with_source(
                 ErrorKind::Config,
                 "invalid PostgreSQL URL (expected postgres://user[:password]@host[:port]/db)",
                 e,
             )
         })?;
+        settings.apply(&mut config);
         let manager = Manager::from_config(
             config,
             tokio_postgres::NoTls,
@@ -340,17 +469,52 @@ impl PostgresStore {
         );
         // Bounded waits: a dead database must surface as `StoreUnavailable` within a Lambda
         // invocation, not hang until the deadline.
+        let bound = Some(settings.call_timeout);
         let pool = Pool::builder(manager)
-            .max_size(16)
+            .max_size(settings.pool_size.max(1))
             .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(Duration::from_secs(5)))
-            .create_timeout(Some(Duration::from_secs(5)))
-            .recycle_timeout(Some(Duration::from_secs(5)))
+            .wait_timeout(bound)
+            .create_timeout(bound)
+            .recycle_timeout(bound)
             .build()
             .map_err(|e| {
                 Error::with_source(ErrorKind::Config, "cannot build the PostgreSQL pool", e)
             })?;
-        Ok(PostgresStore::new(pool))
+        Ok(PostgresStore::new(pool).with_call_timeout(settings.call_timeout))
+    }
+
+    /// Sets the client-side bound on each store call (see "Timeouts" in the module docs).
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// The client-side bound on each store call.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// Runs `call` within the call timeout; past it, `StoreUnavailable` naming the bound. The
+    /// statement may have run on the server: the caller's protocol must make that safe (every
+    /// store call here does).
+    pub(crate) async fn bounded<T>(
+        &self,
+        op: &str,
+        call: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "no answer from PostgreSQL within {} ms during {op} (table {:?}): the server \
+                     or the network is down or partitioned; the statement may or may not have \
+                     run",
+                    self.call_timeout.as_millis(),
+                    self.sql.table
+                ),
+            )),
+        }
     }
 
     /// Uses `table` (a plain identifier, or `schema.table`) instead of the default.
@@ -373,6 +537,10 @@ impl PostgresStore {
     /// Creates the table and its `expires_at` index if they do not exist. Safe to run on every
     /// start and from several processes at once.
     pub async fn migrate(&self) -> Result<(), Error> {
+        self.bounded("migrate", self.migrate_unbounded()).await
+    }
+
+    async fn migrate_unbounded(&self) -> Result<(), Error> {
         let mut client = self.client().await?;
         let txn = client
             .transaction()
@@ -390,6 +558,11 @@ impl PostgresStore {
     /// how many it deleted. Rows locked by a running claim are skipped. Call it repeatedly
     /// until it returns less than `limit` to drain a backlog.
     pub async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
+        self.bounded("prune", self.prune_unbounded(now, limit))
+            .await
+    }
+
+    async fn prune_unbounded(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&self.sql.prune)
@@ -401,9 +574,20 @@ impl PostgresStore {
             .map_err(|e| self.pg_err("prune", "", e))
     }
 
-    async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
+    /// A pooled connection (unbounded: callers run inside [`bounded`](Self::bounded)).
+    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
         self.pool.get().await.map_err(|e| match e {
-            PoolError::Backend(e) => self.pg_err("connect to", "", e),
+            PoolError::Backend(e) => self.pg_err("opening a connection", "", e),
+            // The socket opened (or hangs in connect) but the start-up handshake never ends.
+            PoolError::Timeout(deadpool_postgres::TimeoutType::Create) => Error::new(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "no answer from PostgreSQL within {} ms while opening a connection (table \
+                     {:?}): the server or the network is down or partitioned",
+                    self.call_timeout.as_millis(),
+                    self.sql.table
+                ),
+            ),
             other => Error::with_source(
                 ErrorKind::StoreUnavailable,
                 format!(
@@ -501,11 +685,16 @@ fn is_transient_state(code: &SqlState) -> bool {
 }
 
 fn map_pg_err(op: &str, key: &str, table: &str, e: tokio_postgres::Error) -> Error {
-    let key = short(key);
+    // `op` alone when there is no key (migrate, prune, the start-up check).
+    let op = if key.is_empty() {
+        op.to_owned()
+    } else {
+        format!("{op} {:?}", short(key))
+    };
     match e.code() {
         Some(code) if is_transient_state(code) => Error::with_source(
             ErrorKind::StoreUnavailable,
-            format!("PostgreSQL unavailable during {op} {key:?} (table {table:?}); retry later"),
+            format!("PostgreSQL unavailable during {op} (table {table:?}); retry later"),
             e,
         ),
         Some(code) if *code == SqlState::UNDEFINED_TABLE => Error::with_source(
@@ -519,39 +708,82 @@ fn map_pg_err(op: &str, key: &str, table: &str, e: tokio_postgres::Error) -> Err
         Some(_) => Error::with_source(
             ErrorKind::StoreRejected,
             format!(
-                "PostgreSQL refused {op} {key:?} (table {table:?}); check the table's schema and \
+                "PostgreSQL refused {op} (table {table:?}); check the table's schema and \
                  the user's privileges"
             ),
             e,
         ),
         // No SQL state: the client could not talk to the server (I/O, closed connection,
         // connect timeout), or could not encode a parameter.
-        None if is_connection_problem(&e) => Error::with_source(
-            ErrorKind::StoreUnavailable,
-            format!("PostgreSQL unreachable during {op} {key:?} (table {table:?}); retry later"),
-            e,
-        ),
-        None => Error::with_source(
-            ErrorKind::StoreRejected,
-            format!("PostgreSQL client error during {op} {key:?} (table {table:?})"),
-            e,
-        ),
+        None => match connection_problem(&e) {
+            Some(Connection::NotConnected) => Error::with_source(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "could not connect to PostgreSQL for {op} (table {table:?}): check \
+                     the host, the port, the network and that the server is up; nothing was sent"
+                ),
+                e,
+            ),
+            Some(Connection::Lost) => Error::with_source(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "connection to PostgreSQL lost during {op} (table {table:?}): the \
+                     statement may or may not have run; retry later"
+                ),
+                e,
+            ),
+            None => Error::with_source(
+                ErrorKind::StoreRejected,
+                format!("PostgreSQL client error during {op} (table {table:?})"),
+                e,
+            ),
+        },
     }
 }
 
-fn is_connection_problem(e: &tokio_postgres::Error) -> bool {
+/// How a client error without an SQL state came about.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Connection {
+    /// The connection could not be opened (refused, DNS, connect timeout): nothing was sent.
+    NotConnected,
+    /// The connection broke (reset, closed, I/O error) after it was open.
+    Lost,
+}
+
+/// `None` if `e` is not a connection problem (a parameter that could not be encoded, ...).
+pub(crate) fn connection_problem(e: &tokio_postgres::Error) -> Option<Connection> {
+    let text = e.to_string();
+    if text.starts_with("error connecting") || text.starts_with("timeout") {
+        return Some(Connection::NotConnected);
+    }
     if e.is_closed() {
-        return true;
+        return Some(Connection::Lost);
     }
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if s.is::<std::io::Error>() {
-            return true;
+            return Some(Connection::Lost);
         }
         source = s.source();
     }
-    let text = e.to_string();
-    text.starts_with("error connecting") || text.starts_with("timeout")
+    None
+}
+
+/// The error of a start-up check (`SELECT ... LIMIT 0` on `table`): only a missing table
+/// (SQLSTATE 42P01) says to run `sqs-claim init`; a lost connection, a timeout or a permission
+/// says what it is, so nobody creates tables to fix a network problem.
+pub(crate) fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
+    if e.code() == Some(&SqlState::UNDEFINED_TABLE) {
+        return Error::with_source(
+            ErrorKind::StoreRejected,
+            format!(
+                "table {table:?} does not exist: run `sqs-claim init` (or Ledger::init / \
+                 PostgresStore::migrate) first"
+            ),
+            e,
+        );
+    }
+    map_pg_err("the start-up check of", "", table, e)
 }
 
 fn effect_err(i: usize, e: tokio_postgres::Error, key: &str, table: &str) -> Error {
@@ -605,6 +837,31 @@ impl ClaimStore for PostgresStore {
     type Effect = PgEffect;
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+        self.bounded("claim", self.claim_unbounded(req)).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Effects<PgEffect>,
+    ) -> Result<(), Error> {
+        self.bounded(
+            "completion",
+            self.complete_unbounded(key, token, expires_at, effects),
+        )
+        .await
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        self.bounded("release", self.release_unbounded(key, token))
+            .await
+    }
+}
+
+impl PostgresStore {
+    async fn claim_unbounded(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         let id = stored_id(req.key);
         let token = ClaimToken::generate();
         let client = self.client().await?;
@@ -654,7 +911,7 @@ impl ClaimStore for PostgresStore {
         }
     }
 
-    async fn complete(
+    async fn complete_unbounded(
         &self,
         key: &str,
         token: &ClaimToken,
@@ -708,7 +965,7 @@ impl ClaimStore for PostgresStore {
         }
     }
 
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+    async fn release_unbounded(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         let id = stored_id(key);
         let client = self.client().await?;
         let err = |e| self.pg_err("release of", key, e);

@@ -39,6 +39,12 @@
 //! [`ErrorKind::StoreUnavailable`] (the processor then fails the message closed, and SQS
 //! retries it). Several processes work; one file per busy consumer is better.
 //!
+//! Every call is bounded: a statement waits for a lock at most the busy timeout (5 s,
+//! [`SqliteStore::set_busy_timeout`]), and a caller waits for the connection thread's answer
+//! at most twice that plus 2 s (its job may queue behind a group that is itself waiting). Past
+//! that the disk or another process's lock is stuck: the call fails with `StoreUnavailable`,
+//! and the job may still run later, which the claim protocol makes safe.
+//!
 //! # Expired records
 //!
 //! SQLite has no TTL: expired rows stay until [`SqliteStore::prune_expired`] deletes them. They
@@ -325,6 +331,17 @@ where
 struct Inner {
     jobs: mpsc::Sender<Box<dyn Job>>,
     location: String,
+    /// The busy timeout in milliseconds (see [`reply_bound`]).
+    busy_ms: std::sync::atomic::AtomicU64,
+}
+
+/// How long a caller waits for the connection thread's answer: the job may queue behind the
+/// group being committed (one busy wait) and then wait for the lock itself (another), plus the
+/// commit. Past that the disk or another process's lock is stuck, and the caller is told so
+/// rather than left waiting; the job may still run later (a claim then holds until its lease
+/// lapses, a repeated completion is a no-op).
+fn reply_bound(busy: Duration) -> Duration {
+    busy.saturating_mul(2) + Duration::from_secs(2)
 }
 
 /// A claim store in one SQLite database file. Cloning it shares the connection and its thread.
@@ -378,7 +395,11 @@ impl SqliteStore {
             .spawn(move || worker(conn, rx))
             .map_err(|e| Error::with_source(ErrorKind::StoreUnavailable, what, e))?;
         Ok(SqliteStore {
-            inner: Arc::new(Inner { jobs, location }),
+            inner: Arc::new(Inner {
+                jobs,
+                location,
+                busy_ms: std::sync::atomic::AtomicU64::new(millis(BUSY_TIMEOUT)),
+            }),
         })
     }
 
@@ -425,17 +446,39 @@ impl SqliteStore {
             )
         };
         self.inner.jobs.send(job).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        let busy = Duration::from_millis(
+            self.inner
+                .busy_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let bound = reply_bound(busy);
+        match tokio::time::timeout(bound, answer).await {
+            Ok(reply) => reply.map_err(|_| stopped())?,
+            Err(_) => Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "the SQLite database {} did not answer within {} ms (the disk, or another \
+                     process holding its lock, is stuck); the call may still complete later",
+                    self.inner.location,
+                    bound.as_millis()
+                ),
+            )),
+        }
     }
 
     /// Changes how long a statement waits for another connection's lock before failing with
     /// [`ErrorKind::StoreUnavailable`] (default: 5 seconds).
+    /// Callers then wait at most twice this plus 2 s for the connection thread's answer.
     pub async fn set_busy_timeout(&self, timeout: Duration) -> Result<(), Error> {
         self.run_direct(move |conn| {
             conn.busy_timeout(timeout)
                 .map_err(|e| classify(e, "cannot set the SQLite busy timeout"))
         })
-        .await
+        .await?;
+        self.inner
+            .busy_ms
+            .store(millis(timeout), std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Runs SQL without parameters, possibly several `;`-separated statements (for creating
@@ -503,6 +546,10 @@ impl SqliteStore {
         })
         .await
     }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn configure(conn: &Connection, file: bool) -> rusqlite::Result<()> {

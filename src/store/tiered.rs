@@ -29,7 +29,11 @@
 //! deletes a durable record by hand, to have a message processed again, must delete its marker
 //! too ([`TieredStore::marker_key`]).
 //!
-//! # When Redis is down
+//! # When Redis is down, or silent
+//!
+//! Each tier is bounded on its own: a Redis call by the connection's response timeout (2 s,
+//! see [`RedisStore`]), the durable store by its own bounds (the DynamoDB client's timeouts,
+//! PostgreSQL's call timeout, SQLite's busy timeout).
 //!
 //! Every Redis error is logged at `warn` and ignored: the durable store decides alone. After an
 //! error the cache is skipped for a cool-down (1 s by default, [`TieredStore::with_cooldown`]),
@@ -283,5 +287,11 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
             self.pending().remove(token);
         }
         result
+    }
+
+    /// The durable store decides every claim, completion and release (Redis errors are
+    /// swallowed): it is the durable store's client whose retries count.
+    fn retries_internally(&self) -> bool {
+        self.durable.retries_internally()
     }
 }
