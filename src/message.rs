@@ -9,12 +9,25 @@ use crate::{Error, ErrorKind};
 ///
 /// The body is decoded only when the handler asks ([`Message::json`]), so one undecodable body
 /// fails that message alone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Message {
     id: String,
     key: Option<String>,
     fifo: bool,
+    stop_at: Option<tokio::time::Instant>,
     inner: SqsMessage,
+}
+
+// By hand: the body never goes into `Debug` output (a `?msg` in a log line), only its length.
+impl std::fmt::Debug for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Message")
+            .field("id", &self.id)
+            .field("key", &self.key)
+            .field("fifo", &self.fifo)
+            .field("body_len", &self.body().len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Message {
@@ -30,8 +43,29 @@ impl Message {
             id: inner.message_id.clone().unwrap_or_default(),
             key,
             fifo,
+            stop_at: None,
             inner,
         }
+    }
+
+    /// Sets when the invocation's time budget ends (see [`Message::stop_at`]).
+    pub(crate) fn with_stop_at(mut self, stop_at: Option<tokio::time::Instant>) -> Self {
+        self.stop_at = stop_at;
+        self
+    }
+
+    /// When the invocation's time budget ends (the deadline minus the answer reserve): the
+    /// processor cancels the handler at that instant. Give calls that take a timeout of their
+    /// own (a payment provider's client, [`OutgoingBatch::send_by`](crate::publish::OutgoingBatch::send_by))
+    /// what is left, so they give up cleanly first. `None` when the invocation has no deadline.
+    pub fn stop_at(&self) -> Option<tokio::time::Instant> {
+        self.stop_at
+    }
+
+    /// How long until [`stop_at`](Message::stop_at), if there is a deadline.
+    pub fn time_left(&self) -> Option<std::time::Duration> {
+        self.stop_at
+            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
     }
 
     /// The SQS message id.
@@ -137,5 +171,20 @@ impl Message {
     /// The raw record, by value.
     pub fn into_sqs(self) -> SqsMessage {
         self.inner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_the_body() {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("m-1".into());
+        m.body = Some(r#"{"card":"4242 secret"}"#.into());
+        let text = format!("{:?}", Message::new(m, Some("ns#k".into())));
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.contains("m-1") && text.contains("body_len"), "{text}");
     }
 }

@@ -475,3 +475,44 @@ async fn on_the_real_clock_the_answer_comes_before_the_deadline() {
     assert!(SystemTime::now() < deadline, "answered after the deadline");
     assert_eq!(outcome_names(&report), ["cut_off", "processed"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_handler_is_told_when_the_budget_ends() {
+    let clock = Clock::tokio();
+    let store = Stalling::default();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let handler = service_fn(move |msg: Message| {
+        let s = Arc::clone(&s);
+        async move {
+            s.lock().unwrap().push((msg.stop_at(), msg.time_left()));
+            Ok::<(), BoxError>(())
+        }
+    });
+    let p = Processor::builder(store.clone(), handler)
+        .namespace("t")
+        .clock(clock.clone())
+        .answer_reserve(RESERVE)
+        .build();
+    let start = tokio::time::Instant::now();
+    let (report, _) = run(&p, &clock, &[rec("m1", "x")]).await;
+    assert_eq!(outcome_names(&report), ["processed"]);
+    let (stop_at, left) = seen.lock().unwrap()[0];
+    // The deadline is whole epoch milliseconds: equal to within one.
+    let want = start + DEADLINE - RESERVE;
+    let stop_at = stop_at.expect("a deadline");
+    assert!(
+        stop_at <= want && want - stop_at < Duration::from_millis(1),
+        "{stop_at:?}"
+    );
+    let left = left.expect("a deadline");
+    assert!(
+        DEADLINE - RESERVE - left < Duration::from_millis(1),
+        "{left:?}"
+    );
+
+    // Without a deadline there is nothing to tell.
+    seen.lock().unwrap().clear();
+    p.process(event(&[rec("m2", "x")])).await.unwrap();
+    assert_eq!(seen.lock().unwrap()[0], (None, None));
+}

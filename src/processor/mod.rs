@@ -124,7 +124,7 @@ where
             config.answer_reserve,
             config.lease,
         );
-        let plan = Plan::new(payload.records, config, &namespace)?;
+        let plan = Plan::new(payload.records, config, &namespace, budget.hard_stop())?;
         let fifo = plan.lanes.is_some();
         let report = BatchReport::new(self.inner.run(plan, &budget).await);
         let c = report.counts();

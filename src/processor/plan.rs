@@ -74,10 +74,12 @@ impl Plan {
     /// Plans `records`. Fails only if a record has no message id: it could not be named in a
     /// partial batch response, and an empty identifier would fail the batch anyway, less
     /// clearly.
+    /// `stop_at` is the budget's hard stop, which every message tells its handler.
     pub(super) fn new(
         records: Vec<SqsMessage>,
         config: &Config,
         namespace: &str,
+        stop_at: Option<tokio::time::Instant>,
     ) -> Result<Plan, Error> {
         for (i, r) in records.iter().enumerate() {
             if r.message_id.as_deref().is_none_or(str::is_empty) {
@@ -116,7 +118,8 @@ impl Plan {
                             let name = format!("{id} (#{i})");
                             leaders.insert(key.clone(), (i, fingerprint.clone(), name));
                             Action::Do(Work::Claim {
-                                message: Message::new(record, Some(key.clone())),
+                                message: Message::new(record, Some(key.clone()))
+                                    .with_stop_at(stop_at),
                                 key: key.clone(),
                                 fingerprint,
                             })
@@ -126,11 +129,17 @@ impl Plan {
                 }
                 Ok(None) => {
                     let why = format!("message has no idempotency key ({})", config.key.describe());
-                    (None, no_key(record, &id, why, config.missing_key))
+                    (None, no_key(record, &id, why, config.missing_key, stop_at))
                 }
                 Err(e) => (
                     None,
-                    no_key(record, &id, e.message().to_owned(), config.missing_key),
+                    no_key(
+                        record,
+                        &id,
+                        e.message().to_owned(),
+                        config.missing_key,
+                        stop_at,
+                    ),
                 ),
             };
             metas.push(Meta { id, key });
@@ -144,13 +153,19 @@ impl Plan {
     }
 }
 
-fn no_key(record: SqsMessage, id: &str, why: String, policy: MissingKey) -> Action {
+fn no_key(
+    record: SqsMessage,
+    id: &str,
+    why: String,
+    policy: MissingKey,
+    stop_at: Option<tokio::time::Instant>,
+) -> Action {
     match policy {
         MissingKey::Fail => Action::Do(Work::Fail(Failure::new(FailureKind::MissingKey, why))),
         MissingKey::ProcessWithoutDedup => {
             warn!(message_id = %id, reason = %why, "processing without deduplication");
             Action::Do(Work::Unclaimed {
-                message: Message::new(record, None),
+                message: Message::new(record, None).with_stop_at(stop_at),
             })
         }
     }

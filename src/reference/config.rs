@@ -18,6 +18,8 @@
 //! | `SQS_CLAIM_STORE_UNAVAILABLE` | `fail-closed` | `fail-closed` or `fail-open` |
 //! | `SQS_CLAIM_DEADLINE_MARGIN_MS` | `2000` | no message starts later than this before the deadline |
 //! | `SQS_CLAIM_OUTPUT_QUEUE_URL` | none | publish a `credited` notice per credit to this queue |
+//! | `SQS_CLAIM_ANSWER_RESERVE_MS` | `250` | every step still in flight is cut off this long before the deadline, so the answer is sent in time |
+//! | `SQS_CLAIM_HANDLER_TIMEOUT_MS` | none | the longest one handler call may take (it is cancelled past it, and its claim kept until its lease lapses) |
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
 
 use std::fmt;
@@ -65,6 +67,10 @@ pub struct Settings {
     pub output_queue_url: Option<String>,
     /// `SQS_CLAIM_STARTUP_TIMEOUT_MS`.
     pub startup_timeout: Duration,
+    /// `SQS_CLAIM_ANSWER_RESERVE_MS`.
+    pub answer_reserve: Duration,
+    /// `SQS_CLAIM_HANDLER_TIMEOUT_MS`.
+    pub handler_timeout: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -83,6 +89,8 @@ impl Default for Settings {
             deadline_margin: Duration::from_millis(2000),
             output_queue_url: None,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            answer_reserve: Duration::from_millis(250),
+            handler_timeout: None,
         }
     }
 }
@@ -170,6 +178,22 @@ impl Settings {
                 "milliseconds",
                 0,
             )?);
+        }
+        if let Some(v) = get("SQS_CLAIM_ANSWER_RESERVE_MS") {
+            s.answer_reserve = Duration::from_millis(whole_number(
+                "SQS_CLAIM_ANSWER_RESERVE_MS",
+                &v,
+                "milliseconds",
+                0,
+            )?);
+        }
+        if let Some(v) = get("SQS_CLAIM_HANDLER_TIMEOUT_MS") {
+            s.handler_timeout = Some(Duration::from_millis(whole_number(
+                "SQS_CLAIM_HANDLER_TIMEOUT_MS",
+                &v,
+                "milliseconds",
+                1,
+            )?));
         }
         if let Some(v) = get("SQS_CLAIM_STARTUP_TIMEOUT_MS") {
             s.startup_timeout = Duration::from_millis(whole_number(
@@ -591,6 +615,8 @@ mod tests {
             ("SQS_CLAIM_STORE_UNAVAILABLE", "fail-open"),
             ("SQS_CLAIM_DEADLINE_MARGIN_MS", "0"),
             ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "1500"),
+            ("SQS_CLAIM_ANSWER_RESERVE_MS", "400"),
+            ("SQS_CLAIM_HANDLER_TIMEOUT_MS", "5000"),
             (
                 "SQS_CLAIM_OUTPUT_QUEUE_URL",
                 "https://sqs.us-east-1.amazonaws.com/1/q.fifo",
@@ -607,6 +633,8 @@ mod tests {
         assert_eq!(s.store_unavailable, StoreUnavailable::FailOpen);
         assert_eq!(s.deadline_margin, Duration::ZERO);
         assert_eq!(s.startup_timeout, Duration::from_millis(1500));
+        assert_eq!(s.answer_reserve, Duration::from_millis(400));
+        assert_eq!(s.handler_timeout, Some(Duration::from_secs(5)));
         assert!(s.output_queue_url.is_some());
     }
 
@@ -623,6 +651,8 @@ mod tests {
             ("SQS_CLAIM_STORE_UNAVAILABLE", "open"),
             ("SQS_CLAIM_DEADLINE_MARGIN_MS", "2s"),
             ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "0"),
+            ("SQS_CLAIM_HANDLER_TIMEOUT_MS", "0"),
+            ("SQS_CLAIM_ANSWER_RESERVE_MS", "-1"),
             ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "5s"),
             ("SQS_CLAIM_OUTPUT_QUEUE_URL", "my-queue"),
         ] {

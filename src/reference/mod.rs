@@ -250,7 +250,11 @@ impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
                     outgoing = outgoing.group_id(group);
                 }
                 out.push(outgoing);
-                out.send().await?;
+                // Retries stop before the processor would cancel the handler.
+                match msg.stop_at() {
+                    Some(stop_at) => out.send_by(stop_at).await?,
+                    None => out.send().await?,
+                };
                 Ok(Effects::one(credit))
             });
         }
@@ -330,7 +334,7 @@ pub fn processor_with_handler<L: Ledger + Clone>(
     handler: PaymentHandler<L>,
     settings: &Settings,
 ) -> Processor<L, PaymentHandler<L>> {
-    Processor::builder(ledger, handler)
+    let builder = Processor::builder(ledger, handler)
         .key(settings.key.clone())
         .namespace(settings.namespace.clone())
         .ttl(settings.ttl)
@@ -339,7 +343,11 @@ pub fn processor_with_handler<L: Ledger + Clone>(
         .fifo(settings.fifo)
         .on_store_unavailable(settings.store_unavailable)
         .deadline_margin(settings.deadline_margin)
-        .build()
+        .answer_reserve(settings.answer_reserve);
+    match settings.handler_timeout {
+        Some(limit) => builder.handler_timeout(limit).build(),
+        None => builder.build(),
+    }
 }
 
 #[cfg(test)]
