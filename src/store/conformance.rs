@@ -72,6 +72,7 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     live_lease_is_held_elsewhere(store).await;
     lapsed_lease_is_taken_over(store).await;
     expired_record_counts_as_absent(store).await;
+    short_ttl_never_ends_a_live_lease(store).await;
     stale_token_cannot_complete(store).await;
     stale_token_cannot_release(store).await;
     release_allows_reclaim(store).await;
@@ -155,6 +156,72 @@ pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
         "claim after the record expired",
     )
     .await;
+}
+
+/// An in-progress record never expires before its lease, even when the caller asks for a TTL
+/// shorter than the lease: the store keeps the record at least until `lease_until`
+/// ([`ClaimRequest::record_expires_at`]). Claimed with `expires_at = now + 1 s` and
+/// `lease_until = now + 60 s`, the key is held elsewhere at `now + 30 s` and one millisecond
+/// before the lease lapses, the holder can still complete, and the completed record is then a
+/// duplicate. The lease still lapses on time: a second key claimed the same way is taken over
+/// at `lease_until`.
+pub async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
+    let p = prefix("short-ttl");
+    let now = base_time();
+    let short = |key| ClaimRequest {
+        key,
+        now,
+        lease_until: now + Duration::from_secs(60),
+        expires_at: now + Duration::from_secs(1),
+        fingerprint: None,
+    };
+    let key = format!("{p}#held");
+    let token = must_acquire(
+        store,
+        short(&key),
+        "claim with a TTL shorter than the lease",
+    )
+    .await;
+    for at in [
+        now + Duration::from_secs(30),
+        now + Duration::from_secs(60) - Duration::from_millis(1),
+    ] {
+        match store.claim(request(&key, at)).await {
+            Ok(Claim::HeldElsewhere { .. }) => {}
+            other => panic!(
+                "an in-progress record must live until its lease even if its TTL is shorter \
+                 (claimed with expires_at = now + 1 s, lease_until = now + 60 s; second claim at \
+                 now + {:?}): expected HeldElsewhere, got {other:?}",
+                at.duration_since(now).unwrap_or_default()
+            ),
+        }
+    }
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("the holder of a short-TTL claim must still complete within its lease");
+    match store
+        .claim(request(&key, now + Duration::from_secs(30)))
+        .await
+    {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!("a completed short-TTL claim must be a duplicate, got {other:?}"),
+    }
+
+    let key = format!("{p}#lapses");
+    let old = must_acquire(
+        store,
+        short(&key),
+        "claim with a TTL shorter than the lease",
+    )
+    .await;
+    let new = must_acquire(
+        store,
+        request(&key, now + Duration::from_secs(60)),
+        "takeover at lease_until of a short-TTL claim",
+    )
+    .await;
+    assert_ne!(old, new, "a takeover must issue a new token");
 }
 
 /// A worker whose lease lapsed and was taken over cannot complete: fencing.
