@@ -79,6 +79,8 @@ async fn conformance_with_custom_attribute_names() {
     conformance::stale_token_cannot_complete(&store).await;
     conformance::expired_record_counts_as_absent(&store).await;
     conformance::short_ttl_never_ends_a_live_lease(&store).await;
+    conformance::expiry_boundary_is_inclusive(&store).await;
+    conformance::lease_boundary_is_inclusive(&store).await;
 }
 
 /// A claim whose TTL is shorter than its lease writes the TTL attribute at the lease (in whole

@@ -73,6 +73,8 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     lapsed_lease_is_taken_over(store).await;
     expired_record_counts_as_absent(store).await;
     short_ttl_never_ends_a_live_lease(store).await;
+    expiry_boundary_is_inclusive(store).await;
+    lease_boundary_is_inclusive(store).await;
     stale_token_cannot_complete(store).await;
     stale_token_cannot_release(store).await;
     release_allows_reclaim(store).await;
@@ -222,6 +224,77 @@ pub async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
     )
     .await;
     assert_ne!(old, new, "a takeover must issue a new token");
+}
+
+/// The expiry boundary, "`expires_at` not after `now`", is inclusive: a completed record is a
+/// duplicate at `expires_at - 1 ms` and counts as absent at `expires_at`. The expiry is a whole
+/// second here because the contract lets a store keep expiries in whole seconds (rounded up, as
+/// DynamoDB's TTL attribute does); at a whole second both sides are exact in every store.
+pub async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
+    let key = prefix("expiry-boundary");
+    let now = base_time();
+    let expires_at = now + Duration::from_secs(60);
+    let token = must_acquire(store, request(&key, now), "first claim").await;
+    store
+        .complete(&key, &token, expires_at, Effects::none())
+        .await
+        .expect("complete must succeed");
+    match store
+        .claim(request(&key, expires_at - Duration::from_millis(1)))
+        .await
+    {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!(
+            "one millisecond before expires_at a completed record must still be a duplicate, \
+             got {other:?}"
+        ),
+    }
+    must_acquire(
+        store,
+        request(&key, expires_at),
+        "claim at exactly expires_at (a record whose expires_at is not after now counts as absent)",
+    )
+    .await;
+}
+
+/// The lease boundary, "`lease_until` not after `now`", is inclusive and exact to the
+/// millisecond (the contract's lease resolution): an in-progress record is held elsewhere at
+/// `lease_until - 1 ms` and taken over at `lease_until`, after which the old token is fenced
+/// out. The lease ends 250 ms past a whole second, so a store that kept leases in seconds fails.
+pub async fn lease_boundary_is_inclusive<S: ClaimStore>(store: &S) {
+    let key = prefix("lease-boundary");
+    let now = base_time();
+    let lease_until = now + Duration::from_millis(30_250);
+    let first = ClaimRequest {
+        key: &key,
+        now,
+        lease_until,
+        expires_at: now + TTL,
+        fingerprint: None,
+    };
+    let old = must_acquire(store, first, "first claim").await;
+    match store
+        .claim(request(&key, lease_until - Duration::from_millis(1)))
+        .await
+    {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!(
+            "one millisecond before lease_until the lease is live: expected HeldElsewhere, \
+             got {other:?}"
+        ),
+    }
+    let new = must_acquire(
+        store,
+        request(&key, lease_until),
+        "claim at exactly lease_until (a lease whose lease_until is not after now has lapsed)",
+    )
+    .await;
+    assert_ne!(old, new, "a takeover must issue a new token");
+    let err = store
+        .complete(&key, &old, lease_until + TTL, Effects::none())
+        .await
+        .expect_err("the token whose lease lapsed at the boundary must not complete");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
 }
 
 /// A worker whose lease lapsed and was taken over cannot complete: fencing.

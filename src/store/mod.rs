@@ -25,6 +25,11 @@
 //!   3. the record is in progress and its `lease_until` is not after `now` (the claimant died or
 //!      overran its deadline; the new claimant takes over).
 //!
+//!   "Not after `now`" is inclusive: a record whose `expires_at` equals `now` counts as absent,
+//!   and a lease whose `lease_until` equals `now` has lapsed. Leases are compared to the
+//!   millisecond. An expiry may be kept in whole seconds (DynamoDB's TTL attribute), rounded
+//!   up: a record may then count for up to a second past `expires_at`, never less.
+//!
 //!   An in-progress record never expires before its lease: a claim stores
 //!   `max(expires_at, lease_until)` as the record's expiry ([`ClaimRequest::record_expires_at`]),
 //!   backend TTLs included, so a caller passing a TTL shorter than the lease still never lets a
