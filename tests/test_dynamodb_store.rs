@@ -78,6 +78,52 @@ async fn conformance_with_custom_attribute_names() {
     conformance::completed_key_is_a_duplicate(&store).await;
     conformance::stale_token_cannot_complete(&store).await;
     conformance::expired_record_counts_as_absent(&store).await;
+    conformance::short_ttl_never_ends_a_live_lease(&store).await;
+    conformance::expiry_boundary_is_inclusive(&store).await;
+    conformance::lease_boundary_is_inclusive(&store).await;
+}
+
+/// A claim whose TTL is shorter than its lease writes the TTL attribute at the lease (in whole
+/// seconds, rounded up), so DynamoDB's TTL deletion cannot remove the item, and let a second
+/// claimer in, while the lease is live.
+#[tokio::test]
+async fn a_short_ttl_item_is_not_deleted_before_its_lease() {
+    let store = fresh_store("short-ttl").await;
+    let now = SystemTime::now();
+    let lease_until = now + Duration::from_millis(60_500);
+    let claim = store
+        .claim(ClaimRequest {
+            key: "short-ttl",
+            now,
+            lease_until,
+            expires_at: now + Duration::from_secs(1),
+            fingerprint: None,
+        })
+        .await
+        .expect("claim");
+    assert!(matches!(claim, Claim::Acquired(_)), "{claim:?}");
+    let item = store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .key("id", AttributeValue::S("short-ttl".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get item")
+        .item
+        .expect("the claimed item");
+    let expiration: i64 = item
+        .get("expiration")
+        .and_then(|v| v.as_n().ok())
+        .and_then(|n| n.parse().ok())
+        .expect("a numeric expiration");
+    let lease_ms = sqs_claim::store::epoch_millis(lease_until);
+    assert_eq!(
+        expiration,
+        lease_ms.div_euclid(1000) + i64::from(lease_ms.rem_euclid(1000) != 0),
+        "the TTL attribute must be the lease's end rounded up to a second, not the 1 s TTL asked for"
+    );
 }
 
 #[tokio::test]

@@ -256,6 +256,29 @@ async fn prune_deletes_only_expired_records_in_bounded_batches() {
     drop_table(&store).await;
 }
 
+/// Pruning never deletes an in-progress record under a live lease, even one claimed with a TTL
+/// shorter than its lease (its expiry is kept at least until the lease).
+#[tokio::test]
+async fn prune_keeps_a_short_ttl_claim_under_its_lease() {
+    let store = store().await;
+    let now = SystemTime::now();
+    let mut req = request("short-ttl", now);
+    req.lease_until = now + Duration::from_secs(60);
+    req.expires_at = now + Duration::from_secs(1);
+    acquire(&store, req).await;
+    let later = now + Duration::from_secs(30);
+    assert_eq!(
+        store.prune_expired(later, 10_000).await.unwrap(),
+        0,
+        "a record under a live lease must not be pruned"
+    );
+    match store.claim(request("short-ttl", later)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("the claim must still be held after pruning, got {other:?}"),
+    }
+    drop_table(&store).await;
+}
+
 /// Random (incompressible) keys far past the B-tree entry limit, and keys that look like the
 /// hashed form, are kept apart.
 #[tokio::test]

@@ -209,6 +209,31 @@ async fn records_carry_a_ttl() {
     cleanup(store.connection(), store.prefix()).await;
 }
 
+/// A claim whose TTL is shorter than its lease: the key's server-side TTL covers the lease, so
+/// Redis cannot delete the record (and let a second claimer in) while the lease is live. No
+/// slack, so the TTL is the record's own lifetime.
+#[tokio::test]
+async fn a_short_ttl_key_outlives_its_lease() {
+    let store = store().await.with_expiry_slack(Duration::ZERO);
+    let mut conn = store.connection().clone();
+    let now = SystemTime::now();
+    let lease_until = now + Duration::from_secs(60);
+    let mut req = request("short-ttl", now);
+    req.lease_until = lease_until;
+    req.expires_at = now + Duration::from_secs(1);
+    acquire(&store, req).await;
+    let key = store.record_key("short-ttl");
+    let pttl: i64 = conn.pttl(&key).await.unwrap();
+    // lease_until - now (60 s), minus the time the test took: never the 1 s TTL asked for.
+    assert!(
+        (50_000..=60_000).contains(&pttl),
+        "the key's TTL ({pttl} ms) must cover the lease (60 s), not the 1 s TTL asked for"
+    );
+    let stored: i64 = conn.hget(&key, "e").await.unwrap();
+    assert_eq!(stored, epoch_millis(lease_until), "stored expiry");
+    cleanup(store.connection(), store.prefix()).await;
+}
+
 /// Workers whose clock is far behind Redis's still get correct answers: the TTL is relative, so
 /// the server does not delete a record the workers consider live.
 #[tokio::test]

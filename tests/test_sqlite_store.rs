@@ -471,6 +471,27 @@ async fn purge_removes_only_expired_records() {
     assert_eq!(rows, vec![vec![SqlValue::Text("long".into())]]);
 }
 
+/// Pruning never deletes an in-progress record under a live lease, even one claimed with a TTL
+/// shorter than its lease (its expiry is kept at least until the lease).
+#[tokio::test]
+async fn prune_keeps_a_short_ttl_claim_under_its_lease() {
+    let store = SqliteStore::open_in_memory().expect("open");
+    let now = SystemTime::now();
+    let mut req = request("short-ttl", now);
+    req.lease_until = now + Duration::from_secs(60);
+    req.expires_at = now + Duration::from_secs(1);
+    let Ok(Claim::Acquired(_)) = store.claim(req).await else {
+        panic!("claim short-ttl");
+    };
+    let later = now + Duration::from_secs(30);
+    let pruned = store.prune_expired(later, 10_000).await.expect("prune");
+    assert_eq!(pruned, 0, "a record under a live lease must not be pruned");
+    match store.claim(request("short-ttl", later)).await {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!("the claim must still be held after pruning, got {other:?}"),
+    }
+}
+
 /// Calls waiting together commit together (one transaction, one fsync), yet each stays its
 /// own unit: a completion refused inside the group rolls back only its own writes. The
 /// calls are queued while another connection holds the lock, so they form one group.

@@ -72,6 +72,9 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     live_lease_is_held_elsewhere(store).await;
     lapsed_lease_is_taken_over(store).await;
     expired_record_counts_as_absent(store).await;
+    short_ttl_never_ends_a_live_lease(store).await;
+    expiry_boundary_is_inclusive(store).await;
+    lease_boundary_is_inclusive(store).await;
     stale_token_cannot_complete(store).await;
     stale_token_cannot_release(store).await;
     release_allows_reclaim(store).await;
@@ -155,6 +158,143 @@ pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
         "claim after the record expired",
     )
     .await;
+}
+
+/// An in-progress record never expires before its lease, even when the caller asks for a TTL
+/// shorter than the lease: the store keeps the record at least until `lease_until`
+/// ([`ClaimRequest::record_expires_at`]). Claimed with `expires_at = now + 1 s` and
+/// `lease_until = now + 60 s`, the key is held elsewhere at `now + 30 s` and one millisecond
+/// before the lease lapses, the holder can still complete, and the completed record is then a
+/// duplicate. The lease still lapses on time: a second key claimed the same way is taken over
+/// at `lease_until`.
+pub async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
+    let p = prefix("short-ttl");
+    let now = base_time();
+    let short = |key| ClaimRequest {
+        key,
+        now,
+        lease_until: now + Duration::from_secs(60),
+        expires_at: now + Duration::from_secs(1),
+        fingerprint: None,
+    };
+    let key = format!("{p}#held");
+    let token = must_acquire(
+        store,
+        short(&key),
+        "claim with a TTL shorter than the lease",
+    )
+    .await;
+    for at in [
+        now + Duration::from_secs(30),
+        now + Duration::from_secs(60) - Duration::from_millis(1),
+    ] {
+        match store.claim(request(&key, at)).await {
+            Ok(Claim::HeldElsewhere { .. }) => {}
+            other => panic!(
+                "an in-progress record must live until its lease even if its TTL is shorter \
+                 (claimed with expires_at = now + 1 s, lease_until = now + 60 s; second claim at \
+                 now + {:?}): expected HeldElsewhere, got {other:?}",
+                at.duration_since(now).unwrap_or_default()
+            ),
+        }
+    }
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("the holder of a short-TTL claim must still complete within its lease");
+    match store
+        .claim(request(&key, now + Duration::from_secs(30)))
+        .await
+    {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!("a completed short-TTL claim must be a duplicate, got {other:?}"),
+    }
+
+    let key = format!("{p}#lapses");
+    let old = must_acquire(
+        store,
+        short(&key),
+        "claim with a TTL shorter than the lease",
+    )
+    .await;
+    let new = must_acquire(
+        store,
+        request(&key, now + Duration::from_secs(60)),
+        "takeover at lease_until of a short-TTL claim",
+    )
+    .await;
+    assert_ne!(old, new, "a takeover must issue a new token");
+}
+
+/// The expiry boundary, "`expires_at` not after `now`", is inclusive: a completed record is a
+/// duplicate at `expires_at - 1 ms` and counts as absent at `expires_at`. The expiry is a whole
+/// second here because the contract lets a store keep expiries in whole seconds (rounded up, as
+/// DynamoDB's TTL attribute does); at a whole second both sides are exact in every store.
+pub async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
+    let key = prefix("expiry-boundary");
+    let now = base_time();
+    let expires_at = now + Duration::from_secs(60);
+    let token = must_acquire(store, request(&key, now), "first claim").await;
+    store
+        .complete(&key, &token, expires_at, Effects::none())
+        .await
+        .expect("complete must succeed");
+    match store
+        .claim(request(&key, expires_at - Duration::from_millis(1)))
+        .await
+    {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!(
+            "one millisecond before expires_at a completed record must still be a duplicate, \
+             got {other:?}"
+        ),
+    }
+    must_acquire(
+        store,
+        request(&key, expires_at),
+        "claim at exactly expires_at (a record whose expires_at is not after now counts as absent)",
+    )
+    .await;
+}
+
+/// The lease boundary, "`lease_until` not after `now`", is inclusive and exact to the
+/// millisecond (the contract's lease resolution): an in-progress record is held elsewhere at
+/// `lease_until - 1 ms` and taken over at `lease_until`, after which the old token is fenced
+/// out. The lease ends 250 ms past a whole second, so a store that kept leases in seconds fails.
+pub async fn lease_boundary_is_inclusive<S: ClaimStore>(store: &S) {
+    let key = prefix("lease-boundary");
+    let now = base_time();
+    let lease_until = now + Duration::from_millis(30_250);
+    let first = ClaimRequest {
+        key: &key,
+        now,
+        lease_until,
+        expires_at: now + TTL,
+        fingerprint: None,
+    };
+    let old = must_acquire(store, first, "first claim").await;
+    match store
+        .claim(request(&key, lease_until - Duration::from_millis(1)))
+        .await
+    {
+        Ok(Claim::HeldElsewhere { .. }) => {}
+        other => panic!(
+            "one millisecond before lease_until the lease is live: expected HeldElsewhere, \
+             got {other:?}"
+        ),
+    }
+    let new = must_acquire(
+        store,
+        request(&key, lease_until),
+        "claim at exactly lease_until (a lease whose lease_until is not after now has lapsed)",
+    )
+    .await;
+    assert_ne!(old, new, "a takeover must issue a new token");
+    let err = store
+        .complete(&key, &old, lease_until + TTL, Effects::none())
+        .await
+        .expect_err("the token whose lease lapsed at the boundary must not complete");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
 }
 
 /// A worker whose lease lapsed and was taken over cannot complete: fencing.

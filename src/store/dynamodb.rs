@@ -22,6 +22,9 @@
 //!   `ReturnValuesOnConditionCheckFailure = ALL_OLD`, so a refused claim tells "completed" from
 //!   "held elsewhere" without a second read. TTL deletion is lazy (up to days), so the
 //!   condition compares the expiry itself: an expired item still present behaves as absent.
+//!   The claim writes `expiration` as `max(expires_at, lease_until)`
+//!   ([`ClaimRequest::record_expires_at`]) rounded up to a second, so TTL deletion never
+//!   removes an item whose lease is live.
 //! * complete without effects: one `UpdateItem` conditional on the token and `INPROGRESS`.
 //! * complete with effects: one `TransactWriteItems` holding that same conditional update and
 //!   the handler's writes (at most 99), all or nothing. A cancelled transaction is reported
@@ -464,7 +467,7 @@ impl ClaimStore for DynamoDbStore {
         let mut item = self.key_value(req.key);
         item.insert(
             self.attrs.expiration.clone(),
-            n(expiry_seconds(req.expires_at)),
+            n(expiry_seconds(req.record_expires_at())),
         );
         item.insert(self.attrs.lease.clone(), n(epoch_millis(req.lease_until)));
         item.insert(self.attrs.status.clone(), s(Status::InProgress.as_str()));

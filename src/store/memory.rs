@@ -158,7 +158,7 @@ impl ClaimStore for MemoryStore {
                 status: Status::InProgress,
                 token: token.clone(),
                 lease_until: Some(req.lease_until),
-                expires_at: req.expires_at,
+                expires_at: req.record_expires_at(),
                 fingerprint: req.fingerprint.map(str::to_owned),
             },
         );

@@ -25,6 +25,16 @@
 //!   3. the record is in progress and its `lease_until` is not after `now` (the claimant died or
 //!      overran its deadline; the new claimant takes over).
 //!
+//!   "Not after `now`" is inclusive: a record whose `expires_at` equals `now` counts as absent,
+//!   and a lease whose `lease_until` equals `now` has lapsed. Leases are compared to the
+//!   millisecond. An expiry may be kept in whole seconds (DynamoDB's TTL attribute), rounded
+//!   up: a record may then count for up to a second past `expires_at`, never less.
+//!
+//!   An in-progress record never expires before its lease: a claim stores
+//!   `max(expires_at, lease_until)` as the record's expiry ([`ClaimRequest::record_expires_at`]),
+//!   backend TTLs included, so a caller passing a TTL shorter than the lease still never lets a
+//!   second claimer in while the lease is live.
+//!
 //!   On success the store writes a fresh record with a new unique token and returns
 //!   [`Claim::Acquired`]. Otherwise it changes nothing and returns [`Claim::Completed`] with the
 //!   stored record, or [`Claim::HeldElsewhere`] with the time the other lease lapses. Of any
@@ -138,6 +148,15 @@ pub struct ClaimRequest<'a> {
     pub expires_at: SystemTime,
     /// Optional payload fingerprint, stored with the record.
     pub fingerprint: Option<&'a str>,
+}
+
+impl ClaimRequest<'_> {
+    /// The expiry a store writes for the record this claim creates: `expires_at`, but never
+    /// before `lease_until`, so an in-progress record (and any backend TTL sized from it)
+    /// outlives its lease whatever TTL the caller asked for.
+    pub fn record_expires_at(&self) -> SystemTime {
+        self.expires_at.max(self.lease_until)
+    }
 }
 
 /// A stored record, as returned when a claim finds the key already completed.

@@ -874,7 +874,7 @@ impl PostgresStore {
                     &id.as_ref(),
                     &token.as_str(),
                     &epoch_millis(req.lease_until),
-                    &epoch_millis(req.expires_at),
+                    &epoch_millis(req.record_expires_at()),
                     &req.fingerprint,
                     &epoch_millis(req.now),
                 ],

@@ -25,7 +25,9 @@
 //! server's own clock with `PEXPIRE`. Sizing it relative, rather than with `PEXPIREAT
 //! expires_at`, means a Redis clock that runs ahead of the workers' cannot delete a record before
 //! the workers consider it expired (which would let a duplicate through); a record that lingers
-//! past `expires_at` is harmless, because the scripts treat it as absent.
+//! past `expires_at` is harmless, because the scripts treat it as absent. A claim's `expires_at`
+//! is never before its lease ([`ClaimRequest::record_expires_at`]), so Redis never deletes an
+//! in-progress record while its lease is live, whatever TTL the caller asked for.
 //!
 //! # Effects
 //!
@@ -525,7 +527,7 @@ impl ClaimStore for RedisStore {
         invocation
             .arg(epoch_millis(req.now))
             .arg(epoch_millis(req.lease_until))
-            .arg(epoch_millis(req.expires_at))
+            .arg(epoch_millis(req.record_expires_at()))
             .arg(token.as_str())
             .arg(self.slack_ms());
         if let Some(fp) = req.fingerprint {

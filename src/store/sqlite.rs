@@ -839,7 +839,7 @@ impl ClaimStore for SqliteStore {
         let (now, lease, expires) = (
             epoch_millis(req.now),
             epoch_millis(req.lease_until),
-            epoch_millis(req.expires_at),
+            epoch_millis(req.record_expires_at()),
         );
         self.run(move |conn| {
             claim_blocking(conn, &key, now, lease, expires, fingerprint.as_deref())
