@@ -265,6 +265,48 @@ impl FaultProxy {
     pub fn handle(&self) -> FaultHandle {
         self.handle.clone()
     }
+
+    /// A proxy in front of the server a URL names (`scheme://[user[:password]@]host[:port]/...`,
+    /// as `postgres://`, `redis://`, `http://`; the port defaults by scheme), and the same URL
+    /// pointing at the proxy instead.
+    pub async fn in_front_of(url: &str) -> io::Result<(FaultProxy, String)> {
+        let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, why.to_owned());
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| invalid("URL without scheme://"))?;
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, tail) = rest.split_at(end);
+        let (userinfo, host_port) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let host_port = if host_port
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+        {
+            host_port.to_owned()
+        } else {
+            let port = match scheme {
+                "postgres" | "postgresql" => 5432,
+                "redis" => 6379,
+                "http" => 80,
+                _ => {
+                    return Err(invalid(
+                        "URL without a port, of a scheme with no known default",
+                    ));
+                }
+            };
+            format!("{host_port}:{port}")
+        };
+        let upstream = tokio::net::lookup_host(host_port.as_str())
+            .await?
+            .next()
+            .ok_or_else(|| invalid("the URL's host does not resolve"))?;
+        let proxy = FaultProxy::start(upstream).await?;
+        let userinfo = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        let proxied = format!("{scheme}://{userinfo}{}{tail}", proxy.addr());
+        Ok((proxy, proxied))
+    }
 }
 
 impl std::ops::Deref for FaultProxy {
