@@ -2,8 +2,10 @@
 //! store (Redis cache in front of PostgreSQL), each behind the fault proxy of
 //! `tests/support/fault_proxy.rs`, under a [`Processor`] on the wall clock.
 //!
-//! Every test runs one fault twice at once, on two stores of their own: switched on before the
-//! batch, and switched on mid-batch (once half the batch's bytes reached the server). A
+//! Every test runs one fault three times at once, on stores of their own: switched on before
+//! the batch; mid-batch, once half the batch's bytes reached the server (so it can land inside
+//! a request); and from inside the handler of the batch's 10th call, so that at least that
+//! message's completion meets the fault (a completion cut off, or lost in flight). A
 //! batch is [`BATCH`] messages whose handler returns one atomic effect each (a counter per
 //! key, +1), with a deadline [`BUDGET`] away and the default `answer_reserve`. Then:
 //!
@@ -33,7 +35,7 @@ mod servers;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
@@ -436,7 +438,13 @@ enum When {
     Before,
     /// Once half the batch's bytes (measured on a warm-up message) reached the server.
     MidBatch,
+    /// From inside the handler of the batch's [`FLIP_AT`]th call, before it returns.
+    InHandler,
 }
+
+/// Which handler call of the batch switches the fault on, for [`When::InHandler`]: with the
+/// default concurrency (10), earlier messages are completing around it and later ones claiming.
+const FLIP_AT: usize = 10;
 
 /// One invocation, timed against its deadline.
 struct Invocation {
@@ -562,6 +570,7 @@ async fn scenario<R: Rig>(rig: R, fault: Fault, when: When, effects: bool) -> Ve
         match when {
             When::Before => "before the batch",
             When::MidBatch => "mid-batch",
+            When::InHandler => "from a handler",
         },
         if effects { "" } else { ", no effects" }
     );
@@ -577,14 +586,30 @@ async fn run<R: Rig>(rig: &R, fault: Fault, when: When, effects: bool) -> Vec<St
     let mut problems = Vec::new();
     let seen = Seen::new();
     let increment = rig.increment();
+    // For `When::InHandler`: handler calls left before the one that switches the fault on.
+    let countdown: Arc<Mutex<Option<usize>>> = Arc::new(Mutex::new(None));
     let handler = {
         let seen = seen.clone();
+        let countdown = Arc::clone(&countdown);
+        let switch = rig.proxy().handle();
         service_fn(move |msg: Message| {
             let seen = seen.clone();
             let increment = Arc::clone(&increment);
+            let countdown = Arc::clone(&countdown);
+            let switch = switch.clone();
             async move {
                 let key = msg.key().ok_or("the message has no key")?.to_owned();
                 seen.saw(&key);
+                {
+                    let mut left = countdown.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(n) = left.as_mut() {
+                        *n -= 1;
+                        if *n == 0 {
+                            *left = None;
+                            switch.set(fault);
+                        }
+                    }
+                }
                 let effects = if effects {
                     Effects::one(increment(&key))
                 } else {
@@ -630,6 +655,9 @@ async fn run<R: Rig>(rig: &R, fault: Fault, when: When, effects: bool) -> Vec<St
         When::MidBatch => rig
             .proxy()
             .set_after_bytes(per_message * BATCH as u64 / 2, fault),
+        When::InHandler => {
+            *countdown.lock().unwrap_or_else(|p| p.into_inner()) = Some(FLIP_AT);
+        }
     }
     let first = invoke(&p, &batch).await;
     let fired = rig.proxy().fault() == fault;
@@ -661,10 +689,13 @@ async fn run<R: Rig>(rig: &R, fault: Fault, when: When, effects: bool) -> Vec<St
         ),
     }
     if !fired {
-        problems.push(format!(
-            "the fault never fired (the batch sent less than half of {} bytes)",
-            per_message * BATCH as u64
-        ));
+        problems.push(match when {
+            When::MidBatch => format!(
+                "the fault never fired (the batch sent less than half of {} bytes)",
+                per_message * BATCH as u64
+            ),
+            _ => format!("the fault never fired (fewer than {FLIP_AT} handler calls)"),
+        });
     }
 
     // Heal, let the leases lapse, redeliver.
@@ -753,14 +784,15 @@ async fn run<R: Rig>(rig: &R, fault: Fault, when: When, effects: bool) -> Vec<St
     problems
 }
 
-/// The fault before the batch and mid-batch, at once, on two rigs of their own.
+/// The fault before the batch, mid-batch and from a handler, at once, on rigs of their own.
 async fn both<R: Rig, F: Future<Output = R>>(make: impl Fn() -> F, fault: Fault, effects: bool) {
     init_logs();
-    let (before, mid) = tokio::join!(
+    let (before, mid, in_handler) = tokio::join!(
         async { scenario(make().await, fault, When::Before, effects).await },
         async { scenario(make().await, fault, When::MidBatch, effects).await },
+        async { scenario(make().await, fault, When::InHandler, effects).await },
     );
-    let problems: Vec<String> = before.into_iter().chain(mid).collect();
+    let problems: Vec<String> = before.into_iter().chain(mid).chain(in_handler).collect();
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
 
