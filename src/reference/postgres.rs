@@ -1,7 +1,7 @@
 //! The example on [`PostgresStore`] (feature `postgres`): balances in a table next to the claims
 //! table (`{claims table}_accounts`), credited by an upsert in the completion's transaction.
 
-use super::Ledger;
+use super::{Ledger, Payment};
 use crate::store::postgres::{PgEffect, PostgresStore};
 use crate::{Error, ErrorKind};
 
@@ -47,13 +47,19 @@ async fn client(store: &PostgresStore) -> Result<deadpool_postgres::Client, Erro
 }
 
 impl Ledger for PostgresStore {
-    /// An upsert that must touch exactly one row. The `CHECK (balance >= 0)` turns an overflow
-    /// or a negative balance into a refused effect rather than a wrong number.
+    /// An upsert that must touch exactly one row: a new account only if the amount is itself a
+    /// valid balance, an existing one only if the sum stays within
+    /// `0..=`[`Payment::MAX_BALANCE_CENTS`] (summed as `numeric`, so no sum can overflow);
+    /// otherwise it touches none and the completion is refused
+    /// ([`ErrorKind::EffectRejected`]). The table's `CHECK` repeats the rule.
     fn credit(&self, account: &str, amount_cents: i64) -> PgEffect {
         let table = quoted(&accounts_table(self));
+        let max = Payment::MAX_BALANCE_CENTS;
         PgEffect::new(format!(
-            "INSERT INTO {table} AS a (account, balance) VALUES ($1, $2) \
-             ON CONFLICT (account) DO UPDATE SET balance = a.balance + EXCLUDED.balance"
+            "INSERT INTO {table} AS a (account, balance) \
+             SELECT $1::text, $2::bigint WHERE $2::bigint BETWEEN 0 AND {max} \
+             ON CONFLICT (account) DO UPDATE SET balance = a.balance + EXCLUDED.balance \
+             WHERE a.balance::numeric + EXCLUDED.balance BETWEEN 0 AND {max}"
         ))
         .bind(account.to_owned())
         .bind(amount_cents)
@@ -89,8 +95,9 @@ impl Ledger for PostgresStore {
         let sql = format!(
             "CREATE TABLE IF NOT EXISTS {} (\
                account TEXT PRIMARY KEY, \
-               balance BIGINT NOT NULL CHECK (balance >= 0))",
-            quoted(&accounts_table(self))
+               balance BIGINT NOT NULL CHECK (balance BETWEEN 0 AND {}))",
+            quoted(&accounts_table(self)),
+            Payment::MAX_BALANCE_CENTS
         );
         client
             .batch_execute(&sql)
