@@ -584,8 +584,9 @@ proptest! {
     /// Random batches (bodies good and malformed, ids and keys duplicated, ids missing) on a
     /// standard or a FIFO queue, with each key source, run twice: no panic; a batch with a
     /// record it cannot name fails whole; otherwise every record is a success or named once in
-    /// the response by a non-empty id from the batch, and the balances are exactly the credits
-    /// of the messages reported processed (none applied twice, none lost).
+    /// the response by a non-empty id from the batch, no key is processed twice, and the
+    /// balances are exactly the credits of the messages reported processed (none applied
+    /// twice, none lost).
     #[test]
     fn processor_on_random_batches(
         specs in prop::collection::vec(record_spec(), 0..12),
@@ -613,6 +614,7 @@ proptest! {
         let batch_ids: HashSet<String> =
             specs.iter().filter_map(|s| s.id.clone()).collect();
         let mut credited: BTreeMap<String, i64> = BTreeMap::new();
+        let mut processed_keys: HashSet<String> = HashSet::new();
         for _run in 0..2 {
             let result = runtime.block_on(processor.process(common::event(&recs)));
             let report = match result {
@@ -641,6 +643,11 @@ proptest! {
                     prop_assert!(!detail.contains(SECRET), "body leaked: {}", detail);
                 }
                 if item.outcome == sqs_claim::Outcome::Processed {
+                    let key = item.key.clone().expect("processed under a claim, so with a key");
+                    prop_assert!(
+                        processed_keys.insert(key.clone()),
+                        "key {} processed twice", key
+                    );
                     let p = Payment::parse(&spec.body).expect("processed means it parsed");
                     *credited.entry(p.account).or_default() += p.amount_cents;
                 }
