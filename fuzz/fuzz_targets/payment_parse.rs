@@ -6,6 +6,8 @@ use libfuzzer_sys::fuzz_target;
 use sqs_claim::ErrorKind;
 use sqs_claim::reference::Payment;
 
+const CANARY: &str = "S3CR3T";
+
 fuzz_target!(|data: &[u8]| {
     let Ok(body) = std::str::from_utf8(data) else {
         return;
@@ -27,18 +29,14 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => {
             assert_eq!(e.kind(), ErrorKind::BadBody);
+            // The canary stands for the body's content (seeds and the dictionary carry it):
+            // no error wording contains it, so finding it in an error is a leak. (Checking for
+            // the whole body instead finds bodies that are a piece of the error's own words.)
             let message = e.to_string();
-            if body.len() >= 16 {
-                assert!(!message.contains(body), "the body leaked into {message:?}");
-            }
-            // Nor any string value of it, when it is JSON.
-            if let Ok(serde_json::Value::Object(fields)) = serde_json::from_str(body) {
-                for value in fields.values() {
-                    if let Some(s) = value.as_str().filter(|s| s.len() >= 16) {
-                        assert!(!message.contains(s), "a value leaked into {message:?}");
-                    }
-                }
-            }
+            assert!(
+                !message.contains(CANARY),
+                "the body leaked into {message:?}"
+            );
         }
     }
 });
