@@ -312,9 +312,7 @@ impl RedisEffect {
     /// completion are checked together. The script compares Lua numbers (doubles), which hold
     /// integers exactly up to 2^53 - 1: the decision is exact as long as `by` and both bounds
     /// lie within ±(2^53 - 1), and an effect with one beyond is refused. The reference
-    /// consumer's balances use it to stay within `0..=`[`Payment::MAX_BALANCE_CENTS`].
-    ///
-    /// [`Payment::MAX_BALANCE_CENTS`]: crate::reference::Payment::MAX_BALANCE_CENTS
+    /// consumer's balances use it to stay within `0..=Payment::MAX_BALANCE_CENTS`.
     pub fn hincr_by_within(
         key: impl Into<String>,
         field: impl Into<String>,
