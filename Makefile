@@ -13,7 +13,7 @@ STANDINS_ENV := .standins/env
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug/sqs-claim
 
 .PHONY: help build demo invoke balances test test-unit lint fmt clippy cfn-lint bench watch \
-        standins-up standins-down services deploy clean-state
+        standins-up standins-down services deploy clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -66,6 +66,24 @@ cfn-lint:
 lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint, sample events up to date
 	$(CARGO) fmt --all -- --check
 	python3 scripts/gen-events.py --check
+
+# cargo-fuzz needs nightly-only compiler flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain
+# accept them. No sanitizer (-s none): ASan needs its runtime rebuilt, and the crate has no
+# unsafe code; libFuzzer still stops at the first panic and saves the input under
+# fuzz/artifacts/TARGET/. Corpora grow in fuzz/corpus/ (not committed), seeded from fuzz/seeds/.
+FUZZ_TARGETS := event_decode key_extract payment_parse
+FUZZ_TIME ?= 60
+
+fuzz: ## Run each cargo-fuzz target in fuzz/ for FUZZ_TIME seconds (default 60; installs cargo-fuzz)
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz
+	for t in $(FUZZ_TARGETS); do \
+		mkdir -p fuzz/corpus/$$t && \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run -s none --release $$t fuzz/corpus/$$t fuzz/seeds/$$t \
+			-- -dict=fuzz/json.dict -max_total_time=$(FUZZ_TIME) || exit 1; \
+	done
+
+fuzz-check: ## Type-check the fuzz targets on the stable toolchain (no cargo-fuzz needed)
+	$(CARGO) check --manifest-path fuzz/Cargo.toml --bins
 
 bench: standins-up ## Benchmarks (print ratios against a baseline measured in the same run)
 	$(CARGO) bench --no-default-features --bench processor

@@ -74,9 +74,11 @@ impl KeySource {
         }
     }
 
-    /// Extracts the raw (un-namespaced) key of `msg`. `Ok(None)` means the message does not
-    /// carry it; `Err` explains why it could not be derived.
-    pub(crate) fn extract(&self, msg: &SqsMessage) -> Result<Option<String>, Error> {
+    /// Extracts the raw (un-namespaced) key of `msg`, as the processor does before claiming.
+    /// `Ok(None)` means the message does not carry it; `Err` explains why it could not be
+    /// derived, naming the key source and where a body failed to parse, never the body.
+    /// The same message always gives the same answer.
+    pub fn extract(&self, msg: &SqsMessage) -> Result<Option<String>, Error> {
         Ok(match self {
             KeySource::MessageId => msg.message_id.clone().filter(|s| !s.is_empty()),
             KeySource::JsonPointer(ptr) => {

@@ -949,3 +949,115 @@ async fn output_queue_gets_one_notice_per_credit() {
         notices[1]
     );
 }
+
+/// The balance range through the CLI on DynamoDB Local, where odd amounts once left the
+/// accounts table in a state `sqs-claim balances` could not read: an amount past
+/// `Payment::MAX_AMOUNT_CENTS` fails its message (`bad_body`), a credit that would take a
+/// balance past `Payment::MAX_BALANCE_CENTS` fails its message (`effect_rejected`) and leaves
+/// the balance readable and unchanged; and a balance `balances` cannot read (put there by
+/// hand) is one error line naming the account and the problem.
+#[tokio::test]
+async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use sqs_claim::reference::Payment;
+    let env_owned = dynamodb_env();
+    let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let dir = TempDir::new();
+    let table = format!("cli-range-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{table}");
+    let accounts = format!("{table}-accounts");
+    sqs_claim(dir.path(), &["init", "--store", &store], &env).ok("init");
+    let client = {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+            .endpoint_url(&env_owned[0].1)
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .build();
+        aws_sdk_dynamodb::Client::from_conf(config)
+    };
+    let put = |account: &str, balance: &str| {
+        client
+            .put_item()
+            .table_name(&accounts)
+            .item("account", AttributeValue::S(account.to_owned()))
+            .item("balance", AttributeValue::N(balance.to_owned()))
+            .send()
+    };
+    let max = Payment::MAX_BALANCE_CENTS;
+    put("whale", &(max - 5).to_string())
+        .await
+        .expect("seed a balance near the top");
+
+    let invoke = |name: &str, id: &str, cents: i64| {
+        let body =
+            json!({"order_id": format!("o-{id}"), "account": "whale", "amount_cents": cents});
+        let event = json!({"Records": [{
+            "messageId": id,
+            "receiptHandle": format!("rh-{id}"),
+            "body": body.to_string(),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+            "messageAttributes": {},
+            "md5OfBody": "",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
+            "awsRegion": "us-east-1"
+        }]});
+        let path = dir.write(name, &event.to_string());
+        let report = sqs_claim(
+            dir.path(),
+            &[
+                "invoke",
+                path.to_str().expect("path"),
+                "--store",
+                &store,
+                "--report",
+                "json",
+            ],
+            &env,
+        )
+        .ok(name)
+        .json();
+        let outcome = &report["outcomes"][0];
+        (
+            outcome["outcome"].as_str().unwrap_or("").to_owned(),
+            outcome["detail"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    let whale = || {
+        balances(dir.path(), &["--store", &store], &env)
+            .get("whale")
+            .copied()
+    };
+
+    let (outcome, detail) = invoke("over.json", "m-over", 6);
+    assert_eq!(outcome, "failed", "{detail}");
+    assert!(detail.starts_with("effect_rejected"), "{detail}");
+    assert_eq!(
+        whale(),
+        Some(max - 5),
+        "a refused credit changed the balance"
+    );
+    let (outcome, detail) = invoke("huge.json", "m-huge", Payment::MAX_AMOUNT_CENTS + 1);
+    assert_eq!(outcome, "failed", "{detail}");
+    assert!(detail.contains("too large"), "{detail}");
+    let (outcome, detail) = invoke("fits.json", "m-fits", 5);
+    assert_eq!(outcome, "processed", "{detail}");
+    assert_eq!(whale(), Some(max));
+
+    put("odd", "18446744073709551616")
+        .await
+        .expect("put an unreadable balance");
+    let run = sqs_claim(dir.path(), &["balances", "--store", &store], &env);
+    assert_one_line_error(&run, "balances with an unreadable balance");
+    assert!(
+        run.stderr.contains("\"odd\"") && run.stderr.contains("beyond the 64-bit range"),
+        "the error must name the account and the problem: {}",
+        run.stderr
+    );
+    for t in [&table, &accounts] {
+        let _ = client.delete_table().table_name(t).send().await;
+    }
+}

@@ -410,3 +410,92 @@ async fn errors_say_how_far_the_request_got() {
         "{text}"
     );
 }
+
+#[cfg(feature = "sqlite")]
+#[path = "support/ledger.rs"]
+mod ledger;
+
+/// The DynamoDB ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS` (the
+/// condition on the credit's `Update` in the completion's transaction), and `balances` names
+/// an account whose stored balance it cannot read, with what is wrong with it.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn dynamodb_ledger_keeps_balances_in_range() {
+    use sqs_claim::reference::{DynamoDbLedger, Ledger};
+    let table = format!("ledger-{}", uuid::Uuid::new_v4());
+    let accounts = format!("{table}-accounts");
+    let ledger = DynamoDbLedger::new(DynamoDbStore::new(client(), &table), &accounts);
+    ledger.init().await.expect("create both tables");
+    ledger::balance_stays_in_range(&ledger).await;
+
+    // (stored balance, what `balances` says, whether a credit on it is refused: a condition
+    // cannot tell 12.5 from an integer, so that one is only named.)
+    for (balance, want, refused) in [
+        (
+            AttributeValue::N("18446744073709551616".into()),
+            "beyond the 64-bit range",
+            true,
+        ),
+        (
+            AttributeValue::N("12.5".into()),
+            "not a whole number of cents",
+            false,
+        ),
+        (
+            AttributeValue::S("12".into()),
+            "a string, not a number",
+            true,
+        ),
+    ] {
+        let account = format!("odd-{}", uuid::Uuid::new_v4().simple());
+        client()
+            .put_item()
+            .table_name(&accounts)
+            .item("account", AttributeValue::S(account.clone()))
+            .item("balance", balance)
+            .send()
+            .await
+            .expect("put an odd balance");
+        let err = ledger.balances().await.expect_err("an unreadable balance");
+        let text = err.to_string();
+        assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreRejected, "{text}");
+        assert!(
+            text.contains(&format!("{account:?}")) && text.contains(want),
+            "{text} should name {account} and say {want}"
+        );
+        // A credit on it is refused, not added to something unreadable.
+        if !refused {
+            delete_account(&accounts, &account).await;
+            continue;
+        }
+        let key = format!("odd#{account}");
+        let now = SystemTime::now();
+        let token = conformance::acquire(&ledger, conformance::request(&key, now)).await;
+        let err = ledger
+            .complete(
+                &key,
+                &token,
+                now + Duration::from_secs(60),
+                Effects::one(ledger.credit(&account, 1)),
+            )
+            .await
+            .expect_err("a credit on an unreadable balance");
+        assert_eq!(err.kind(), sqs_claim::ErrorKind::EffectRejected, "{err}");
+        delete_account(&accounts, &account).await;
+    }
+    for t in [&table, &accounts] {
+        let _ = client().delete_table().table_name(t).send().await;
+    }
+}
+
+/// Deletes one account item (the odd balance a test put there).
+#[cfg(feature = "sqlite")]
+async fn delete_account(accounts: &str, account: &str) {
+    client()
+        .delete_item()
+        .table_name(accounts)
+        .key("account", AttributeValue::S(account.to_owned()))
+        .send()
+        .await
+        .expect("delete the odd item");
+}

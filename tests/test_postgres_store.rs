@@ -520,3 +520,34 @@ async fn the_server_cancels_a_statement_past_the_statement_timeout() {
         "{err}"
     );
 }
+
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[path = "support/ledger.rs"]
+mod ledger;
+
+/// The PostgreSQL ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`: on the
+/// table `init` creates, and on an accounts table created before the range existed (only
+/// `CHECK (balance >= 0)`: the credit's own condition must hold the line).
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[tokio::test]
+async fn postgres_ledger_keeps_balances_in_range() {
+    use sqs_claim::reference::Ledger;
+    let store = store().await;
+    store.init().await.expect("init");
+    ledger::balance_stays_in_range(&store).await;
+    drop_table(&store).await;
+
+    let store = self::store().await;
+    sql(
+        &store,
+        &format!(
+            "CREATE TABLE {}_accounts (account TEXT PRIMARY KEY, \
+             balance BIGINT NOT NULL CHECK (balance >= 0))",
+            store.table()
+        ),
+    )
+    .await;
+    store.init().await.expect("init keeps the old table");
+    ledger::balance_stays_in_range(&store).await;
+    drop_table(&store).await;
+}

@@ -351,3 +351,91 @@ async fn cli_on_redis() {
         "{err}"
     );
 }
+
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[path = "support/ledger.rs"]
+mod ledger;
+
+/// The Redis ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS` (the bounded
+/// increment in the completion script), and `balances` names an account whose stored balance
+/// it cannot read.
+#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
+#[tokio::test]
+async fn redis_ledger_keeps_balances_in_range() {
+    use sqs_claim::reference::Ledger;
+    let store = store().await;
+    ledger::balance_stays_in_range(&store).await;
+
+    let key = sqs_claim::reference::redis::balances_key(&store);
+    let mut conn = store.connection().clone();
+    let () = conn
+        .hset(&key, "acct-huge", "18446744073709551616")
+        .await
+        .expect("HSET");
+    let err = store.balances().await.expect_err("beyond i64");
+    let text = err.to_string();
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{text}");
+    assert!(
+        text.contains("\"acct-huge\"") && text.contains("beyond the 64-bit range"),
+        "{text}"
+    );
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+/// `hincr_by_within`: the range holds for the sum of several increments of one field in one
+/// completion, a refusal writes nothing (not even the other effects), and bounds beyond what
+/// the script compares exactly are refused.
+#[tokio::test]
+async fn bounded_increments_are_checked_together() {
+    let store = store().await;
+    let hash = format!("{}bounded", store.prefix());
+    let other = format!("{}other", store.prefix());
+    let mut conn = store.connection().clone();
+    let complete = |effects: Vec<RedisEffect>| {
+        let store = store.clone();
+        async move {
+            let key = format!("k-{}", uuid::Uuid::new_v4().simple());
+            let now = SystemTime::now();
+            let token = acquire(&store, request(&key, now)).await;
+            store
+                .complete(&key, &token, now + Duration::from_secs(60), effects.into())
+                .await
+        }
+    };
+    complete(vec![RedisEffect::hincr_by_within(&hash, "f", 8, 0..=10)])
+        .await
+        .expect("8 fits in 0..=10");
+    // 8 + 1 + 2 = 11: each fits alone, together they do not.
+    let err = complete(vec![
+        RedisEffect::incr_by(&other, 1),
+        RedisEffect::hincr_by_within(&hash, "f", 1, 0..=10),
+        RedisEffect::hincr_by_within(&hash, "f", 2, 0..=10),
+    ])
+    .await
+    .expect_err("8 + 1 + 2 leaves 0..=10");
+    assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
+    assert!(err.to_string().contains("range 0..=10"), "{err}");
+    let f: i64 = conn.hget(&hash, "f").await.expect("HGET");
+    assert_eq!(f, 8, "a refused completion wrote the field");
+    let exists: bool = conn.exists(&other).await.expect("EXISTS");
+    assert!(!exists, "a refused completion wrote another effect");
+    // Below the range, and bounds the script cannot compare exactly.
+    for effect in [
+        RedisEffect::hincr_by_within(&hash, "f", -9, 0..=10),
+        RedisEffect::hincr_by_within(&hash, "f", 1, 0..=(1 << 53)),
+        RedisEffect::hincr_by_within(&hash, "g", 1 << 53, 0..=i64::MAX),
+    ] {
+        let err = complete(vec![effect]).await.expect_err("refused");
+        assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
+    }
+    complete(vec![
+        RedisEffect::hincr_by_within(&hash, "f", 1, 0..=10),
+        RedisEffect::hincr_by(&hash, "f", 1),
+        RedisEffect::hincr_by_within(&hash, "f", -10, 0..=10),
+    ])
+    .await
+    .expect("8 + 1 + 1 - 10 = 0 stays in range at every step");
+    let f: i64 = conn.hget(&hash, "f").await.expect("HGET");
+    assert_eq!(f, 0);
+    cleanup(store.connection(), store.prefix()).await;
+}

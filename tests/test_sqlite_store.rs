@@ -619,3 +619,53 @@ async fn a_stuck_connection_thread_is_unavailable_within_the_reply_bound() {
         started.elapsed()
     );
 }
+
+#[cfg(feature = "dynamodb")]
+#[path = "support/ledger.rs"]
+mod ledger;
+
+/// The SQLite ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`: on a table
+/// `init` creates, and on an accounts table created before the range existed (no range
+/// `CHECK`: the credit's own condition must hold the line). An unreadable balance in such a
+/// table is named, with its account, by `balances`.
+#[cfg(feature = "dynamodb")]
+#[tokio::test]
+async fn sqlite_ledger_keeps_balances_in_range() {
+    use sqs_claim::reference::Ledger;
+    let db = TempDb::new("ledger");
+    let store = open(&db);
+    store.init().await.expect("init");
+    ledger::balance_stays_in_range(&store).await;
+
+    let db = TempDb::new("ledger-old");
+    let store = open(&db);
+    store
+        .execute_batch(
+            "CREATE TABLE accounts (
+                 account TEXT PRIMARY KEY NOT NULL,
+                 balance INTEGER NOT NULL CHECK (typeof(balance) = 'integer')
+             );",
+        )
+        .await
+        .expect("an accounts table of the old schema");
+    store.init().await.expect("init keeps the old table");
+    ledger::balance_stays_in_range(&store).await;
+
+    // A table with no checks at all, written by something else.
+    let db = TempDb::new("ledger-foreign");
+    let store = open(&db);
+    store
+        .execute_batch(
+            "CREATE TABLE accounts (account TEXT PRIMARY KEY NOT NULL, balance NOT NULL);
+             INSERT INTO accounts VALUES ('acct-ok', 5), ('acct-odd', 12.5);",
+        )
+        .await
+        .expect("a foreign accounts table");
+    let err = store.balances().await.expect_err("12.5 is not a balance");
+    let text = err.to_string();
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{text}");
+    assert!(
+        text.contains("\"acct-odd\"") && text.contains("not a whole number of cents"),
+        "{text}"
+    );
+}

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
 
-use super::Ledger;
+use super::{Ledger, Payment, read_balance};
 use crate::store::dynamodb::{classify, create_table_with_key, table_status};
 use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, DynamoDbStore, Effects};
 use crate::{Error, ErrorKind};
@@ -101,14 +101,31 @@ impl ClaimStore for DynamoDbLedger {
 }
 
 impl Ledger for DynamoDbLedger {
+    /// An `Update` in the completion's transaction whose condition keeps the balance within
+    /// `0..=`[`Payment::MAX_BALANCE_CENTS`]: it holds only if the balance is a number in
+    /// `-amount..=MAX - amount` (or, for a new account, if the amount is itself a valid
+    /// balance). Otherwise the transaction is cancelled and the completion fails with
+    /// [`ErrorKind::EffectRejected`], nothing written. A balance stored as anything but a
+    /// number fails the comparison, so it is refused too.
     fn credit(&self, account: &str, amount_cents: i64) -> TransactWriteItem {
         // `ADD` creates the item and the attribute (from 0) if missing: one write, no read.
+        // The bounds are computed in i128: no amount can overflow them.
+        let amount = i128::from(amount_cents);
+        let (low, high) = (-amount, i128::from(Payment::MAX_BALANCE_CENTS) - amount);
+        let condition = if (0..=Payment::MAX_BALANCE_CENTS).contains(&amount_cents) {
+            "attribute_not_exists(#balance) OR #balance BETWEEN :low AND :high"
+        } else {
+            "#balance BETWEEN :low AND :high"
+        };
         let update = Update::builder()
             .table_name(self.accounts_table())
             .key(ACCOUNT, AttributeValue::S(account.to_owned()))
             .update_expression("ADD #balance :amount")
+            .condition_expression(condition)
             .expression_attribute_names("#balance", BALANCE)
             .expression_attribute_values(":amount", AttributeValue::N(amount_cents.to_string()))
+            .expression_attribute_values(":low", AttributeValue::N(low.to_string()))
+            .expression_attribute_values(":high", AttributeValue::N(high.to_string()))
             .build()
             // Only fails if a required field (table, key, expression) is unset; all are set
             // above, from values that are always present.
@@ -131,23 +148,34 @@ impl Ledger for DynamoDbLedger {
                 .await
                 .map_err(|e| classify("Scan", e))?;
             for item in page.items() {
-                let account = item.get(ACCOUNT).and_then(|v| v.as_s().ok());
-                let balance = item
-                    .get(BALANCE)
-                    .and_then(|v| v.as_n().ok())
-                    .and_then(|n| n.parse::<i64>().ok());
-                match (account, balance) {
-                    (Some(a), Some(b)) => balances.push((a.clone(), b)),
-                    _ => {
+                let Some(account) = item.get(ACCOUNT).and_then(|v| v.as_s().ok()) else {
+                    return Err(Error::new(
+                        ErrorKind::StoreRejected,
+                        format!(
+                            "table {table} has an item without a string {ACCOUNT:?}: is it the \
+                             accounts table?"
+                        ),
+                    ));
+                };
+                let balance = match item.get(BALANCE) {
+                    Some(AttributeValue::N(n)) => {
+                        read_balance(&format!("table {table}"), account, n)?
+                    }
+                    other => {
+                        let what = match other {
+                            None => "missing".to_owned(),
+                            Some(v) => format!("a {}, not a number", attribute_type(v)),
+                        };
                         return Err(Error::new(
                             ErrorKind::StoreRejected,
                             format!(
-                                "table {table} has an item without a string {ACCOUNT:?} and an \
-                                 integer {BALANCE:?}: is it the accounts table?"
+                                "the {BALANCE:?} attribute of account {account:?} in table \
+                                 {table} is {what}; fix or remove that item"
                             ),
                         ));
                     }
-                }
+                };
+                balances.push((account.clone(), balance));
             }
             match page.last_evaluated_key() {
                 Some(k) if !k.is_empty() => start = Some(k.clone()),
@@ -191,5 +219,20 @@ impl Ledger for DynamoDbLedger {
             }
         }
         Ok(())
+    }
+}
+
+/// The DynamoDB type of an attribute value, for an error.
+fn attribute_type(v: &AttributeValue) -> &'static str {
+    match v {
+        AttributeValue::S(_) => "string",
+        AttributeValue::N(_) => "number",
+        AttributeValue::B(_) => "binary",
+        AttributeValue::Bool(_) => "boolean",
+        AttributeValue::Null(_) => "null",
+        AttributeValue::L(_) => "list",
+        AttributeValue::M(_) => "map",
+        AttributeValue::Ss(_) | AttributeValue::Ns(_) | AttributeValue::Bs(_) => "set",
+        _ => "value of an unknown type",
     }
 }

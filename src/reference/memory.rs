@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::Ledger;
+use super::{Ledger, Payment};
 use crate::store::memory::MemoryEffect;
 use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
 use crate::{Error, MemoryStore};
@@ -57,6 +57,9 @@ impl ClaimStore for MemoryLedger {
 }
 
 impl Ledger for MemoryLedger {
+    /// Checked under the store's lock at completion: refused unless the new balance is within
+    /// `0..=`[`Payment::MAX_BALANCE_CENTS`]. (Several credits of one account in one completion
+    /// are each checked against the balance before it.)
     fn credit(&self, account: &str, amount_cents: i64) -> MemoryEffect {
         let (check_map, apply_map) = (Arc::clone(&self.balances), Arc::clone(&self.balances));
         let (check_account, apply_account) = (account.to_owned(), account.to_owned());
@@ -66,10 +69,14 @@ impl Ledger for MemoryLedger {
                     .get(&check_account)
                     .copied()
                     .unwrap_or(0);
-                balance
-                    .checked_add(amount_cents)
-                    .map(|_| ())
-                    .ok_or_else(|| format!("crediting account {check_account:?} would overflow"))
+                match Payment::balance_after(balance, amount_cents) {
+                    Some(_) => Ok(()),
+                    None => Err(format!(
+                        "crediting account {check_account:?} would take its balance out of \
+                         0..={} cents",
+                        Payment::MAX_BALANCE_CENTS
+                    )),
+                }
             },
             move || {
                 let mut map = Self::lock(&apply_map);

@@ -55,6 +55,12 @@ pub use memory::MemoryLedger;
 /// One implementation per store, each in its own file; [`StoreUrl::open`] picks one.
 pub trait Ledger: ClaimStore {
     /// An effect that credits `account` by `amount_cents`, committed with the completion.
+    ///
+    /// Every ledger keeps each balance within `0..=`[`Payment::MAX_BALANCE_CENTS`]: a credit
+    /// that would take it outside (past the maximum, or below zero for a negative amount) is
+    /// refused in the store, atomically with the completion, which then fails with
+    /// [`ErrorKind::EffectRejected`] and writes nothing. [`Payment::parse`] already refuses an
+    /// amount outside `0..=`[`Payment::MAX_AMOUNT_CENTS`] per message.
     fn credit(&self, account: &str, amount_cents: i64) -> Self::Effect;
 
     /// Current balances, sorted by account.
@@ -94,11 +100,36 @@ pub struct Payment {
     pub order_id: String,
     /// The account to credit.
     pub account: String,
-    /// The credit, in cents: a non-negative integer.
+    /// The credit, in cents: an integer in `0..=`[`Payment::MAX_AMOUNT_CENTS`].
     pub amount_cents: i64,
 }
 
 impl Payment {
+    /// The largest amount one message may credit: 10^12 cents (ten billion in the currency's
+    /// main unit). It is far above any single payment, so an amount past it is almost
+    /// certainly a unit mistake (micro-units, a timestamp in the wrong field) and is refused
+    /// per message ([`ErrorKind::BadBody`]) rather than credited; and a maximal credit moves a
+    /// balance by a nine-thousandth of its range, so no handful of bad messages can fill it.
+    pub const MAX_AMOUNT_CENTS: i64 = 1_000_000_000_000;
+
+    /// The largest balance an account may reach: 2^53 - 1 cents (about 90 trillion in the main
+    /// unit). Balances are never negative (credits are), so the range is
+    /// `0..=MAX_BALANCE_CENTS`. It is the largest integer every reader of a balance holds
+    /// exactly: an `f64` (JSON consumers such as JavaScript, and the Lua numbers of the Redis
+    /// ledger's checks), DynamoDB's 38-digit numbers, SQLite's and PostgreSQL's 64-bit integers.
+    /// Every ledger refuses a credit that would take a balance past it: the completion fails
+    /// with [`ErrorKind::EffectRejected`], nothing is written, and the message is retried
+    /// (and reaches the dead-letter queue), so `balances` always reads back what was credited.
+    pub const MAX_BALANCE_CENTS: i64 = (1 << 53) - 1;
+
+    /// The balance after crediting `amount_cents` to `balance`, if it stays within
+    /// `0..=MAX_BALANCE_CENTS`: the rule every ledger's credit enforces in its store.
+    pub fn balance_after(balance: i64, amount_cents: i64) -> Option<i64> {
+        balance
+            .checked_add(amount_cents)
+            .filter(|b| (0..=Self::MAX_BALANCE_CENTS).contains(b))
+    }
+
     /// Parses and validates a body. The error ([`ErrorKind::BadBody`]) names the field and
     /// what is wrong with it, never the body's content (bodies stay out of logs).
     pub fn parse(body: &str) -> Result<Payment, Error> {
@@ -127,15 +158,32 @@ impl Payment {
                 None => Err(bad(format!("field {field:?} is missing"))),
             }
         };
+        let too_large = || {
+            bad(format!(
+                "field \"amount_cents\" is too large (at most {} cents per message)",
+                Self::MAX_AMOUNT_CENTS
+            ))
+        };
         let order_id = text("order_id")?;
         let account = text("account")?;
         let amount_cents = match object.get("amount_cents") {
             None => return Err(bad("field \"amount_cents\" is missing".into())),
             Some(serde_json::Value::Number(n)) => match n.as_i64() {
-                Some(a) if a >= 0 => a,
-                Some(_) => return Err(bad("field \"amount_cents\" is negative".into())),
-                None if n.is_u64() => {
-                    return Err(bad("field \"amount_cents\" is too large".into()));
+                Some(a) if (0..=Self::MAX_AMOUNT_CENTS).contains(&a) => a,
+                Some(a) if a < 0 => {
+                    return Err(bad("field \"amount_cents\" is negative".into()));
+                }
+                Some(_) => return Err(too_large()),
+                None if n.is_u64() => return Err(too_large()),
+                // A float: say "too large" or "negative" when it is, whatever its notation.
+                None if n
+                    .as_f64()
+                    .is_some_and(|f| f > Self::MAX_AMOUNT_CENTS as f64) =>
+                {
+                    return Err(too_large());
+                }
+                None if n.as_f64().is_some_and(|f| f < 0.0) => {
+                    return Err(bad("field \"amount_cents\" is negative".into()));
                 }
                 None => {
                     return Err(bad(
@@ -156,6 +204,42 @@ impl Payment {
             amount_cents,
         })
     }
+}
+
+/// Reads a stored balance written as decimal text (DynamoDB numbers, Redis hash fields). A value
+/// that is not a 64-bit integer fails with an error naming `where_` (the table or key), the
+/// account, the value (shortened) and what is wrong with it, so whoever runs `balances` can find
+/// and fix the item. A value that is an integer but outside `0..=MAX_BALANCE_CENTS` is read as
+/// it is: it was written before the range was enforced, or by something else.
+pub(crate) fn read_balance(where_: &str, account: &str, text: &str) -> Result<i64, Error> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    let problem = if let Ok(balance) = text.parse::<i64>() {
+        return Ok(balance);
+    } else if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        "an integer beyond the 64-bit range a balance is read into"
+    } else if let Some(f) = text.parse::<f64>().ok().filter(|f| f.is_finite()) {
+        if f.fract() != 0.0 {
+            "not a whole number of cents"
+        } else if f.abs() >= 9.2e18 {
+            "an integer beyond the 64-bit range a balance is read into"
+        } else {
+            "a number not written as a plain integer"
+        }
+    } else {
+        "not a number"
+    };
+    let mut shown: String = text.chars().take(40).collect();
+    if shown.len() < text.len() {
+        shown.push('…');
+    }
+    Err(Error::new(
+        ErrorKind::StoreRejected,
+        format!(
+            "the balance of account {account:?} in {where_} is {shown:?}, {problem} (balances \
+             are whole cents within 0..={}); fix or remove that entry",
+            Payment::MAX_BALANCE_CENTS
+        ),
+    ))
 }
 
 fn json_type(v: &serde_json::Value) -> &'static str {
@@ -372,6 +456,55 @@ mod tests {
                 .amount_cents,
             0
         );
+        let max = format!(
+            r#"{{"order_id":"o","account":"a","amount_cents":{}}}"#,
+            Payment::MAX_AMOUNT_CENTS
+        );
+        assert_eq!(
+            Payment::parse(&max)
+                .expect("the largest amount")
+                .amount_cents,
+            Payment::MAX_AMOUNT_CENTS
+        );
+    }
+
+    #[test]
+    fn balance_after_stays_in_range() {
+        let max = Payment::MAX_BALANCE_CENTS;
+        assert_eq!(max, 9_007_199_254_740_991);
+        assert_eq!(max as f64 as i64, max, "exact as an f64");
+        assert_eq!(Payment::balance_after(0, 0), Some(0));
+        assert_eq!(Payment::balance_after(max - 5, 5), Some(max));
+        assert_eq!(Payment::balance_after(max, 0), Some(max));
+        assert_eq!(Payment::balance_after(max - 5, 6), None);
+        assert_eq!(Payment::balance_after(max, 1), None);
+        assert_eq!(Payment::balance_after(0, -1), None);
+        assert_eq!(Payment::balance_after(5, -5), Some(0));
+        assert_eq!(Payment::balance_after(i64::MAX, 0), None);
+        assert_eq!(Payment::balance_after(i64::MAX, i64::MAX), None);
+        assert_eq!(Payment::balance_after(i64::MIN, i64::MIN), None);
+    }
+
+    #[test]
+    fn unreadable_balances_name_the_account_and_the_problem() {
+        assert_eq!(read_balance("t", "a", "42").ok(), Some(42));
+        assert_eq!(read_balance("t", "a", "-3").ok(), Some(-3));
+        for (text, want) in [
+            ("18446744073709551616", "beyond the 64-bit range"),
+            ("-99999999999999999999", "beyond the 64-bit range"),
+            ("12.5", "not a whole number of cents"),
+            ("1E+19", "beyond the 64-bit range"),
+            ("1e3", "not written as a plain integer"),
+            ("", "not a number"),
+            ("abc", "not a number"),
+        ] {
+            let err = read_balance("table accounts", "acct-9", text).expect_err(text);
+            let msg = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::StoreRejected, "{text}");
+            assert!(msg.contains("\"acct-9\""), "{text}: {msg}");
+            assert!(msg.contains("table accounts"), "{text}: {msg}");
+            assert!(msg.contains(want), "{text}: {msg} should say {want}");
+        }
     }
 
     #[test]
@@ -414,7 +547,23 @@ mod tests {
             ),
             (
                 r#"{"order_id":"o","account":"secret","amount_cents":99999999999999999999}"#,
-                "not an integer",
+                "too large",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":1000000000001}"#,
+                "too large (at most 1000000000000 cents",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":9223372036854775807}"#,
+                "too large",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":-1e30}"#,
+                "negative",
+            ),
+            (
+                r#"{"order_id":"o","account":"secret","amount_cents":-9223372036854775808}"#,
+                "negative",
             ),
             (
                 r#"{"order_id":"o","account":"secret","amount_cents":18446744073709551615}"#,

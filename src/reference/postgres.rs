@@ -1,7 +1,7 @@
 //! The example on [`PostgresStore`] (feature `postgres`): balances in a table next to the claims
 //! table (`{claims table}_accounts`), credited by an upsert in the completion's transaction.
 
-use super::Ledger;
+use super::{Ledger, Payment};
 use crate::Error;
 use crate::store::postgres::{PgEffect, PostgresStore, check_error};
 
@@ -27,13 +27,19 @@ fn db_err(store: &PostgresStore, what: &str, e: tokio_postgres::Error) -> Error 
 }
 
 impl Ledger for PostgresStore {
-    /// An upsert that must touch exactly one row. The `CHECK (balance >= 0)` turns an overflow
-    /// or a negative balance into a refused effect rather than a wrong number.
+    /// An upsert that must touch exactly one row: a new account only if the amount is itself a
+    /// valid balance, an existing one only if the sum stays within
+    /// `0..=`[`Payment::MAX_BALANCE_CENTS`] (summed as `numeric`, so no sum can overflow);
+    /// otherwise it touches none and the completion is refused
+    /// ([`ErrorKind::EffectRejected`]). The table's `CHECK` repeats the rule.
     fn credit(&self, account: &str, amount_cents: i64) -> PgEffect {
         let table = quoted(&accounts_table(self));
+        let max = Payment::MAX_BALANCE_CENTS;
         PgEffect::new(format!(
-            "INSERT INTO {table} AS a (account, balance) VALUES ($1, $2) \
-             ON CONFLICT (account) DO UPDATE SET balance = a.balance + EXCLUDED.balance"
+            "INSERT INTO {table} AS a (account, balance) \
+             SELECT $1::text, $2::bigint WHERE $2::bigint BETWEEN 0 AND {max} \
+             ON CONFLICT (account) DO UPDATE SET balance = a.balance + EXCLUDED.balance \
+             WHERE a.balance::numeric + EXCLUDED.balance BETWEEN 0 AND {max}"
         ))
         .bind(account.to_owned())
         .bind(amount_cents)
@@ -104,11 +110,17 @@ async fn read_balances(store: &PostgresStore) -> Result<Vec<(String, i64)>, Erro
 
 async fn create_accounts(store: &PostgresStore) -> Result<(), Error> {
     let client = store.client().await?;
+    // Under the advisory lock `PostgresStore::migrate` takes (one simple query is one implicit
+    // transaction, which the `xact` lock lasts for): two `CREATE TABLE IF NOT EXISTS` at once
+    // can both miss the table, and one then fails on the catalog's unique index (two
+    // `sqs-claim init` started together).
     let sql = format!(
-        "CREATE TABLE IF NOT EXISTS {} (\
+        "SELECT pg_advisory_xact_lock(7262871090); \
+         CREATE TABLE IF NOT EXISTS {} (\
            account TEXT PRIMARY KEY, \
-           balance BIGINT NOT NULL CHECK (balance >= 0))",
-        quoted(&accounts_table(store))
+           balance BIGINT NOT NULL CHECK (balance BETWEEN 0 AND {}))",
+        quoted(&accounts_table(store)),
+        Payment::MAX_BALANCE_CENTS
     );
     client
         .batch_execute(&sql)

@@ -5,8 +5,8 @@
 //! Redis's durability applies to the balances as much as to the claims: without persistence a
 //! restart loses both (see [`crate::store::redis`]).
 
-use super::Ledger;
 use super::config::{LedgerTask, StoreUrl};
+use super::{Ledger, Payment, read_balance};
 use crate::store::redis::{RedisEffect, RedisStore};
 use crate::store::tiered::TieredStore;
 use crate::{Error, ErrorKind};
@@ -19,7 +19,13 @@ pub fn balances_key(store: &RedisStore) -> String {
 
 impl Ledger for RedisStore {
     fn credit(&self, account: &str, amount_cents: i64) -> RedisEffect {
-        RedisEffect::hincr_by(balances_key(self), account, amount_cents)
+        // Checked inside the completion script: the balance stays within 0..=MAX_BALANCE_CENTS.
+        RedisEffect::hincr_by_within(
+            balances_key(self),
+            account,
+            amount_cents,
+            0..=Payment::MAX_BALANCE_CENTS,
+        )
     }
 
     async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
@@ -39,12 +45,9 @@ impl Ledger for RedisStore {
             })?;
         let mut balances = raw
             .into_iter()
-            .map(|(account, balance)| match balance.parse::<i64>() {
-                Ok(b) => Ok((account, b)),
-                Err(_) => Err(Error::new(
-                    ErrorKind::StoreRejected,
-                    format!("the balance of account {account:?} in {key:?} is not an integer"),
-                )),
+            .map(|(account, balance)| {
+                let b = read_balance(&format!("hash {key:?}"), &account, &balance)?;
+                Ok((account, b))
             })
             .collect::<Result<Vec<_>, Error>>()?;
         balances.sort();

@@ -1,24 +1,38 @@
 //! The example on [`SqliteStore`]: balances in an `accounts` table of the same database file,
 //! credited in the completion's transaction.
 
-use super::Ledger;
-use crate::Error;
+use super::{Ledger, Payment, read_balance};
 use crate::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
+use crate::{Error, ErrorKind};
 
 /// `CHECK (typeof(balance) = 'integer')`: SQLite turns an integer overflow into a float; the
-/// check makes that a refused effect instead of a silently rounded balance.
+/// check makes that a refused effect instead of a silently rounded balance. The range check
+/// repeats the credit's own condition for tables created from now on (a table created before
+/// keeps its schema; the credit's `WHERE` guards it).
 const ACCOUNTS_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS accounts (
     account TEXT PRIMARY KEY NOT NULL,
-    balance INTEGER NOT NULL CHECK (typeof(balance) = 'integer')
+    balance INTEGER NOT NULL
+        CHECK (typeof(balance) = 'integer' AND balance BETWEEN 0 AND 9007199254740991)
 );
 ";
+// The schema's bound is written out; it must be the one credits enforce.
+const _: () = assert!(Payment::MAX_BALANCE_CENTS == 9_007_199_254_740_991);
 
 impl Ledger for SqliteStore {
+    /// An upsert that must touch exactly one row: a new account only if the amount is itself a
+    /// valid balance, an existing one only if the sum stays within
+    /// `0..=`[`Payment::MAX_BALANCE_CENTS`]; otherwise it touches none and the completion is
+    /// refused ([`ErrorKind::EffectRejected`]). (SQLite turns an overflowing sum into a float,
+    /// which the range comparison refuses too.)
     fn credit(&self, account: &str, amount_cents: i64) -> SqlEffect {
         SqlEffect::new(
-            "INSERT INTO accounts (account, balance) VALUES (?1, ?2) \
-             ON CONFLICT (account) DO UPDATE SET balance = balance + excluded.balance",
+            format!(
+                "INSERT INTO accounts (account, balance) SELECT ?1, ?2 WHERE ?2 BETWEEN 0 AND {max} \
+                 ON CONFLICT (account) DO UPDATE SET balance = balance + excluded.balance \
+                 WHERE balance + excluded.balance BETWEEN 0 AND {max}",
+                max = Payment::MAX_BALANCE_CENTS
+            ),
             vec![account.into(), amount_cents.into()],
         )
         .expect_rows(1)
@@ -31,16 +45,30 @@ impl Ledger for SqliteStore {
                 vec![],
             )
             .await?;
+        let table = format!("table accounts in {}", self.location());
         rows.into_iter()
             .map(|row| match row.as_slice() {
                 [SqlValue::Text(account), SqlValue::Integer(balance)] => {
                     Ok((account.clone(), *balance))
                 }
-                _ => Err(Error::new(
-                    crate::ErrorKind::StoreRejected,
+                [SqlValue::Text(account), SqlValue::Text(text)] => {
+                    read_balance(&table, account, text).map(|b| (account.clone(), b))
+                }
+                [SqlValue::Text(account), SqlValue::Real(r)] => {
+                    read_balance(&table, account, &r.to_string()).map(|b| (account.clone(), b))
+                }
+                [SqlValue::Text(account), other] => Err(Error::new(
+                    ErrorKind::StoreRejected,
                     format!(
-                        "table accounts in {} has a row that is not (text, integer)",
-                        self.location()
+                        "the balance of account {account:?} in {table} is {}, not an integer; \
+                         fix or remove that row",
+                        sql_type(other)
+                    ),
+                )),
+                _ => Err(Error::new(
+                    ErrorKind::StoreRejected,
+                    format!(
+                        "{table} has a row whose account is not text: is it the accounts table?"
                     ),
                 )),
             })
@@ -62,5 +90,16 @@ impl Ledger for SqliteStore {
         limit: u32,
     ) -> Result<Option<u64>, Error> {
         SqliteStore::prune_expired(self, now, limit).await.map(Some)
+    }
+}
+
+/// What a value that should be an integer is, for an error.
+fn sql_type(v: &SqlValue) -> &'static str {
+    match v {
+        SqlValue::Null => "NULL",
+        SqlValue::Integer(_) => "an integer",
+        SqlValue::Real(_) => "a real number",
+        SqlValue::Text(_) => "text",
+        SqlValue::Blob(_) => "a blob",
     }
 }

@@ -31,10 +31,11 @@
 //!
 //! # Effects
 //!
-//! [`RedisEffect`]s (`INCRBY`, `HINCRBY`, `SET`, and `SET` only-if-absent) run inside the
-//! completion script, so they commit with the completion or not at all. Redis does not roll a
-//! script back when a command fails half-way, so the script first checks every effect (key
-//! types, integer values, overflow, absence for [`RedisEffect::set_nx`]) and only then writes
+//! [`RedisEffect`]s (`INCRBY`, `HINCRBY`, `HINCRBY` within a range, `SET`, and `SET`
+//! only-if-absent) run inside the completion script, so they commit with the completion or not
+//! at all. Redis does not roll a script back when a command fails half-way, so the script first
+//! checks every effect (key types, integer values, overflow, ranges, absence for
+//! [`RedisEffect::set_nx`]), several increments of one key together, and only then writes
 //! anything. Effect keys are used as given (the store's prefix is not added).
 //!
 //! # Durability: read this before choosing Redis
@@ -119,8 +120,8 @@ return {'ACQUIRED'}
     )
 });
 
-// KEYS: record, then one key per effect. ARGV: token, expires_at_ms, slack_ms, then three
-// arguments per effect (op, a, b). Returns {'OK'}, {'DONE'} (already completed by this token),
+// KEYS: record, then one key per effect. ARGV: token, expires_at_ms, slack_ms, then five
+// arguments per effect (op, a, b, c, d). Returns {'OK'}, {'DONE'} (already completed by this token),
 // {'LOST'}, or {'REJECTED', index, reason}.
 static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -133,36 +134,63 @@ if rec[1] ~= 'INPROGRESS' then return {'LOST'} end
 local function is_int(v)
   return v == '0' or (#v <= 20 and string.match(v, '^%-?[1-9]%d*$') ~= nil)
 end
-local function fits(v, by)
-  local sum = tonumber(v) + tonumber(by)
+local function fits(sum)
   return sum < 9.2e18 and sum > -9.2e18
 end
+-- Lua numbers are doubles: integers are exact up to 2^53 - 1, so bounded checks stay there.
+local EXACT = 9007199254740991
+-- The value each incremented key (or hash field) will hold after the effects checked so far,
+-- so that several increments of one key in one completion are checked together.
+local after = {}
 
 -- Pass 1: prove every effect will succeed before writing anything (no rollback in Redis).
 local n = #KEYS - 1
 for i = 1, n do
   local k = KEYS[i + 1]
-  local op, a, b = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local base = 5 * i - 1
+  local op, a, b, c, d = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
   if op == 'incrby' then
     local t = redis.call('TYPE', k)['ok']
+    local v = nil
     if t == 'string' then
-      local v = redis.call('GET', k)
+      v = redis.call('GET', k)
       if not is_int(v) then return {'REJECTED', tostring(i - 1), 'value is not an integer'} end
-      if not fits(v, a) then return {'REJECTED', tostring(i - 1), 'increment would overflow'} end
     elseif t ~= 'none' then
       return {'REJECTED', tostring(i - 1), 'key holds a ' .. t .. ', not a string'}
     end
-  elseif op == 'hincrby' then
+    local sum = (after[k] or tonumber(v) or 0) + tonumber(a)
+    if (v or after[k]) and not fits(sum) then
+      return {'REJECTED', tostring(i - 1), 'increment would overflow'}
+    end
+    after[k] = sum
+  elseif op == 'hincrby' or op == 'hincrbyin' then
     local t = redis.call('TYPE', k)['ok']
+    local v = nil
     if t == 'hash' then
-      local v = redis.call('HGET', k, a)
-      if v then
-        if not is_int(v) then return {'REJECTED', tostring(i - 1), 'field is not an integer'} end
-        if not fits(v, b) then return {'REJECTED', tostring(i - 1), 'increment would overflow'} end
+      v = redis.call('HGET', k, a)
+      if v and not is_int(v) then
+        return {'REJECTED', tostring(i - 1), 'field is not an integer'}
       end
     elseif t ~= 'none' then
       return {'REJECTED', tostring(i - 1), 'key holds a ' .. t .. ', not a hash'}
     end
+    local slot = #k .. ':' .. k .. a
+    local by = tonumber(b)
+    local sum = (after[slot] or tonumber(v) or 0) + by
+    if op == 'hincrby' then
+      if (v or after[slot]) and not fits(sum) then
+        return {'REJECTED', tostring(i - 1), 'increment would overflow'}
+      end
+    else
+      local lo, hi = tonumber(c), tonumber(d)
+      if math.abs(by) > EXACT or math.abs(lo) > EXACT or math.abs(hi) > EXACT then
+        return {'REJECTED', tostring(i - 1), 'increment or bounds beyond 2^53 - 1'}
+      end
+      if sum < lo or sum > hi then
+        return {'REJECTED', tostring(i - 1), 'the field would leave its range ' .. c .. '..=' .. d}
+      end
+    end
+    after[slot] = sum
   elseif op == 'setnx' then
     if redis.call('EXISTS', k) == 1 then
       return {'REJECTED', tostring(i - 1), 'key already exists'}
@@ -175,10 +203,11 @@ end
 -- Pass 2: apply, then complete.
 for i = 1, n do
   local k = KEYS[i + 1]
-  local op, a, b = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local base = 5 * i - 1
+  local op, a, b = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   if op == 'incrby' then
     redis.call('INCRBY', k, a)
-  elseif op == 'hincrby' then
+  elseif op == 'hincrby' or op == 'hincrbyin' then
     redis.call('HINCRBY', k, a, b)
   else
     redis.call('SET', k, a)
@@ -230,10 +259,30 @@ pub struct RedisEffect {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Op {
-    IncrBy { key: String, by: i64 },
-    HIncrBy { key: String, field: String, by: i64 },
-    Set { key: String, value: String },
-    SetNx { key: String, value: String },
+    IncrBy {
+        key: String,
+        by: i64,
+    },
+    HIncrBy {
+        key: String,
+        field: String,
+        by: i64,
+    },
+    HIncrByWithin {
+        key: String,
+        field: String,
+        by: i64,
+        min: i64,
+        max: i64,
+    },
+    Set {
+        key: String,
+        value: String,
+    },
+    SetNx {
+        key: String,
+        value: String,
+    },
 }
 
 impl RedisEffect {
@@ -256,6 +305,29 @@ impl RedisEffect {
                 key: key.into(),
                 field: field.into(),
                 by,
+            },
+        }
+    }
+
+    /// `HINCRBY key field by`, refused unless the field's value after the increment lies
+    /// within `range` (a missing field counts as 0); several increments of one field in one
+    /// completion are checked together. The script compares Lua numbers (doubles), which hold
+    /// integers exactly up to 2^53 - 1: the decision is exact as long as `by` and both bounds
+    /// lie within ±(2^53 - 1), and an effect with one beyond is refused. The reference
+    /// consumer's balances use it to stay within `0..=Payment::MAX_BALANCE_CENTS`.
+    pub fn hincr_by_within(
+        key: impl Into<String>,
+        field: impl Into<String>,
+        by: i64,
+        range: std::ops::RangeInclusive<i64>,
+    ) -> Self {
+        RedisEffect {
+            op: Op::HIncrByWithin {
+                key: key.into(),
+                field: field.into(),
+                by,
+                min: *range.start(),
+                max: *range.end(),
             },
         }
     }
@@ -287,6 +359,7 @@ impl RedisEffect {
         match &self.op {
             Op::IncrBy { key, .. }
             | Op::HIncrBy { key, .. }
+            | Op::HIncrByWithin { key, .. }
             | Op::Set { key, .. }
             | Op::SetNx { key, .. } => key,
         }
@@ -295,19 +368,40 @@ impl RedisEffect {
     fn kind(&self) -> &'static str {
         match self.op {
             Op::IncrBy { .. } => "incrby",
-            Op::HIncrBy { .. } => "hincrby",
+            // Combinable with plain `hincr_by` on the same key: the script checks them together.
+            Op::HIncrBy { .. } | Op::HIncrByWithin { .. } => "hincrby",
             Op::Set { .. } => "set",
             Op::SetNx { .. } => "setnx",
         }
     }
 
-    /// The three script arguments: op, a, b.
-    fn args(&self) -> [String; 3] {
+    /// The five script arguments: op, a, b, c, d.
+    fn args(&self) -> [String; 5] {
+        let none = String::new;
         match &self.op {
-            Op::IncrBy { by, .. } => ["incrby".into(), by.to_string(), String::new()],
-            Op::HIncrBy { field, by, .. } => ["hincrby".into(), field.clone(), by.to_string()],
-            Op::Set { value, .. } => ["set".into(), value.clone(), String::new()],
-            Op::SetNx { value, .. } => ["setnx".into(), value.clone(), String::new()],
+            Op::IncrBy { by, .. } => ["incrby".into(), by.to_string(), none(), none(), none()],
+            Op::HIncrBy { field, by, .. } => [
+                "hincrby".into(),
+                field.clone(),
+                by.to_string(),
+                none(),
+                none(),
+            ],
+            Op::HIncrByWithin {
+                field,
+                by,
+                min,
+                max,
+                ..
+            } => [
+                "hincrbyin".into(),
+                field.clone(),
+                by.to_string(),
+                min.to_string(),
+                max.to_string(),
+            ],
+            Op::Set { value, .. } => ["set".into(), value.clone(), none(), none(), none()],
+            Op::SetNx { value, .. } => ["setnx".into(), value.clone(), none(), none(), none()],
         }
     }
 }
