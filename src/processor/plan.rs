@@ -94,9 +94,9 @@ impl Plan {
         }
         let lanes = is_fifo(&records).then(|| lanes(&records, config.fifo));
 
-        // First copy of each key: its index, its fingerprint, and its name for reports.
-        let mut leaders: HashMap<String, (usize, Option<String>, String)> = HashMap::new();
-        let mut metas = Vec::with_capacity(records.len());
+        // First copy of each key: its index and its fingerprint.
+        let mut leaders: HashMap<String, (usize, Option<String>)> = HashMap::new();
+        let mut metas: Vec<Meta> = Vec::with_capacity(records.len());
         let mut actions = Vec::with_capacity(records.len());
         for (i, record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
@@ -106,17 +106,17 @@ impl Plan {
                     let fingerprint = (config.payload_check != PayloadCheck::Off)
                         .then(|| key::sha256_hex(record.body.as_deref().unwrap_or("").as_bytes()));
                     let action = match leaders.get(&key) {
-                        Some((leader, leader_fingerprint, leader_name)) => Action::Follow {
+                        Some((leader, leader_fingerprint)) => Action::Follow {
                             leader: *leader,
-                            leader_name: leader_name.clone(),
+                            // Named only when a copy appears: most keys have none.
+                            leader_name: format!("{} (#{leader})", metas[*leader].id),
                             payload_differs: matches!(
                                 (&fingerprint, leader_fingerprint),
                                 (Some(ours), Some(theirs)) if ours != theirs
                             ),
                         },
                         None => {
-                            let name = format!("{id} (#{i})");
-                            leaders.insert(key.clone(), (i, fingerprint.clone(), name));
+                            leaders.insert(key.clone(), (i, fingerprint.clone()));
                             Action::Do(Work::Claim {
                                 message: Message::new(record, Some(key.clone()))
                                     .with_stop_at(stop_at),

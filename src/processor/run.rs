@@ -1,17 +1,15 @@
 //! Running a plan: the standard and the FIFO scheduler side by side, and every step of one
 //! message (claim, handler, complete or release) raced against the invocation's time budget.
 //!
-//! Each item of the plan becomes one future, built in batch order and shared
-//! ([`futures::future::Shared`]), so whatever depends on an item awaits the item itself:
-//!
-//! * a later copy of a key awaits its leader (which has a lower index, so it already exists);
-//! * in FIFO, an item first awaits the item before it in its lane, and does not start if that
-//!   one stopped the lane. A copy in another group can therefore drive its leader without ever
-//!   running it out of order: the leader still waits for its own lane.
-//!
-//! Standard queues run the item futures with bounded concurrency (`buffered`, which yields in
-//! batch order); a FIFO batch (at most 10 messages) polls all of them at once, the lanes keeping
-//! the order.
+//! * **Standard queues**: each key's first copy (the leader) runs, at most `concurrency` at once;
+//!   the outcomes of its later copies in the batch follow from the leader's as soon as it has
+//!   one. Nothing waits on anything else.
+//! * **FIFO**: each item becomes one future, built in batch order and shared
+//!   ([`futures::future::Shared`]), so whatever depends on an item awaits the item itself: an
+//!   item first awaits the one before it in its lane, and does not start if that one stopped the
+//!   lane; a later copy of a key awaits its leader (lower index, so it already exists). A copy in
+//!   another group can drive its leader without running it out of order: the leader still waits
+//!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once.
 
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -32,12 +30,11 @@ use crate::retry::RetryPolicy;
 use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
 use crate::{BoxError, Error, ErrorKind};
 
-/// An item's result, as the items that depend on it see it.
+/// A FIFO item's result, as the items that depend on it see it.
 #[derive(Debug, Clone)]
 struct Done {
     outcome: Outcome,
-    /// FIFO: why the rest of the item's lane does not start, once something in it did not
-    /// succeed.
+    /// Why the rest of the item's lane does not start, once something in it did not succeed.
     stops_lane: Option<NotStarted>,
 }
 
@@ -68,16 +65,129 @@ where
             actions,
             lanes,
         } = plan;
-        // FIFO: the item before each one in its lane.
-        let previous = lanes.as_ref().map(|lanes| {
-            let mut previous = vec![None; actions.len()];
-            for lane in lanes {
-                for pair in lane.windows(2) {
-                    previous[pair[1]] = Some(pair[0]);
+        let outcomes = match lanes {
+            None => self.run_standard(&metas, actions, budget).await,
+            Some(lanes) => self.run_fifo(&metas, actions, &lanes, budget).await,
+        };
+        metas
+            .into_iter()
+            .zip(outcomes)
+            .map(|(meta, outcome)| {
+                log_outcome(&meta, &outcome);
+                ItemReport {
+                    message_id: meta.id,
+                    key: meta.key,
+                    outcome,
+                }
+            })
+            .collect()
+    }
+
+    /// Standard queue: each key's first copy runs, at most `concurrency` at once, and the
+    /// outcomes of its later copies follow from its own as soon as it has one. Nothing waits
+    /// for anything else, so nothing is shared.
+    async fn run_standard(
+        &self,
+        metas: &[Meta],
+        actions: Vec<Action>,
+        budget: &Budget,
+    ) -> Vec<Outcome> {
+        struct Copy {
+            index: usize,
+            leader_name: String,
+            payload_differs: bool,
+        }
+        struct Group {
+            index: usize,
+            work: Work,
+            copies: Vec<Copy>,
+        }
+        let n = actions.len();
+        let mut groups: Vec<Group> = Vec::with_capacity(n);
+        // The group of every item seen so far; a copy's leader always comes before it.
+        let mut group_of: Vec<usize> = Vec::with_capacity(n);
+        for (index, action) in actions.into_iter().enumerate() {
+            match action {
+                Action::Do(work) => {
+                    group_of.push(groups.len());
+                    groups.push(Group {
+                        index,
+                        work,
+                        copies: Vec::new(),
+                    });
+                }
+                Action::Follow {
+                    leader,
+                    leader_name,
+                    payload_differs,
+                } => {
+                    let g = group_of[leader];
+                    group_of.push(g);
+                    groups[g].copies.push(Copy {
+                        index,
+                        leader_name,
+                        payload_differs,
+                    });
                 }
             }
-            previous
-        });
+        }
+        let check = self.config.payload_check;
+        let ran: Vec<(usize, Outcome, Vec<(usize, Outcome)>)> = stream::iter(groups)
+            .map(|group| async move {
+                let outcome = self
+                    .execute(group.work, &metas[group.index].id, budget)
+                    .await;
+                // Empty (no allocation) for the usual key without copies.
+                let copies = group
+                    .copies
+                    .into_iter()
+                    .map(|copy| {
+                        let id = &metas[copy.index].id;
+                        let followed = follow(
+                            outcome.clone(),
+                            &copy.leader_name,
+                            copy.payload_differs,
+                            check,
+                            id,
+                        );
+                        (copy.index, followed)
+                    })
+                    .collect();
+                (group.index, outcome, copies)
+            })
+            .buffered(self.config.concurrency)
+            .collect()
+            .await;
+        let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
+        let mut any_copies = false;
+        for (index, outcome, copies) in ran {
+            indexed.push((index, outcome));
+            any_copies |= !copies.is_empty();
+            indexed.extend(copies);
+        }
+        // Leaders come out in batch order; only copies need putting back in their place.
+        if any_copies {
+            indexed.sort_unstable_by_key(|(index, _)| *index);
+        }
+        indexed.into_iter().map(|(_, outcome)| outcome).collect()
+    }
+
+    /// FIFO: every item is a shared future that first awaits the item before it in its lane
+    /// (and does not start if that one stopped the lane); a copy of a key awaits its leader,
+    /// which still waits for its own lane. At most 10 messages, all polled at once.
+    async fn run_fifo(
+        &self,
+        metas: &[Meta],
+        actions: Vec<Action>,
+        lanes: &[Vec<usize>],
+        budget: &Budget,
+    ) -> Vec<Outcome> {
+        let mut previous = vec![None; actions.len()];
+        for lane in lanes {
+            for pair in lane.windows(2) {
+                previous[pair[1]] = Some(pair[0]);
+            }
+        }
         let skip_reason = match self.config.fifo {
             FifoMode::WholeBatch => NotStarted::EarlierFailureInBatch,
             FifoMode::PerGroup => NotStarted::EarlierFailureInGroup,
@@ -85,10 +195,7 @@ where
 
         let mut items: Vec<Item<'_>> = Vec::with_capacity(actions.len());
         for (i, action) in actions.into_iter().enumerate() {
-            let before = previous
-                .as_ref()
-                .and_then(|p| p[i])
-                .map(|p| items[p].clone());
+            let before = previous[i].map(|p: usize| items[p].clone());
             let id = metas[i].id.as_str();
             let outcome: BoxFuture<'_, Outcome> = match action {
                 Action::Do(work) => self.execute(work, id, budget).boxed(),
@@ -111,7 +218,6 @@ where
                     .boxed()
                 }
             };
-            let fifo = previous.is_some();
             let item = async move {
                 if let Some(before) = before {
                     if let Some(reason) = before.await.stops_lane {
@@ -122,7 +228,7 @@ where
                     }
                 }
                 let outcome = outcome.await;
-                let stops_lane = (fifo && !outcome.is_success()).then_some(match outcome {
+                let stops_lane = (!outcome.is_success()).then_some(match outcome {
                     // Past the hard stop or the cut-off the rest of the lane would not start
                     // either: say so, rather than blame an "earlier failure".
                     Outcome::NotStarted(NotStarted::Deadline) | Outcome::CutOff(_) => {
@@ -137,26 +243,10 @@ where
             };
             items.push(item.boxed().shared());
         }
-
-        let done: Vec<Done> = if lanes.is_some() {
-            join_all(items).await
-        } else {
-            stream::iter(items)
-                .buffered(self.config.concurrency)
-                .collect()
-                .await
-        };
-        metas
+        join_all(items)
+            .await
             .into_iter()
-            .zip(done)
-            .map(|(meta, done)| {
-                log_outcome(&meta, &done.outcome);
-                ItemReport {
-                    message_id: meta.id,
-                    key: meta.key,
-                    outcome: done.outcome,
-                }
-            })
+            .map(|done| done.outcome)
             .collect()
     }
 
