@@ -69,11 +69,11 @@ pub mod key;
 pub mod message;
 pub mod outcome;
 pub mod processor;
-pub mod retry;
 #[cfg(feature = "sqs")]
 pub mod publish;
 #[cfg(all(feature = "dynamodb", feature = "sqlite"))]
 pub mod reference;
+pub mod retry;
 pub mod store;
 
 pub use deadline::Clock;
@@ -83,10 +83,10 @@ pub use message::Message;
 pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
-pub use retry::RetryPolicy;
 pub use processor::{
     Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
 };
+pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};
 
 #[cfg(feature = "dynamodb")]

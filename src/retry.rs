@@ -121,7 +121,8 @@ mod tests {
 
     #[test]
     fn delay_doubles_with_jitter_and_cap() {
-        let p = RetryPolicy::new(10, Duration::from_millis(100)).with_cap(Duration::from_millis(500));
+        let p =
+            RetryPolicy::new(10, Duration::from_millis(100)).with_cap(Duration::from_millis(500));
         for _ in 0..200 {
             let d0 = p.delay(0);
             assert!(d0 >= Duration::from_millis(50) && d0 <= Duration::from_millis(100));
@@ -157,7 +158,9 @@ mod tests {
         let p = RetryPolicy::new(100, Duration::from_millis(100)).with_cap(Duration::from_secs(1));
         let start = Instant::now();
         let stop = start + Duration::from_millis(1500);
-        let r: Result<(), ()> = p.retry(Some(stop), |_| async { Err(()) }, |_| true, |_, _| {}).await;
+        let r: Result<(), ()> = p
+            .retry(Some(stop), |_| async { Err(()) }, |_| true, |_, _| {})
+            .await;
         assert!(r.is_err());
         assert!(Instant::now() < stop, "slept past the stop");
     }

@@ -317,7 +317,10 @@ fn summary(report: &BatchReport, store: &str) -> String {
     );
     if c.cut_off > 0 {
         // Only when it happened, so the line users grep for keeps its shape.
-        s.insert_str(s.len() - 1, &format!(", {} cut off by the deadline", c.cut_off));
+        s.insert_str(
+            s.len() - 1,
+            &format!(", {} cut off by the deadline", c.cut_off),
+        );
     }
     for item in report.items() {
         if matches!(item.outcome, Outcome::Processed | Outcome::Duplicate) {
