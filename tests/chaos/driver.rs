@@ -524,7 +524,18 @@ impl Run<'_> {
                 Some(d) => format!("{name}: {d}"),
                 None => name.clone(),
             };
-            if (name == "processed" || name == "duplicate") && !msg.confirmed {
+        }
+        // Confirmed means deleted: SQS deletes every message of the batch that the partial
+        // batch response does not list, whatever the outcomes say.
+        let retry: Vec<&str> = answer["retry"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for &m in &r.msgs {
+            let msg = &mut self.msgs[m];
+            if !msg.confirmed && !retry.contains(&msg.id.as_str()) {
                 msg.confirmed = true;
                 self.open.retain(|&x| x != m);
             }
@@ -805,7 +816,7 @@ impl Faults {
                 proxy.set(ProxyMode::Pass);
             }
             self.active = None;
-            self.next = now + Duration::from_millis(rng.u64(1_000..3_000));
+            self.next = now + Duration::from_millis(rng.u64(500..2_000));
         }
         if now < self.next {
             return;
@@ -832,7 +843,7 @@ impl Faults {
         let (fault, hold) = match rng.u8(0..4) {
             0 => ("stall", ms(rng, 300, 3_000)),
             1 => ("dark", ms(rng, 300, 3_000)),
-            2 => ("drop-answers", ms(rng, 100, 1_000)),
+            2 => ("drop-answers", ms(rng, 30, 400)),
             _ => ("reset", Duration::ZERO),
         };
         *stats.faults.entry(format!("{name} {fault}")).or_default() += 1;
@@ -843,7 +854,7 @@ impl Faults {
             _ => proxy.reset_all(),
         }
         if hold.is_zero() {
-            self.next = now + ms(rng, 1_000, 3_000);
+            self.next = now + ms(rng, 500, 2_000);
         } else {
             self.active = Some((p, now + hold));
         }

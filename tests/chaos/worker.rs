@@ -4,7 +4,7 @@
 //! It opens its store first (Lambda's init phase; every store here connects lazily, so this
 //! touches no network), then takes its deadline, `CHAOS_WORKER_BUDGET_MS` from now, and
 //! processes the batch. It prints one JSON line on stdout: when it started, its deadline, when
-//! the processor answered, and every message's outcome. A worker killed before it answers
+//! the processor answered, every message's outcome, and the batch response's failures. A worker killed before it answers
 //! prints nothing, as a Lambda killed at its timeout answers nothing.
 
 use std::io::{Read, Write};
@@ -139,6 +139,13 @@ impl LedgerTask for Invoke {
             "deadline_ms": epoch_millis(deadline),
             "answered_ms": epoch_millis(answered),
             "outcomes": json["outcomes"],
+            // What Lambda sees: SQS deletes every message of the batch not listed here.
+            "retry": json["response"]["batchItemFailures"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f["itemIdentifier"].as_str())
+                .collect::<Vec<_>>(),
         })
         .to_string())
     }
