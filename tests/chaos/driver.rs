@@ -202,7 +202,7 @@ async fn run_on(
         run.reap(now);
         if now < end {
             while run.running.len() < cfg.workers {
-                run.spawn_chaos()?;
+                run.spawn_chaos(end)?;
             }
             faults.tick(&mut run.rng, now, &mut run.stats);
         } else {
@@ -261,7 +261,8 @@ impl Run<'_> {
         idx
     }
 
-    fn spawn_chaos(&mut self) -> Result<(), String> {
+    /// Starts one invocation of the chaos phase, which ends at `end`.
+    fn spawn_chaos(&mut self, end: Instant) -> Result<(), String> {
         while self.open.len() < WINDOW {
             self.new_message();
         }
@@ -291,7 +292,11 @@ impl Run<'_> {
             Fate::Kill {
                 at: now + Duration::from_millis(self.rng.u64(0..within)),
             }
-        } else if roll < KILL_P + STOP_P {
+        } else if roll < KILL_P + STOP_P
+            // A stopped worker resumes a budget and up to 2.7 s later: none is started so
+            // late that the run would wait for it long after the chaos phase.
+            && now + budget + Duration::from_secs(3) < end
+        {
             let at = now + Duration::from_millis(self.rng.u64(0..KILL_WITHIN_MS));
             // Resumed after its lease (the deadline) has lapsed: another worker may have taken
             // the claim over, and this one's completion must be fenced off.
