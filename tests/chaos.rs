@@ -10,9 +10,9 @@
 //!   claims, handler calls and completions);
 //! - SIGSTOPs some and resumes them after their deadline, when their lease has lapsed and
 //!   another worker may have taken the message over (the fencing case);
-//! - injects store faults through a TCP proxy in front of each server (stall, go dark, drop
-//!   the answers, reset the connections), or for SQLite holds the write lock from another
-//!   connection.
+//! - injects store faults through the fault proxy of `tests/support/fault_proxy.rs` in front
+//!   of each server (stall, go dark, drop the answers, reset the connections), or for SQLite
+//!   holds the write lock from another connection.
 //!
 //! Then it settles: faults off, every lease lapsed, every unconfirmed message redelivered
 //! until each is confirmed (processed or duplicate). And it checks:
@@ -48,8 +48,8 @@ use std::process::ExitCode;
 
 #[path = "chaos/driver.rs"]
 mod driver;
-#[path = "chaos/proxy.rs"]
-mod proxy;
+#[path = "support/fault_proxy.rs"]
+mod fault_proxy;
 #[path = "chaos/stores.rs"]
 mod stores;
 #[path = "chaos/worker.rs"]

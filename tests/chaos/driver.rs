@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use sqs_claim::store::epoch_millis;
 
-use crate::proxy::{FaultProxy, Mode as ProxyMode};
+use crate::fault_proxy::{Fault, FaultProxy};
 use crate::stores::{Kind, Resources, Spec};
 use crate::worker;
 
@@ -818,7 +818,7 @@ impl Faults {
                 return;
             }
             if let Some((_, proxy)) = self.proxies.get(p) {
-                proxy.set(ProxyMode::Pass);
+                proxy.set(Fault::Pass);
             }
             self.active = None;
             self.next = now + Duration::from_millis(rng.u64(500..2_000));
@@ -849,25 +849,22 @@ impl Faults {
             0 => ("stall", ms(rng, 300, 3_000)),
             1 => ("dark", ms(rng, 300, 3_000)),
             2 => ("drop-answers", ms(rng, 30, 400)),
-            _ => ("reset", Duration::ZERO),
+            // Every connection reset, and new ones too for a moment (a server restarting).
+            _ => ("reset", ms(rng, 20, 300)),
         };
         *stats.faults.entry(format!("{name} {fault}")).or_default() += 1;
-        match fault {
-            "stall" => proxy.set(ProxyMode::Stall),
-            "dark" => proxy.set(ProxyMode::Dark),
-            "drop-answers" => proxy.set(ProxyMode::DropAnswers),
-            _ => proxy.reset_all(),
-        }
-        if hold.is_zero() {
-            self.next = now + ms(rng, 500, 2_000);
-        } else {
-            self.active = Some((p, now + hold));
-        }
+        proxy.set(match fault {
+            "stall" => Fault::Stall,
+            "dark" => Fault::Dark,
+            "drop-answers" => Fault::DropAnswer,
+            _ => Fault::Reset,
+        });
+        self.active = Some((p, now + hold));
     }
 
     fn heal(&mut self) {
         for (_, p) in &self.proxies {
-            p.set(ProxyMode::Pass);
+            p.set(Fault::Pass);
         }
         self.active = None;
         if let Some(h) = self.lock.take() {
