@@ -11,9 +11,12 @@ EVENT ?= events/plain.json
 STORE ?=
 STANDINS_ENV := .standins/env
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug/sqs-claim
+# make chaos: seconds of chaos per store (the control run lasts a sixth of it, at least 5 s).
+CHAOS_SECS ?= 120
+CHAOS_CONTROL_SECS ?=
 
-.PHONY: help build demo invoke balances test test-unit lint fmt clippy cfn-lint bench watch \
-        standins-up standins-down services deploy clean-state fuzz fuzz-check
+.PHONY: help build demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
+        bench watch standins-up standins-down services deploy clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -52,6 +55,13 @@ test: standins-up services ## Run the whole test suite against the real servers
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher)
 	$(CARGO) test --all-features --lib --test test_processor --test test_fifo_processing \
 		--test test_memory_store --test test_events --test test_publish
+
+chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
+	set -a && . ./$(STANDINS_ENV) && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \
+		CHAOS_CONTROL_SECS=$(CHAOS_CONTROL_SECS) $(CARGO) test --all-features --test chaos
+
+chaos-short: ## The short chaos pass CI runs (15 s per store, 5 s control)
+	$(MAKE) chaos CHAOS_SECS=15 CHAOS_CONTROL_SECS=5
 
 fmt: ## Format
 	$(CARGO) fmt --all

@@ -132,7 +132,9 @@ where
             }
         }
         let check = self.config.payload_check;
-        let ran: Vec<(usize, Outcome, Vec<(usize, Outcome)>)> = stream::iter(groups)
+        // (leader index, its outcome, its copies' indexes and outcomes)
+        type Ran = (usize, Outcome, Vec<(usize, Outcome)>);
+        let ran: Vec<Ran> = stream::iter(groups)
             .map(|group| async move {
                 let outcome = self
                     .execute(group.work, &metas[group.index].id, budget)
