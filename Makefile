@@ -70,8 +70,7 @@ clippy:
 	$(CARGO) clippy --all-targets --all-features -- -D warnings
 
 cfn-lint:
-	@command -v cfn-lint >/dev/null || python3 -m pip install --quiet cfn-lint
-	cfn-lint template.yaml
+	"$$(scripts/pytool.sh cfn-lint)" template.yaml
 
 lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint, sample events up to date
 	$(CARGO) fmt --all -- --check
@@ -100,10 +99,8 @@ bench: standins-up ## Benchmarks (print ratios against a baseline measured in th
 	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) bench --bench dynamodb
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
-	@command -v cargo-lambda >/dev/null || python3 -m pip install --quiet cargo-lambda
-	cargo lambda watch -A 127.0.0.1 --bin consumer
+	PATH="$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" cargo lambda watch -A 127.0.0.1 --bin consumer
 
 deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time)
-	@command -v sam >/dev/null || python3 -m pip install --quiet aws-sam-cli cargo-lambda
-	SAM_CLI_TELEMETRY=0 sam build
-	SAM_CLI_TELEMETRY=0 sam deploy --guided
+	PATH="$$(dirname "$$(scripts/pytool.sh sam aws-sam-cli)"):$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" \
+		sh -c 'SAM_CLI_TELEMETRY=0 sam build && SAM_CLI_TELEMETRY=0 sam deploy --guided'

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Prints the path of a Python command-line tool, installing it first into a venv of its own
+# under the cache (never into the system Python: `pip install` there fails on a stock Debian).
+#
+# Usage: scripts/pytool.sh TOOL [PACKAGE...]      e.g.  scripts/pytool.sh cfn-lint cfn-lint
+#        "$(scripts/pytool.sh cfn-lint cfn-lint)" template.yaml
+#
+# Environment: SQS_CLAIM_CACHE (default ~/.cache/sqs-claim), SQS_CLAIM_PYTHON (default python3).
+set -euo pipefail
+tool=${1:?usage: scripts/pytool.sh TOOL [PACKAGE...]}
+shift
+packages=("$@")
+[[ ${#packages[@]} -gt 0 ]] || packages=("$tool")
+cache="${SQS_CLAIM_CACHE:-$HOME/.cache/sqs-claim}"
+python="${SQS_CLAIM_PYTHON:-python3}"
+venv="$cache/venv-$tool"
+if [[ ! -x "$venv/bin/$tool" ]]; then
+    echo "pytool: installing ${packages[*]} into $venv" >&2
+    mkdir -p "$cache"
+    rm -rf "$venv"
+    "$python" -m venv "$venv" >&2 || {
+        echo "pytool: '$python -m venv' failed (Debian: apt-get install python3-venv)" >&2
+        exit 1
+    }
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "${packages[@]}" >&2 || {
+        rm -rf "$venv"
+        echo "pytool: pip install ${packages[*]} failed" >&2
+        exit 1
+    }
+fi
+[[ -x "$venv/bin/$tool" ]] || { echo "pytool: $venv/bin/$tool missing after install" >&2; exit 1; }
+echo "$venv/bin/$tool"
