@@ -84,8 +84,14 @@ pub(crate) fn after(t: SystemTime, d: Duration) -> SystemTime {
 /// Deadlines below this (2001-09-09 in epoch milliseconds) are read as relative budgets.
 pub const EPOCH_DEADLINE_FLOOR_MS: u64 = 1_000_000_000_000;
 
+/// The hard stop as a future every step can race: one timer per invocation, shared. (A tokio
+/// timeout per step would put a timer into every step's future, making each message's future
+/// kilobytes larger for the scheduler to move around.) Created on first poll, so building a
+/// budget needs no runtime.
+type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
+
 /// The time budget of one invocation.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Budget {
     clock: Clock,
     /// The Lambda deadline, if the context has one.
@@ -95,8 +101,21 @@ pub(crate) struct Budget {
     /// Every step still in flight is cut off at this instant (tokio's clock, so paused-time
     /// tests drive it), leaving the answer reserve to send the response.
     hard_stop: Option<tokio::time::Instant>,
+    /// Completes at `hard_stop`.
+    stop: Option<Stop>,
     /// Lease used when there is no deadline.
     lease: Duration,
+}
+
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("deadline", &self.deadline)
+            .field("cutoff", &self.cutoff)
+            .field("hard_stop", &self.hard_stop)
+            .field("lease", &self.lease)
+            .finish()
+    }
 }
 
 /// A step raced against the budget did not finish before the hard stop.
@@ -140,11 +159,18 @@ impl Budget {
             let left = d.duration_since(now).unwrap_or(Duration::ZERO);
             tokio::time::Instant::now() + left.saturating_sub(reserve)
         });
+        let stop = hard_stop.map(|at| {
+            use futures::FutureExt;
+            async move { tokio::time::sleep_until(at).await }
+                .boxed()
+                .shared()
+        });
         Budget {
             clock,
             deadline,
             cutoff,
             hard_stop,
+            stop,
             lease,
         }
     }
@@ -160,11 +186,14 @@ impl Budget {
         &self,
         step: F,
     ) -> Result<F::Output, OutOfTime> {
-        match self.hard_stop {
+        use futures::future::{Either, select};
+        match &self.stop {
             None => Ok(step.await),
-            Some(at) => tokio::time::timeout_at(at, step)
-                .await
-                .map_err(|_| OutOfTime),
+            // `select` polls the step first: a step that is ready is never cut off.
+            Some(stop) => match select(std::pin::pin!(step), stop.clone()).await {
+                Either::Left((output, _)) => Ok(output),
+                Either::Right(((), _)) => Err(OutOfTime),
+            },
         }
     }
 

@@ -99,7 +99,9 @@ impl RetryPolicy {
                         return Err(e);
                     }
                     on_retry(retry, &e);
-                    tokio::time::sleep(delay).await;
+                    // Boxed: allocated only when a retry happens, instead of a timer inside
+                    // every caller's future.
+                    Box::pin(tokio::time::sleep(delay)).await;
                     retry += 1;
                 }
                 other => return other,

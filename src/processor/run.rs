@@ -401,7 +401,15 @@ where
         let timed = async {
             match self.config.handler_timeout {
                 None => Ok(run.await),
-                Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| limit),
+                // The timer is boxed: it exists only when a timeout is set, and inline it would
+                // enlarge every message's future whether or not one is.
+                Some(limit) => {
+                    let timer = Box::pin(tokio::time::sleep(limit));
+                    match futures::future::select(std::pin::pin!(run), timer).await {
+                        futures::future::Either::Left((returned, _)) => Ok(returned),
+                        futures::future::Either::Right(((), _)) => Err(limit),
+                    }
+                }
             }
         };
         let returned = match budget.bounded(timed).await {
