@@ -31,7 +31,7 @@ impl Ledger for PostgresStore {
     /// valid balance, an existing one only if the sum stays within
     /// `0..=`[`Payment::MAX_BALANCE_CENTS`] (summed as `numeric`, so no sum can overflow);
     /// otherwise it touches none and the completion is refused
-    /// ([`ErrorKind::EffectRejected`]). The table's `CHECK` repeats the rule.
+    /// ([`ErrorKind::EffectRejected`](crate::ErrorKind::EffectRejected)). The table's `CHECK` repeats the rule.
     fn credit(&self, account: &str, amount_cents: i64) -> PgEffect {
         let table = quoted(&accounts_table(self));
         let max = Payment::MAX_BALANCE_CENTS;
