@@ -54,7 +54,8 @@ test: standins-up services ## Run the whole test suite against the real servers
 
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher)
 	$(CARGO) test --all-features --lib --test test_processor --test test_fifo_processing \
-		--test test_memory_store --test test_events --test test_publish
+		--test test_memory_store --test test_events --test test_publish --test test_deadline \
+		--test test_properties --test test_fault_proxy
 
 chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
 	set -a && . ./$(STANDINS_ENV) && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \
