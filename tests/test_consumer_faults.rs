@@ -23,6 +23,9 @@
 #[path = "support/cli.rs"]
 mod cli;
 mod common;
+#[allow(dead_code)]
+#[path = "support/consumer.rs"]
+mod consumer;
 #[path = "support/fake_runtime.rs"]
 mod fake_runtime;
 #[path = "support/fault_proxy.rs"]
@@ -31,17 +34,13 @@ mod fault_proxy;
 mod servers;
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::future::Future;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
+use consumer::{Consumer, TempDir};
 use fake_runtime::{FakeRuntime, Posted};
 use fault_proxy::{Fault, FaultProxy};
 use serde_json::{Value, json};
-
-const CONSUMER: &str = env!("CARGO_BIN_EXE_consumer");
 
 /// Messages per batch (at most 62: the balance keeps one bit per message).
 const BATCH: usize = 20;
@@ -58,77 +57,6 @@ const ROUNDS: usize = 3;
 
 /// The longest start-up and a healthy invocation may take.
 const WAIT: Duration = Duration::from_secs(30);
-
-/// A fresh directory for the consumer's logs, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!("sqs-claim-faults-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("create a temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The running consumer, killed when dropped. Output goes to files (see `logs`).
-struct Consumer {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Consumer {
-    /// Starts the binary as Lambda would: a clean environment, the runtime variables, `env`.
-    fn start(dir: &Path, n: usize, runtime_api: &str, env: &[(String, String)]) -> Consumer {
-        let stdout = dir.join(format!("consumer-{n}.stdout"));
-        let stderr = dir.join(format!("consumer-{n}.stderr"));
-        let child = Command::new(CONSUMER)
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
-            .env("AWS_LAMBDA_FUNCTION_NAME", "consumer")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_REGION", "us-east-1")
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(File::create(&stdout).expect("create the stdout file"))
-            .stderr(File::create(&stderr).expect("create the stderr file"))
-            .spawn()
-            .expect("start the consumer binary");
-        Consumer {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn logs(&self) -> String {
-        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-        format!("{}{}", read(&self.stdout), read(&self.stderr))
-    }
-
-    /// The last lines of the logs, for a failure message.
-    fn tail(&self) -> String {
-        let logs = self.logs();
-        let lines: Vec<&str> = logs.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// One store the consumer can run on, reached directly (to initialize it and read balances)
 /// and through a proxy (what the consumer gets).
@@ -376,7 +304,7 @@ async fn run(store: &Store, when: When) -> Vec<String> {
         store.cli(&["init"], &namespace).await;
     }
 
-    let dir = TempDir::new();
+    let dir = TempDir::new("sqs-claim-faults");
     let mut rt = FakeRuntime::start().await.expect("start the fake runtime");
     let mut env = store.consumer_env.clone();
     env.extend([
@@ -384,7 +312,12 @@ async fn run(store: &Store, when: When) -> Vec<String> {
         ("SQS_CLAIM_NAMESPACE".to_owned(), namespace.clone()),
     ]);
     let mut started = 0;
-    let mut consumer = Consumer::start(&dir.0, started, &rt.address(), &env);
+    let mut consumer = Consumer::start(
+        dir.path(),
+        &format!("consumer-{started}"),
+        &rt.address(),
+        env.iter().map(|(k, v)| (k, v)),
+    );
 
     // Start-up and one healthy invocation: the consumer is warm.
     let warm = event(&[
@@ -459,7 +392,12 @@ async fn run(store: &Store, when: When) -> Vec<String> {
             drop(rt);
             rt = FakeRuntime::start().await.expect("start the fake runtime");
             started += 1;
-            consumer = Consumer::start(&dir.0, started, &rt.address(), &env);
+            consumer = Consumer::start(
+                dir.path(),
+                &format!("consumer-{started}"),
+                &rt.address(),
+                env.iter().map(|(k, v)| (k, v)),
+            );
             ids.clone()
         }
     };

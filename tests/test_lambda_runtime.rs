@@ -14,19 +14,22 @@
 //!
 //! Every wait is bounded ([`WAIT`]); the consumer is killed when its guard drops, pass or fail.
 
+#[allow(dead_code)]
+#[path = "support/consumer.rs"]
+mod consumer;
 #[path = "support/fake_runtime.rs"]
 mod fake_runtime;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use consumer::{Consumer, TempDir};
 use fake_runtime::{FakeRuntime, Posted};
 use serde_json::{Value, json};
 
-const CONSUMER: &str = env!("CARGO_BIN_EXE_consumer");
 const CLI: &str = env!("CARGO_BIN_EXE_sqs-claim");
 
 /// The longest any single step may take: an invocation answered, the CLI done.
@@ -35,93 +38,21 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The deadline each invocation gets, as Lambda's function timeout would give it.
 const INVOCATION_BUDGET: Duration = Duration::from_secs(30);
 
-/// A fresh directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!("sqs-claim-lambda-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("create a temp dir");
-        TempDir(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// `sqlite:` URL of the store file inside this directory.
-    fn store(&self) -> String {
-        format!(
-            "sqlite:{}",
-            self.0.join("state").join("claims.db").display()
-        )
-    }
+/// `sqlite:` URL of the store file inside `dir`.
+fn store_url(dir: &TempDir) -> String {
+    format!(
+        "sqlite:{}",
+        dir.path().join("state").join("claims.db").display()
+    )
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The running consumer. Its stdout and stderr go to files (a pipe nobody reads would fill
-/// and stall it); dropping the guard kills it, so a failing assertion never leaks a process.
-struct Consumer {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
-
-impl Consumer {
-    /// Starts the binary as Lambda would: a clean environment with the runtime variables,
-    /// plus the consumer's settings (`RUST_LOG` only if a test sets it).
-    fn start(dir: &TempDir, runtime_api: &str, settings: &[(&str, &str)]) -> Consumer {
-        let stdout = dir.path().join("consumer.stdout");
-        let stderr = dir.path().join("consumer.stderr");
-        let mut cmd = Command::new(CONSUMER);
-        cmd.current_dir(dir.path())
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
-            .env("AWS_LAMBDA_FUNCTION_NAME", "consumer")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env(
-                "AWS_LAMBDA_LOG_STREAM_NAME",
-                "2026/11/30/[$LATEST]0123456789abcdef0123456789abcdef",
-            )
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/consumer")
-            .env("AWS_REGION", "us-east-1")
-            .env("SQS_CLAIM_STORE", dir.store())
-            .envs(settings.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(File::create(&stdout).expect("create the stdout file"))
-            .stderr(File::create(&stderr).expect("create the stderr file"));
-        let child = cmd.spawn().expect("start the consumer binary");
-        Consumer {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// `Some(status)` once the process has exited.
-    fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// Everything it wrote so far, stdout then stderr.
-    fn logs(&self) -> String {
-        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-        format!("{}{}", read(&self.stdout), read(&self.stderr))
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Starts the consumer on the embedded store in `dir`, with `settings` on top.
+fn start(dir: &TempDir, runtime_api: &str, settings: &[(&str, &str)]) -> Consumer {
+    let store = store_url(dir);
+    let env = [("SQS_CLAIM_STORE", store.as_str())]
+        .into_iter()
+        .chain(settings.iter().copied());
+    Consumer::start(dir.path(), "consumer", runtime_api, env)
 }
 
 /// Hands `event` to the consumer as one invocation and returns what it posted back. Fails
@@ -176,7 +107,7 @@ fn response(posted: Posted, what: &str, consumer: &Consumer) -> Value {
 /// `sqs-claim balances` on the consumer's store file, run while the consumer sits idle in its
 /// `next` call. Bounded by [`WAIT`].
 async fn balances(dir: &TempDir) -> BTreeMap<String, i64> {
-    let store = dir.store();
+    let store = store_url(dir);
     let cwd = dir.path().to_owned();
     tokio::task::spawn_blocking(move || {
         let out_path = cwd.join("balances.stdout");
@@ -287,11 +218,11 @@ async fn assert_nothing_else_posted(rt: &mut FakeRuntime, consumer: &Consumer) {
 /// the one `events/expected.json` gives, and the balances are the sums of its balances.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sample_events_get_the_expected_batch_responses() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("sqs-claim-lambda");
     let mut rt = FakeRuntime::start()
         .await
         .expect("start the fake runtime API");
-    let mut consumer = Consumer::start(&dir, &rt.address(), &[]);
+    let mut consumer = start(&dir, &rt.address(), &[]);
     let expected = expected();
 
     // The balances below add up each event's own expectation, which holds only if no order
@@ -401,11 +332,11 @@ fn batch_with_bad_message_id(id: Option<Value>, orders_from: u32) -> String {
 /// on serving the next invocation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_without_message_id_fails_the_invocation() {
-    let dir = TempDir::new();
+    let dir = TempDir::new("sqs-claim-lambda");
     let mut rt = FakeRuntime::start()
         .await
         .expect("start the fake runtime API");
-    let mut consumer = Consumer::start(&dir, &rt.address(), &[]);
+    let mut consumer = start(&dir, &rt.address(), &[]);
 
     // A first good batch, so the store exists and the balances have a baseline.
     let plain = read_event("plain.json");
@@ -492,11 +423,11 @@ async fn message_bodies_stay_out_of_the_logs_at_trace() {
 }
 
 async fn bodies_stay_out_of_the_logs(settings: &[(&str, &str)]) {
-    let dir = TempDir::new();
+    let dir = TempDir::new("sqs-claim-lambda");
     let mut rt = FakeRuntime::start()
         .await
         .expect("start the fake runtime API");
-    let mut consumer = Consumer::start(&dir, &rt.address(), settings);
+    let mut consumer = start(&dir, &rt.address(), settings);
     let mark = marker();
 
     let bodies = [
@@ -567,10 +498,8 @@ async fn bodies_stay_out_of_the_logs(settings: &[(&str, &str)]) {
     assert_nothing_else_posted(&mut rt, &consumer).await;
 
     // Stop the consumer (kill and wait) so that everything it wrote is in the files.
-    let (stdout, stderr) = (consumer.stdout.clone(), consumer.stderr.clone());
-    drop(consumer);
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-    let logs = format!("{}{}", read(&stdout), read(&stderr));
+    consumer.kill();
+    let logs = consumer.logs();
 
     // The logs must say something about these messages, or the check below proves nothing.
     for id in &ids[1..] {

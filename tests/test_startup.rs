@@ -18,13 +18,15 @@ use std::time::{Duration, Instant};
 #[path = "support/silent.rs"]
 mod silent;
 
+#[allow(dead_code)]
+#[path = "support/consumer.rs"]
+mod consumer;
 // Only its start-up side is used here: nothing is ever queued.
 #[allow(dead_code)]
 #[path = "support/fake_runtime.rs"]
 mod fake_runtime;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
-const CONSUMER: &str = env!("CARGO_BIN_EXE_consumer");
 
 /// Far above every bound in play (5 s start-up), far below "hangs": a run that takes longer
 /// failed the test, it did not pass slowly.
@@ -231,38 +233,23 @@ async fn the_consumer_fails_its_init_fast_on_a_dark_store() {
         ),
         ("redis", format!("redis://{}/", silent.addr()), vec![]),
     ] {
-        let dir = std::env::temp_dir().join(format!("sqs-claim-consumer-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let stdout_path = dir.join("stdout");
+        let dir = consumer::TempDir::new("sqs-claim-consumer");
         let started = Instant::now();
-        let mut child = Command::new(CONSUMER)
-            .current_dir(&dir)
-            .env_clear()
-            .env("AWS_LAMBDA_RUNTIME_API", rt.address())
-            .env("AWS_LAMBDA_FUNCTION_NAME", "consumer")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_REGION", "us-east-1")
-            .env("SQS_CLAIM_STORE", &store)
-            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(File::create(&stdout_path).expect("stdout file"))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the consumer");
+        let settings = [("SQS_CLAIM_STORE", store.as_str())]
+            .into_iter()
+            .chain(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let mut child = consumer::Consumer::start(dir.path(), "consumer", &rt.address(), settings);
         let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
+            if let Some(status) = child.exited() {
                 break status;
             }
             if started.elapsed() > BOUNDED {
-                let _ = child.kill();
-                let _ = child.wait();
+                child.kill();
                 panic!("{what}: the consumer still starting after {BOUNDED:?}");
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
-        let logs = std::fs::read_to_string(&stdout_path).unwrap_or_default();
-        let _ = std::fs::remove_dir_all(&dir);
+        let logs = child.stdout();
         assert!(!status.success(), "{what}: must exit non-zero: {logs}");
         let errors: Vec<serde_json::Value> = logs
             .lines()
