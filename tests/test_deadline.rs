@@ -109,6 +109,15 @@ fn handler(
     })
 }
 
+/// A test's clock (paused tokio time), store and applied-effects counter.
+fn fixture() -> (Clock, Stalling, Arc<AtomicUsize>) {
+    (
+        Clock::tokio(),
+        Stalling::default(),
+        Arc::new(AtomicUsize::new(0)),
+    )
+}
+
 const DEADLINE: Duration = Duration::from_secs(10);
 const RESERVE: Duration = Duration::from_millis(300);
 
@@ -170,9 +179,7 @@ fn answered_at_the_hard_stop(took: Duration) {
 #[tokio::test(start_paused = true)]
 async fn a_hung_handler_is_cut_off_and_keeps_its_claim() {
     init_logs();
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let p = processor(&store, &clock, &applied).build();
     let batch = [rec("m1", "ok"), rec("m2", "HANG"), rec("m3", "ok")];
     let (report, took) = run(&p, &clock, &batch).await;
@@ -195,9 +202,7 @@ async fn a_hung_handler_is_cut_off_and_keeps_its_claim() {
 
 #[tokio::test(start_paused = true)]
 async fn the_kept_claim_lapses_with_its_lease_and_the_redelivery_takes_over() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let p = processor(&store, &clock, &applied).build();
     let (report, _) = run(&p, &clock, &[rec("m1", "HANG")]).await;
     assert_eq!(outcome_names(&report), ["cut_off"]);
@@ -215,10 +220,8 @@ async fn the_kept_claim_lapses_with_its_lease_and_the_redelivery_takes_over() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_claim_is_cut_off_and_nothing_runs() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
+    let (clock, store, applied) = fixture();
     store.hang_claim.store(true, Ordering::SeqCst);
-    let applied = Arc::new(AtomicUsize::new(0));
     let p = processor(&store, &clock, &applied).build();
     let (report, took) = run(&p, &clock, &[rec("m1", "ok"), rec("m2", "ok")]).await;
 
@@ -231,10 +234,8 @@ async fn a_stalled_claim_is_cut_off_and_nothing_runs() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_completion_with_effects_is_cut_off_and_reported() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
+    let (clock, store, applied) = fixture();
     store.hang_complete.store(true, Ordering::SeqCst);
-    let applied = Arc::new(AtomicUsize::new(0));
     let p = processor(&store, &clock, &applied).build();
     let (report, took) = run(&p, &clock, &[rec("m1", "ok")]).await;
 
@@ -260,10 +261,8 @@ async fn a_stalled_completion_with_effects_is_cut_off_and_reported() {
 async fn a_stalled_completion_without_effects_is_reported_processed() {
     // The handler's own side effect already happened: as for a completion that failed,
     // reporting a failure would run it again on redelivery.
-    let clock = Clock::tokio();
-    let store = Stalling::default();
+    let (clock, store, applied) = fixture();
     store.hang_complete.store(true, Ordering::SeqCst);
-    let applied = Arc::new(AtomicUsize::new(0));
     let p = processor(&store, &clock, &applied).build();
     let (report, took) = run(&p, &clock, &[rec("m1", "NOEFFECT")]).await;
     answered_at_the_hard_stop(took);
@@ -272,10 +271,8 @@ async fn a_stalled_completion_without_effects_is_reported_processed() {
 
 #[tokio::test(start_paused = true)]
 async fn a_stalled_release_still_answers_with_the_handler_failure() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
+    let (clock, store, applied) = fixture();
     store.hang_release.store(true, Ordering::SeqCst);
-    let applied = Arc::new(AtomicUsize::new(0));
     let p = processor(&store, &clock, &applied).build();
     let (report, took) = run(&p, &clock, &[rec("m1", "FAIL"), rec("m2", "ok")]).await;
 
@@ -291,10 +288,8 @@ async fn a_stalled_release_still_answers_with_the_handler_failure() {
 
 #[tokio::test(start_paused = true)]
 async fn completion_retries_stop_before_the_budget_runs_out() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
+    let (clock, store, applied) = fixture();
     store.fail_complete.store(true, Ordering::SeqCst);
-    let applied = Arc::new(AtomicUsize::new(0));
     // Retries that would take far longer than the budget.
     let p = processor(&store, &clock, &applied)
         .completion_retry(
@@ -340,9 +335,7 @@ async fn no_retry_loop_on_top_of_a_client_that_retries_itself() {
 
 #[tokio::test(start_paused = true)]
 async fn the_handler_timeout_fails_one_message_and_keeps_its_claim() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let p = processor(&store, &clock, &applied)
         .handler_timeout(Duration::from_secs(1))
         .build();
@@ -363,9 +356,7 @@ async fn the_handler_timeout_fails_one_message_and_keeps_its_claim() {
 
 #[tokio::test(start_paused = true)]
 async fn fifo_a_hung_group_stops_there_and_other_groups_finish() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let p = processor(&store, &clock, &applied).build();
     let batch = [
         fifo("a1", "A", "ok"),
@@ -396,9 +387,7 @@ async fn fifo_a_hung_group_stops_there_and_other_groups_finish() {
 
 #[tokio::test(start_paused = true)]
 async fn a_copy_of_a_cut_off_key_is_not_started() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let p = processor(&store, &clock, &applied)
         .key(sqs_claim::KeySource::JsonPointer("/k".into()))
         .payload_check(sqs_claim::PayloadCheck::Off)
@@ -421,9 +410,7 @@ async fn a_copy_of_a_cut_off_key_is_not_started() {
 async fn every_message_of_a_large_batch_is_answered_when_all_hang() {
     // More messages than the concurrency: the queued ones never start, the running ones are
     // cut off, and all of them are reported.
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let p = processor(&store, &clock, &applied).concurrency(4).build();
     let batch: Vec<Rec> = (0..50).map(|i| rec(&format!("m{i}"), "HANG")).collect();
     let (report, took) = run(&p, &clock, &batch).await;
@@ -436,9 +423,7 @@ async fn every_message_of_a_large_batch_is_answered_when_all_hang() {
 
 #[tokio::test(start_paused = true)]
 async fn no_deadline_means_nothing_is_cut_off() {
-    let clock = Clock::tokio();
-    let store = Stalling::default();
-    let applied = Arc::new(AtomicUsize::new(0));
+    let (clock, store, applied) = fixture();
     let slow = service_fn(|_msg: Message| async {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         Ok::<(), BoxError>(())
