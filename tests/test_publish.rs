@@ -504,11 +504,9 @@ async fn whole_call_server_errors_are_left_to_the_sdk_and_reported() {
     );
 }
 
-/// An entry that keeps failing server-side inside a 200 answer (which the SDK cannot see) is
-/// retried by the publisher's policy: `retries(3, ..)` is 3 attempts in all.
-#[tokio::test]
-async fn entries_failed_inside_a_200_are_retried_by_the_policy_only() {
-    let sqs = scripted(|_, req| {
+/// An endpoint whose every entry fails server-side (`SenderFault=false`) inside a 200 answer.
+async fn failing_inside_200() -> Scripted {
+    scripted(|_, req| {
         let ids = entry_ids(req);
         (
             200,
@@ -518,7 +516,14 @@ async fn entries_failed_inside_a_200_are_retried_by_the_policy_only() {
             }),
         )
     })
-    .await;
+    .await
+}
+
+/// An entry that keeps failing server-side inside a 200 answer (which the SDK cannot see) is
+/// retried by the publisher's policy: `retries(3, ..)` is 3 attempts in all.
+#[tokio::test]
+async fn entries_failed_inside_a_200_are_retried_by_the_policy_only() {
+    let sqs = failing_inside_200().await;
     let p = Publisher::new(
         client_with_sdk_retries(&sqs.url, 3),
         format!("{}/000000000000/out.fifo", sqs.url),
@@ -540,17 +545,7 @@ async fn entries_failed_inside_a_200_are_retried_by_the_policy_only() {
 /// `send_by`: no retry whose backoff would end past the budget's stop.
 #[tokio::test]
 async fn send_by_never_retries_past_the_stop() {
-    let sqs = scripted(|_, req| {
-        let ids = entry_ids(req);
-        (
-            200,
-            json!({
-                "Successful": [],
-                "Failed": ids.iter().map(|id| fail(id, false, "InternalError")).collect::<Vec<_>>(),
-            }),
-        )
-    })
-    .await;
+    let sqs = failing_inside_200().await;
     let p = Publisher::new(client(&sqs.url), format!("{}/000000000000/out", sqs.url))
         .retry_policy(sqs_claim::RetryPolicy::new(5, Duration::from_secs(10)));
     let mut batch = p.batch("ns#k");
