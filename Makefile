@@ -22,19 +22,19 @@ help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
 
 build: ## Build the library, the CLI and the Lambda binary
-	$(CARGO) build --all-features --bins
+	$(CARGO) build --workspace --all-features --bins
 
 demo: ## Run the reference consumer on events/plain.json with the embedded store (run it again: all duplicates)
-	$(CARGO) build --all-features --bin sqs-claim
+	$(CARGO) build -p payments --all-features --bin sqs-claim
 	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 	$(BIN) balances $(if $(STORE),--store $(STORE))
 
 invoke: ## Run the reference consumer on EVENT=events/....json [STORE=url]
-	$(CARGO) build --all-features --bin sqs-claim
+	$(CARGO) build -p payments --all-features --bin sqs-claim
 	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 
 balances: ## Print account balances [STORE=url]
-	$(CARGO) build --all-features --bin sqs-claim
+	$(CARGO) build -p payments --all-features --bin sqs-claim
 	$(BIN) balances $(if $(STORE),--store $(STORE))
 
 clean-state: ## Forget the embedded store (.sqs-claim/)
@@ -50,16 +50,17 @@ services: ## Check Redis (6379) and PostgreSQL (5432) answer; start them if not
 	scripts/services.sh check
 
 test: standins-up services ## Run the whole test suite against the real servers
-	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --all-features --no-fail-fast
+	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --workspace --all-features --no-fail-fast
 
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher)
-	$(CARGO) test --all-features --lib --test test_processor --test test_fifo_processing \
+	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \
 		--test test_memory_store --test test_events --test test_publish --test test_deadline \
 		--test test_properties --test test_fault_proxy
+	$(CARGO) test -p payments --all-features --lib --test test_properties
 
 chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
 	set -a && . ./$(STANDINS_ENV) && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \
-		CHAOS_CONTROL_SECS=$(CHAOS_CONTROL_SECS) $(CARGO) test --all-features --test chaos
+		CHAOS_CONTROL_SECS=$(CHAOS_CONTROL_SECS) $(CARGO) test -p payments --all-features --test chaos
 
 chaos-short: ## The short chaos pass CI runs (15 s per store, 5 s control)
 	$(MAKE) chaos CHAOS_SECS=15 CHAOS_CONTROL_SECS=5
@@ -68,7 +69,7 @@ fmt: ## Format
 	$(CARGO) fmt --all
 
 clippy:
-	$(CARGO) clippy --all-targets --all-features -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --all-features -- -D warnings
 
 cfn-lint:
 	"$$(scripts/pytool.sh cfn-lint)" template.yaml

@@ -2,7 +2,7 @@
 //! claim's completion: a crash can never leave the credit applied and the message unmarked, or
 //! the message marked and the credit missing.
 //!
-//! Build: `cargo build --example dynamodb_effects`. Deploy it like `src/bin/consumer.rs`
+//! Build: `cargo build --example dynamodb_effects`. Deploy it like `payments/src/bin/consumer.rs`
 //! (`CLAIMS_TABLE` and `ACCOUNTS_TABLE` name the two tables; `sqs-claim init --store
 //! dynamodb:TABLE` creates both for the reference consumer's layout).
 

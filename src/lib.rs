@@ -43,7 +43,6 @@
 //! | complete (with the handler's atomic effects, retried under one [`retry`] policy) or release, fenced by the owner token | [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
-//! | the reference payments consumer behind the `consumer` Lambda binary and the `sqs-claim` CLI | `reference` (features `dynamodb` + `sqlite`) |
 //!
 //! ## Stores
 //!
@@ -72,8 +71,6 @@ pub mod outcome;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-pub mod reference;
 pub mod retry;
 pub mod store;
 

@@ -515,14 +515,3 @@ async fn late_release_of_a_lapsed_claim_is_fenced() {
         .await
         .expect("the new owner still completes");
 }
-
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[path = "support/ledger.rs"]
-mod ledger;
-
-/// The memory ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`.
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn memory_ledger_keeps_balances_in_range() {
-    ledger::balance_stays_in_range(&sqs_claim::reference::MemoryLedger::new()).await;
-}

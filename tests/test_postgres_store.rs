@@ -380,35 +380,6 @@ fn bad_configuration_is_a_config_error() {
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
 }
 
-/// The `sqs-claim` CLI scenario shared by every server store's tests.
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[path = "support/cli.rs"]
-mod cli;
-
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn cli_on_postgres() {
-    // The CLI uses the default table names; a schema of its own (via search_path) keeps this
-    // run apart from others.
-    let store = store().await;
-    let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
-    sql(&store, &format!("CREATE SCHEMA {schema}")).await;
-    let url = pg_url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let cli_url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
-    tokio::task::spawn_blocking(move || cli::credits_once(&cli_url))
-        .await
-        .expect("CLI scenario");
-    sql(&store, &format!("DROP SCHEMA {schema} CASCADE")).await;
-    drop_table(&store).await;
-    let err = cli::fails(&[
-        "balances",
-        "--store",
-        "postgres://postgres:hunter2@127.0.0.1:1/test",
-    ]);
-    assert!(!err.contains("hunter2"), "{err}");
-}
-
 // ------------------------------------------------------------------ bounded calls (issue 8)
 
 #[path = "support/silent.rs"]
@@ -456,35 +427,6 @@ async fn a_server_silent_after_connect_is_unavailable_within_the_call_timeout() 
     }
 }
 
-/// The start-up check says "run `sqs-claim init`" only for a missing table (42P01). A
-/// connection that breaks during the check is a network problem, and says so.
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn a_reset_during_the_start_up_check_is_not_a_missing_table() {
-    use sqs_claim::reference::Ledger;
-
-    let closing = silent::fake_pg(silent::Then::Close).await;
-    let url = format!("postgres://postgres@{}/test", closing.addr());
-    let store = PostgresStore::connect_with(&url, fast()).unwrap();
-    let err = store.prepare().await.expect_err("the connection closes");
-    assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
-    let text = err.to_string();
-    assert!(
-        !text.contains("init"),
-        "a lost connection is not a missing table: {text}"
-    );
-    assert!(text.contains("connection to PostgreSQL lost"), "{text}");
-
-    // The real server, a table never created: that one says what to run.
-    let table = format!("never_{}", uuid::Uuid::new_v4().simple());
-    let missing = PostgresStore::connect(&pg_url())
-        .and_then(|s| s.with_table(&table))
-        .unwrap();
-    let err = missing.prepare().await.expect_err("no table");
-    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
-    assert!(err.to_string().contains("sqs-claim init"), "{err}");
-}
-
 #[test]
 fn call_timeout_and_pool_size_are_configurable() {
     let store = PostgresStore::connect(&pg_url()).unwrap();
@@ -519,35 +461,4 @@ async fn the_server_cancels_a_statement_past_the_statement_timeout() {
         Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
         "{err}"
     );
-}
-
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[path = "support/ledger.rs"]
-mod ledger;
-
-/// The PostgreSQL ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`: on the
-/// table `init` creates, and on an accounts table created before the range existed (only
-/// `CHECK (balance >= 0)`: the credit's own condition must hold the line).
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn postgres_ledger_keeps_balances_in_range() {
-    use sqs_claim::reference::Ledger;
-    let store = store().await;
-    store.init().await.expect("init");
-    ledger::balance_stays_in_range(&store).await;
-    drop_table(&store).await;
-
-    let store = self::store().await;
-    sql(
-        &store,
-        &format!(
-            "CREATE TABLE {}_accounts (account TEXT PRIMARY KEY, \
-             balance BIGINT NOT NULL CHECK (balance >= 0))",
-            store.table()
-        ),
-    )
-    .await;
-    store.init().await.expect("init keeps the old table");
-    ledger::balance_stays_in_range(&store).await;
-    drop_table(&store).await;
 }

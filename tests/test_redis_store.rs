@@ -13,7 +13,7 @@ use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
 #[path = "support/servers.rs"]
 mod servers;
 
-use servers::{cleanup, redis_store as store, redis_url};
+use servers::{cleanup, redis_store as store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_run_all() {
@@ -320,66 +320,6 @@ async fn unreachable_server_is_store_unavailable() {
 
     let err = RedisStore::connect_lazy("http://nope").expect_err("not a Redis URL");
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
-}
-
-/// The `sqs-claim` CLI scenario shared by every server store's tests.
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[path = "support/cli.rs"]
-mod cli;
-
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn cli_on_redis() {
-    let conn = store().await.connection().clone();
-    let url = redis_url();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let prefix = format!("test:{}:", uuid::Uuid::new_v4());
-    let store = format!("{url}{sep}prefix={prefix}");
-    tokio::task::spawn_blocking(move || cli::credits_once(&store))
-        .await
-        .expect("CLI scenario");
-    let mut c = conn.clone();
-    let balances: bool = c
-        .exists(format!("{prefix}reference:balances"))
-        .await
-        .unwrap();
-    assert!(balances, "the balances live under the URL's prefix");
-    cleanup(&conn, &prefix).await;
-    let err = cli::fails(&["balances", "--store", "redis://:hunter2@127.0.0.1:1/"]);
-    assert!(
-        err.contains("unavailable") && !err.contains("hunter2"),
-        "{err}"
-    );
-}
-
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[path = "support/ledger.rs"]
-mod ledger;
-
-/// The Redis ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS` (the bounded
-/// increment in the completion script), and `balances` names an account whose stored balance
-/// it cannot read.
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn redis_ledger_keeps_balances_in_range() {
-    use sqs_claim::reference::Ledger;
-    let store = store().await;
-    ledger::balance_stays_in_range(&store).await;
-
-    let key = sqs_claim::reference::redis::balances_key(&store);
-    let mut conn = store.connection().clone();
-    let () = conn
-        .hset(&key, "acct-huge", "18446744073709551616")
-        .await
-        .expect("HSET");
-    let err = store.balances().await.expect_err("beyond i64");
-    let text = err.to_string();
-    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{text}");
-    assert!(
-        text.contains("\"acct-huge\"") && text.contains("beyond the 64-bit range"),
-        "{text}"
-    );
-    cleanup(store.connection(), store.prefix()).await;
 }
 
 /// `hincr_by_within`: the range holds for the sum of several increments of one field in one

@@ -28,6 +28,8 @@
 #![cfg(all(feature = "dynamodb", feature = "redis", feature = "postgres"))]
 
 mod common;
+#[path = "support/dynamodb.rs"]
+mod dynamodb_local;
 #[path = "support/fault_proxy.rs"]
 mod fault_proxy;
 #[path = "support/servers.rs"]
@@ -100,16 +102,17 @@ struct Dynamo {
 
 impl Dynamo {
     async fn new() -> Dynamo {
-        let direct = servers::dynamodb_store("faults").await;
+        let direct = dynamodb_local::dynamodb_store("faults").await;
         // A second table of the same shape (string key `id`) holds the counters.
-        let counters = servers::dynamodb_store("faults-counters")
+        let counters = dynamodb_local::dynamodb_store("faults-counters")
             .await
             .table()
             .to_owned();
-        let (proxy, endpoint) = FaultProxy::in_front_of(&servers::dynamodb_endpoint())
+        let (proxy, endpoint) = FaultProxy::in_front_of(&dynamodb_local::dynamodb_endpoint())
             .await
             .expect("a proxy in front of DynamoDB Local");
-        let proxied = DynamoDbStore::new(servers::dynamodb_client(&endpoint), direct.table());
+        let proxied =
+            DynamoDbStore::new(dynamodb_local::dynamodb_client(&endpoint), direct.table());
         Dynamo {
             direct,
             counters,

@@ -15,7 +15,7 @@ use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredS
 #[path = "support/servers.rs"]
 mod servers;
 
-use servers::{cleanup, pg_url, redis_store as cache, redis_url, sql};
+use servers::{cleanup, redis_store as cache, sql};
 
 async fn postgres() -> PostgresStore {
     servers::pg_store("tiered").await
@@ -303,54 +303,4 @@ async fn in_progress_and_released_keys_are_not_cached() {
         Ok(Claim::Acquired(_))
     ));
     cleanup(store.cache().connection(), store.cache().prefix()).await;
-}
-
-/// The `sqs-claim` CLI scenario shared by every server store's tests.
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[path = "support/cli.rs"]
-mod cli;
-
-#[cfg(all(feature = "dynamodb", feature = "sqlite"))]
-#[tokio::test]
-async fn cli_on_tiered_redis_and_postgres() {
-    let pg = postgres().await;
-    let schema = format!("cli_{}", uuid::Uuid::new_v4().simple());
-    sql(&pg, &format!("CREATE SCHEMA {schema}")).await;
-    let (redis, postgres) = (redis_url(), pg_url());
-    let (rsep, psep) = (
-        if redis.contains('?') { '&' } else { '?' },
-        if postgres.contains('?') { '&' } else { '?' },
-    );
-    let prefix = format!("test:{}:", uuid::Uuid::new_v4());
-    let store = format!(
-        "tiered:{redis}{rsep}prefix={prefix}|{postgres}{psep}options=-c%20search_path%3D{schema}"
-    );
-    tokio::task::spawn_blocking(move || cli::credits_once(&store))
-        .await
-        .expect("CLI scenario");
-    // With the cache down the durable store still decides, and the CLI still works.
-    let down = format!("cli_{}", uuid::Uuid::new_v4().simple());
-    sql(&pg, &format!("CREATE SCHEMA {down}")).await;
-    let store =
-        format!("tiered:redis://127.0.0.1:1/|{postgres}{psep}options=-c%20search_path%3D{down}");
-    tokio::task::spawn_blocking(move || cli::credits_once(&store))
-        .await
-        .expect("CLI scenario with Redis down");
-    sql(
-        &pg,
-        &format!("DROP SCHEMA {schema} CASCADE; DROP SCHEMA {down} CASCADE"),
-    )
-    .await;
-    drop_tables(&pg).await;
-    let cache = cache().await;
-    let mut conn = cache.connection().clone();
-    let markers: Vec<String> = conn.keys(format!("{prefix}done:*")).await.unwrap();
-    assert_eq!(
-        markers.len(),
-        3,
-        "one marker per completed message: {markers:?}"
-    );
-    cleanup(cache.connection(), &prefix).await;
-    let err = cli::fails(&["balances", "--store", "tiered:redis://127.0.0.1/"]);
-    assert!(err.contains("tiered:REDIS_URL|DURABLE_URL"), "{err}");
 }

@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use sqs_claim::ErrorKind;
-use sqs_claim::reference::Payment;
+use payments::Payment;
 
 const CANARY: &str = "S3CR3T";
 

@@ -664,11 +664,10 @@ impl DynamoDbStore {
 
 /// Creates an on-demand table with a string partition key `key` unless it exists, and waits
 /// until it is ACTIVE (a new table refuses writes for a few seconds on AWS).
-pub(crate) async fn create_table_with_key(
-    client: &Client,
-    table: &str,
-    key: &str,
-) -> Result<(), Error> {
+///
+/// For tables of your own beside the claims table (the example app's accounts table uses it);
+/// [`DynamoDbStore::create_table`] creates the claims table itself.
+pub async fn create_table_with_key(client: &Client, table: &str, key: &str) -> Result<(), Error> {
     let created = client
         .create_table()
         .table_name(table)
@@ -708,10 +707,7 @@ pub(crate) async fn create_table_with_key(
 }
 
 /// The table's status, `None` if it does not exist.
-pub(crate) async fn table_status(
-    client: &Client,
-    table: &str,
-) -> Result<Option<TableStatus>, Error> {
+pub async fn table_status(client: &Client, table: &str) -> Result<Option<TableStatus>, Error> {
     match client.describe_table().table_name(table).send().await {
         Ok(out) => Ok(out.table().and_then(|t| t.table_status()).cloned()),
         Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
@@ -787,7 +783,10 @@ fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
 /// * sent, but no answer (timed out, or the connection dropped after sending): the request may
 ///   or may not have been applied;
 /// * an answer that could not be read: it may or may not have been applied.
-pub(crate) fn classify<E, R>(op: &str, e: SdkError<E, R>) -> Error
+///
+/// Public so that the DynamoDB calls of your own (a business table beside the claims) fail
+/// with the same kinds and wording as the store's.
+pub fn classify<E, R>(op: &str, e: SdkError<E, R>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,

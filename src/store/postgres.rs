@@ -497,7 +497,10 @@ impl PostgresStore {
     /// Runs `call` within the call timeout; past it, `StoreUnavailable` naming the bound. The
     /// statement may have run on the server: the caller's protocol must make that safe (every
     /// store call here does).
-    pub(crate) async fn bounded<T>(
+    ///
+    /// Public for statements of your own beside the store's (a business table read at start-up,
+    /// say), so that they are bounded and worded like the store's.
+    pub async fn bounded<T>(
         &self,
         op: &str,
         call: impl Future<Output = Result<T, Error>>,
@@ -574,8 +577,9 @@ impl PostgresStore {
             .map_err(|e| self.pg_err("prune", "", e))
     }
 
-    /// A pooled connection (unbounded: callers run inside [`bounded`](Self::bounded)).
-    pub(crate) async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
+    /// A pooled connection, its errors worded like the store's. Unbounded: run it inside
+    /// [`bounded`](Self::bounded).
+    pub async fn client(&self) -> Result<deadpool_postgres::Client, Error> {
         self.pool.get().await.map_err(|e| match e {
             PoolError::Backend(e) => self.pg_err("opening a connection", "", e),
             // The socket opened (or hangs in connect) but the start-up handshake never ends.
@@ -772,7 +776,9 @@ pub(crate) fn connection_problem(e: &tokio_postgres::Error) -> Option<Connection
 /// The error of a start-up check (`SELECT ... LIMIT 0` on `table`): only a missing table
 /// (SQLSTATE 42P01) says to run `sqs-claim init`; a lost connection, a timeout or a permission
 /// says what it is, so nobody creates tables to fix a network problem.
-pub(crate) fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
+///
+/// Public for the start-up checks of tables of your own beside the claims table.
+pub fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
     if e.code() == Some(&SqlState::UNDEFINED_TABLE) {
         return Error::with_source(
             ErrorKind::StoreRejected,

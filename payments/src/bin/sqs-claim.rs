@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use lambda_runtime::{Context, LambdaEvent};
+use payments::{Ledger, LedgerTask, Settings, StoreUrl};
 use sqs_claim::events::SqsEvent;
-use sqs_claim::reference::{self, Ledger, LedgerTask, Settings, StoreUrl};
 use sqs_claim::{BatchReport, Outcome};
 
 const USAGE: &str = "\
@@ -279,7 +279,7 @@ impl LedgerTask for Invoke {
     /// Runs once the ledger is open and ready (`StoreUrl::open_prepared` checked it).
     async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
         let store = &self.store;
-        let processor = reference::build(ledger, &self.settings)
+        let processor = payments::build(ledger, &self.settings)
             .await
             .map_err(CliError::failed)?;
         // A default context: no deadline (0), as outside Lambda; leases use SQS_CLAIM_LEASE_SECS.

@@ -3,13 +3,13 @@
 //! not at all. And [`TieredStore`], which keeps the balances wherever its durable store does.
 //!
 //! Redis's durability applies to the balances as much as to the claims: without persistence a
-//! restart loses both (see [`crate::store::redis`]).
+//! restart loses both (see [`sqs_claim::store::redis`]).
 
 use super::config::{LedgerTask, StoreUrl};
 use super::{Ledger, Payment, read_balance};
-use crate::store::redis::{RedisEffect, RedisStore};
-use crate::store::tiered::TieredStore;
-use crate::{Error, ErrorKind};
+use sqs_claim::store::redis::{RedisEffect, RedisStore};
+use sqs_claim::store::tiered::TieredStore;
+use sqs_claim::{Error, ErrorKind};
 
 /// The hash of balances, under the store's prefix (`sqs-claim:reference:balances` by default).
 /// Claim records are `{prefix}{namespace}#{key}`, so this name cannot collide with one.

@@ -4,8 +4,8 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
+use payments::{DynamoDbLedger, Ledger, LedgerTask};
 use serde::{Deserialize, Serialize};
-use sqs_claim::reference::{DynamoDbLedger, Ledger, LedgerTask};
 use sqs_claim::{PostgresStore, RedisStore, SqliteStore, TieredStore};
 
 /// A store kind, as named in `CHAOS_STORES`.

@@ -2,8 +2,8 @@
 //! table (`{claims table}_accounts`), credited by an upsert in the completion's transaction.
 
 use super::{Ledger, Payment};
-use crate::Error;
-use crate::store::postgres::{PgEffect, PostgresStore, check_error};
+use sqs_claim::Error;
+use sqs_claim::store::postgres::{PgEffect, PostgresStore, check_error};
 
 /// The accounts table of `store`: `{claims table}_accounts`, in the same schema.
 pub fn accounts_table(store: &PostgresStore) -> String {
@@ -31,7 +31,7 @@ impl Ledger for PostgresStore {
     /// valid balance, an existing one only if the sum stays within
     /// `0..=`[`Payment::MAX_BALANCE_CENTS`] (summed as `numeric`, so no sum can overflow);
     /// otherwise it touches none and the completion is refused
-    /// ([`ErrorKind::EffectRejected`](crate::ErrorKind::EffectRejected)). The table's `CHECK` repeats the rule.
+    /// ([`ErrorKind::EffectRejected`](sqs_claim::ErrorKind::EffectRejected)). The table's `CHECK` repeats the rule.
     fn credit(&self, account: &str, amount_cents: i64) -> PgEffect {
         let table = quoted(&accounts_table(self));
         let max = Payment::MAX_BALANCE_CENTS;

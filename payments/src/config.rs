@@ -28,8 +28,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{DynamoDbLedger, Ledger, MemoryLedger};
-use crate::store::sqlite::SqliteStore;
-use crate::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
+use sqs_claim::store::sqlite::SqliteStore;
+use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 
 /// How long opening the store and its start-up check ([`Ledger::prepare`]) may take by default.
 /// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
@@ -434,7 +434,7 @@ impl StoreUrl {
             }
             #[cfg(feature = "postgres")]
             StoreUrl::Postgres(url) => {
-                task.run(crate::store::postgres::PostgresStore::connect(
+                task.run(sqs_claim::store::postgres::PostgresStore::connect(
                     url.expose(),
                 )?)
                 .await

@@ -48,7 +48,7 @@ use std::process::ExitCode;
 
 #[path = "chaos/driver.rs"]
 mod driver;
-#[path = "support/fault_proxy.rs"]
+#[path = "../../tests/support/fault_proxy.rs"]
 mod fault_proxy;
 #[path = "chaos/stores.rs"]
 mod stores;

@@ -29,7 +29,7 @@ pub fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     assert!(
         !stderr.contains("which this build lacks"),
         "{BIN} was built without `--all-features` (a build with other features replaced \
-         it): `touch src/bin/sqs-claim.rs` and run the tests again\n{stderr}"
+         it): `touch payments/src/bin/sqs-claim.rs` and run the tests again\n{stderr}"
     );
     assert!(
         out.status.success(),

@@ -15,9 +15,9 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use lambda_runtime::{Context, LambdaEvent};
+use payments::{Ledger, LedgerTask, PaymentHandler};
 use serde_json::json;
 use sqs_claim::events::SqsEvent;
-use sqs_claim::reference::{Ledger, LedgerTask, PaymentHandler};
 use sqs_claim::store::epoch_millis;
 use sqs_claim::{Effects, KeySource, Message, Processor};
 use tower::Service;

@@ -25,7 +25,7 @@ const SAM_DEFAULT_TIMEOUT: i64 = 3;
 const SQS_DEFAULT_VISIBILITY: i64 = 30;
 
 fn template_text() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("template.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../template.yaml");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
@@ -648,15 +648,8 @@ fn check_ttl_covers_redelivery(t: &Value) -> Vec<String> {
 type Check = fn(&Value) -> Vec<String>;
 
 fn store_attributes() -> (String, String) {
-    #[cfg(feature = "dynamodb")]
-    {
-        let a = sqs_claim::store::dynamodb::DynamoDbAttributes::default();
-        (a.key.clone(), a.expiration.clone())
-    }
-    #[cfg(not(feature = "dynamodb"))]
-    {
-        ("id".to_owned(), "expiration".to_owned())
-    }
+    let a = sqs_claim::store::dynamodb::DynamoDbAttributes::default();
+    (a.key.clone(), a.expiration.clone())
 }
 
 fn check_claims(t: &Value) -> Vec<String> {
@@ -759,9 +752,12 @@ fn the_template_has_the_resources_and_outputs_the_readme_promises() {
 fn cargo_release_profile_keeps_panic_unwind() {
     // cargo-lambda builds release binaries with panic = "abort" unless the profile says
     // otherwise; the processor catches a handler's panic per message only with unwinding.
+    // Profiles live in the workspace root's manifest; the binary in the app's.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+    let root = std::fs::read_to_string(root).expect("the workspace's Cargo.toml");
     let cargo = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-        .expect("Cargo.toml");
-    let release = cargo
+        .expect("the app's Cargo.toml");
+    let release = root
         .split("\n[")
         .find(|s| s.starts_with("profile.release]"))
         .expect("a [profile.release] section");

@@ -2,8 +2,8 @@
 //! credited in the completion's transaction.
 
 use super::{Ledger, Payment, read_balance};
-use crate::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
-use crate::{Error, ErrorKind};
+use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
+use sqs_claim::{Error, ErrorKind};
 
 /// `CHECK (typeof(balance) = 'integer')`: SQLite turns an integer overflow into a float; the
 /// check makes that a refused effect instead of a silently rounded balance. The range check

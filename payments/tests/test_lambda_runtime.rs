@@ -160,7 +160,7 @@ async fn balances(dir: &TempDir) -> BTreeMap<String, i64> {
 }
 
 fn events_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("events")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../events")
 }
 
 fn read_event(name: &str) -> String {

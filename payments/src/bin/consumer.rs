@@ -1,5 +1,5 @@
 //! The reference consumer as a Lambda function: credits accounts from an SQS queue, each
-//! message effectively once (see `sqs_claim::reference`).
+//! message effectively once (see `payments`).
 //!
 //! Configured by environment variables (`SQS_CLAIM_TABLE`, `SQS_CLAIM_STORE`, ...; the table is
 //! in the README's `config` section). Logs are JSON lines, filtered by `RUST_LOG` (default
@@ -12,7 +12,7 @@
 
 use std::process::ExitCode;
 
-use sqs_claim::reference::{self, Ledger, LedgerTask, Settings};
+use payments::{Ledger, LedgerTask, Settings};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
@@ -26,7 +26,7 @@ impl LedgerTask for Serve {
 
     /// Runs once the ledger is open and ready (`StoreUrl::open_prepared` checked it).
     async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        let processor = reference::build(ledger, &self.settings).await?;
+        let processor = payments::build(ledger, &self.settings).await?;
         lambda_runtime::run(processor).await
     }
 }

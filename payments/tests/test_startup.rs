@@ -3,19 +3,14 @@
 //! silent after the handshake) fails the start with one clear error line and a non-zero exit,
 //! never a hang (issue 8). The bound is `SQS_CLAIM_STARTUP_TIMEOUT_MS` (default 5 s), on top of
 //! each store client's own timeouts.
-#![cfg(all(
-    feature = "dynamodb",
-    feature = "sqlite",
-    feature = "redis",
-    feature = "postgres"
-))]
+#![cfg(all(feature = "redis", feature = "postgres"))]
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "support/silent.rs"]
+#[path = "../../tests/support/silent.rs"]
 mod silent;
 
 #[allow(dead_code)]
@@ -33,7 +28,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
 const BOUNDED: Duration = Duration::from_secs(15);
 
 fn plain_event() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("events/plain.json")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../events/plain.json")
 }
 
 /// The AWS variables of a DynamoDB endpoint at `url`, with no metadata service lookups.

@@ -12,7 +12,6 @@
 //! DynamoDB Local must be running: `scripts/standins.sh up` (or `make test`). The endpoint is
 //! `SQS_CLAIM_DYNAMODB_ENDPOINT`, default `http://127.0.0.1:8000`; ministack (SQS, for the
 //! output queue) at `SQS_CLAIM_SQS_ENDPOINT`, default `http://127.0.0.1:4566`.
-#![cfg(all(feature = "dynamodb", feature = "sqlite"))]
 
 use std::collections::BTreeMap;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -120,7 +119,7 @@ fn balances(dir: &Path, store: &[&str], env: &[(&str, &str)]) -> BTreeMap<String
 }
 
 fn events_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("events")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../events")
 }
 
 /// Every `events/*.json` present now, except `expected.json`.
@@ -836,21 +835,20 @@ fn two_processes_on_one_store_credit_once() {
 
 /// `SQS_CLAIM_OUTPUT_QUEUE_URL`: one `credited` notice per credit on a FIFO queue (ministack),
 /// grouped by account, and nothing more on a repeated run (duplicates do not run the handler).
-#[cfg(feature = "sqs")]
 #[tokio::test]
 async fn output_queue_gets_one_notice_per_credit() {
-    use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-    use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+    use sqs_claim::aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+    use sqs_claim::aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 
     let endpoint = std::env::var("SQS_CLAIM_SQS_ENDPOINT")
         .unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned());
-    let config = aws_sdk_sqs::Config::builder()
+    let config = sqs_claim::aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "static-test"))
         .endpoint_url(&endpoint)
         .build();
-    let client = aws_sdk_sqs::Client::from_conf(config);
+    let client = sqs_claim::aws_sdk_sqs::Client::from_conf(config);
     let name = format!(
         "cli-notices-{}.fifo",
         &uuid::Uuid::new_v4().simple().to_string()[..12]
@@ -959,7 +957,7 @@ async fn output_queue_gets_one_notice_per_credit() {
 #[tokio::test]
 async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_claim::reference::Payment;
+    use payments::Payment;
     let env_owned = dynamodb_env();
     let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let dir = TempDir::new();

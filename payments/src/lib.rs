@@ -15,7 +15,7 @@
 //! twice under two message ids is caught too, not only SQS redeliveries.
 //!
 //! A body that is not such an object fails that message alone with a
-//! [`BadBody`](crate::ErrorKind::BadBody) error naming the field (never its value): it is
+//! [`BadBody`](sqs_claim::ErrorKind::BadBody) error naming the field (never its value): it is
 //! retried, and reaches the dead-letter queue after the queue's `maxReceiveCount`.
 //!
 //! The pieces:
@@ -33,8 +33,8 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use tower::Service;
 
-use crate::store::{ClaimStore, Effects};
-use crate::{Error, ErrorKind, Message, Processor};
+use sqs_claim::store::{ClaimStore, Effects};
+use sqs_claim::{Error, ErrorKind, Message, Processor};
 
 pub mod config;
 pub mod dynamodb;
@@ -261,8 +261,7 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 #[derive(Clone)]
 pub struct PaymentHandler<L> {
     ledger: L,
-    #[cfg(feature = "sqs")]
-    output: Option<crate::publish::Publisher>,
+    output: Option<sqs_claim::publish::Publisher>,
 }
 
 impl<L> PaymentHandler<L> {
@@ -270,7 +269,6 @@ impl<L> PaymentHandler<L> {
     pub fn new(ledger: L) -> Self {
         PaymentHandler {
             ledger,
-            #[cfg(feature = "sqs")]
             output: None,
         }
     }
@@ -280,8 +278,7 @@ impl<L> PaymentHandler<L> {
     /// before the completion commits, so a notice can exist for a credit that a failed
     /// completion then cancelled, and a retry sends it again: on a FIFO queue the copy is
     /// dropped (same deduplication id), elsewhere consumers must deduplicate.
-    #[cfg(feature = "sqs")]
-    pub fn with_output(mut self, publisher: crate::publish::Publisher) -> Self {
+    pub fn with_output(mut self, publisher: sqs_claim::publish::Publisher) -> Self {
         self.output = Some(publisher);
         self
     }
@@ -309,7 +306,6 @@ impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let credit = self.ledger.credit(&payment.account, payment.amount_cents);
-        #[cfg(feature = "sqs")]
         if let Some(publisher) = self.output.clone() {
             return Box::pin(async move {
                 let notice = serde_json::json!({
@@ -319,16 +315,16 @@ impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
                     "amount_cents": payment.amount_cents,
                 });
                 let mut out = publisher.batch_for(&msg)?;
-                let mut outgoing = crate::publish::Outgoing::new(notice.to_string());
+                let mut outgoing = sqs_claim::publish::Outgoing::new(notice.to_string());
                 if publisher.is_fifo() {
                     // The account orders its notices. An account SQS would refuse as a group id
                     // (non-ASCII, over 128 characters) is hashed: same account, same group.
-                    let group = if crate::publish::is_valid_group_id(&payment.account) {
+                    let group = if sqs_claim::publish::is_valid_group_id(&payment.account) {
                         payment.account.clone()
                     } else {
                         format!(
                             "sha256:{}",
-                            crate::key::sha256_hex(payment.account.as_bytes())
+                            sqs_claim::key::sha256_hex(payment.account.as_bytes())
                         )
                     };
                     outgoing = outgoing.group_id(group);
@@ -366,19 +362,10 @@ pub async fn build<L: Ledger + Clone>(
     #[allow(unused_mut)] // mutated only with feature `sqs`
     let mut handler = PaymentHandler::new(ledger.clone());
     if let Some(url) = &settings.output_queue_url {
-        #[cfg(feature = "sqs")]
         {
-            let config = aws_config::load_from_env().await;
-            let publisher = crate::publish::Publisher::new(sqs_client(&config), url.clone());
+            let config = sqs_claim::aws_config::load_from_env().await;
+            let publisher = sqs_claim::publish::Publisher::new(sqs_client(&config), url.clone());
             handler = handler.with_output(publisher);
-        }
-        #[cfg(not(feature = "sqs"))]
-        {
-            let _ = url;
-            return Err(Error::new(
-                ErrorKind::Config,
-                "SQS_CLAIM_OUTPUT_QUEUE_URL is set, but this build lacks the `sqs` feature",
-            ));
         }
     }
     Ok(processor_with_handler(ledger, handler, settings))
@@ -389,12 +376,11 @@ pub async fn build<L: Ledger + Clone>(
 /// attempts, backoff from 50 ms capped at 1 s), each attempt bounded at 2 s and the whole call
 /// at 4 s, like the DynamoDB client. The publisher retries only entries that failed inside a
 /// `200` answer, which the SDK cannot see: the two never stack.
-#[cfg(feature = "sqs")]
-fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
-    use aws_sdk_sqs::config::retry::RetryConfig;
-    use aws_sdk_sqs::config::timeout::TimeoutConfig;
+fn sqs_client(config: &sqs_claim::aws_config::SdkConfig) -> sqs_claim::aws_sdk_sqs::Client {
+    use sqs_claim::aws_sdk_sqs::config::retry::RetryConfig;
+    use sqs_claim::aws_sdk_sqs::config::timeout::TimeoutConfig;
     use std::time::Duration;
-    let config = aws_sdk_sqs::config::Builder::from(config)
+    let config = sqs_claim::aws_sdk_sqs::config::Builder::from(config)
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(3)
@@ -409,7 +395,7 @@ fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
                 .build(),
         )
         .build();
-    aws_sdk_sqs::Client::from_conf(config)
+    sqs_claim::aws_sdk_sqs::Client::from_conf(config)
 }
 
 /// The processor over `ledger` with `handler`, configured by `settings`.

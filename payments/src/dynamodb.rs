@@ -5,13 +5,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
+use sqs_claim::aws_sdk_dynamodb::Client;
+use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
 
 use super::{Ledger, Payment, read_balance};
-use crate::store::dynamodb::{classify, create_table_with_key, table_status};
-use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, DynamoDbStore, Effects};
-use crate::{Error, ErrorKind};
+use sqs_claim::store::dynamodb::{classify, create_table_with_key, table_status};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, DynamoDbStore, Effects};
+use sqs_claim::{Error, ErrorKind};
 
 /// The accounts table's partition key (a string) and balance attribute (a number).
 const ACCOUNT: &str = "account";

@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::{Ledger, Payment};
-use crate::store::memory::MemoryEffect;
-use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
-use crate::{Error, MemoryStore};
+use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use sqs_claim::{Error, MemoryStore};
 
 /// A [`MemoryStore`] plus account balances. Clones share both.
 #[derive(Debug, Clone, Default)]

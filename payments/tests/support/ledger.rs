@@ -7,8 +7,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use payments::{Ledger, Payment};
 use sqs_claim::ErrorKind;
-use sqs_claim::reference::{Ledger, Payment};
 use sqs_claim::store::Effects;
 use sqs_claim::store::conformance::{acquire, request};
 

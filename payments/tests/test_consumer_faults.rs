@@ -17,20 +17,23 @@
 //!
 //! A consumer that has not answered [`GRACE`] after the deadline is reported, killed and
 //! replaced for the redeliveries (Lambda would have timed it out).
-#![cfg(all(feature = "dynamodb", feature = "redis", feature = "postgres"))]
+#![cfg(all(feature = "redis", feature = "postgres"))]
 
 #[allow(dead_code)]
 #[path = "support/cli.rs"]
 mod cli;
+#[path = "../../tests/common/mod.rs"]
 mod common;
 #[allow(dead_code)]
 #[path = "support/consumer.rs"]
 mod consumer;
+#[path = "../../tests/support/dynamodb.rs"]
+mod dynamodb_local;
 #[path = "support/fake_runtime.rs"]
 mod fake_runtime;
-#[path = "support/fault_proxy.rs"]
+#[path = "../../tests/support/fault_proxy.rs"]
 mod fault_proxy;
-#[path = "support/servers.rs"]
+#[path = "../../tests/support/servers.rs"]
 mod servers;
 
 use std::collections::BTreeSet;
@@ -92,7 +95,7 @@ async fn proxy_for(url: &str) -> (FaultProxy, String) {
 
 impl Store {
     async fn dynamodb() -> Store {
-        let endpoint = servers::dynamodb_endpoint();
+        let endpoint = dynamodb_local::dynamodb_endpoint();
         let (proxy, proxied_endpoint) = proxy_for(&endpoint).await;
         let url = format!("dynamodb:faults-{}", uuid::Uuid::new_v4().simple());
         Store {
