@@ -43,6 +43,7 @@
 //! | complete (with the handler's atomic effects, retried under one [`retry`] policy) or release, fenced by the owner token | [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
+//! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
 //!
 //! ## Stores
 //!
@@ -66,6 +67,7 @@
 pub mod deadline;
 mod error;
 pub mod key;
+pub mod lambda;
 pub mod message;
 pub mod outcome;
 pub mod processor;

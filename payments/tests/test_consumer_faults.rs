@@ -29,7 +29,7 @@ mod common;
 mod consumer;
 #[path = "../../tests/support/dynamodb.rs"]
 mod dynamodb_local;
-#[path = "support/fake_runtime.rs"]
+#[path = "../../tests/support/fake_runtime.rs"]
 mod fake_runtime;
 #[path = "../../tests/support/fault_proxy.rs"]
 mod fault_proxy;

@@ -17,7 +17,7 @@
 #[allow(dead_code)]
 #[path = "support/consumer.rs"]
 mod consumer;
-#[path = "support/fake_runtime.rs"]
+#[path = "../../tests/support/fake_runtime.rs"]
 mod fake_runtime;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -18,7 +18,7 @@ mod silent;
 mod consumer;
 // Only its start-up side is used here: nothing is ever queued.
 #[allow(dead_code)]
-#[path = "support/fake_runtime.rs"]
+#[path = "../../tests/support/fake_runtime.rs"]
 mod fake_runtime;
 
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");

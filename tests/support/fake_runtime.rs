@@ -19,6 +19,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -87,6 +88,7 @@ pub struct FakeRuntime {
     addr: SocketAddr,
     queue: mpsc::UnboundedSender<Invocation>,
     posts: mpsc::UnboundedReceiver<Posted>,
+    polling: Arc<AtomicUsize>,
     server: JoinHandle<()>,
 }
 
@@ -100,6 +102,8 @@ impl FakeRuntime {
         // One receiver shared by every connection: `lambda_runtime` polls `next` on one
         // connection at a time, but hyper may open a new connection whenever it likes.
         let queued = Arc::new(Mutex::new(queued));
+        let polling = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&polling);
         let server = tokio::spawn(async move {
             // Connection tasks end by themselves: when the client closes, or when the
             // `FakeRuntime` (the queue's sender) is dropped and a pending `next` gives up.
@@ -108,6 +112,7 @@ impl FakeRuntime {
                     stream,
                     Arc::clone(&queued),
                     posted.clone(),
+                    Arc::clone(&counter),
                 ));
             }
         });
@@ -115,6 +120,7 @@ impl FakeRuntime {
             addr,
             queue,
             posts,
+            polling,
             server,
         })
     }
@@ -140,6 +146,14 @@ impl FakeRuntime {
             deadline_ms,
         });
         request_id
+    }
+
+    /// How many `GET .../invocation/next` requests are waiting for an event right now: 1 for a
+    /// function that polls one invocation at a time, N for `lambda_runtime::run_concurrent`
+    /// with `AWS_LAMBDA_MAX_CONCURRENCY=N`.
+    #[allow(dead_code)] // only the library's tests/test_lambda_run.rs asks
+    pub fn polling(&self) -> usize {
+        self.polling.load(Ordering::SeqCst)
     }
 
     /// The next thing the function posted, waiting at most `timeout`. `None` on timeout.
@@ -179,6 +193,7 @@ async fn serve_connection(
     stream: TcpStream,
     queued: Arc<Mutex<mpsc::UnboundedReceiver<Invocation>>>,
     posted: mpsc::UnboundedSender<Posted>,
+    polling: Arc<AtomicUsize>,
 ) {
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -189,11 +204,14 @@ async fn serve_connection(
         {
             // Holding the lock while waiting is the point: a second `next` (a new connection)
             // queues behind the first, as invocations are handed out one at a time.
+            polling.fetch_add(1, Ordering::SeqCst);
             let mut queued = queued.lock().await;
-            let Some(inv) = queued.recv().await else {
+            let next = queued.recv().await;
+            drop(queued);
+            polling.fetch_sub(1, Ordering::SeqCst);
+            let Some(inv) = next else {
                 return;
             };
-            drop(queued);
             format!(
                 "HTTP/1.1 200 OK\r\n\
                  Content-Type: application/json\r\n\

@@ -1,0 +1,365 @@
+//! A `main` for your consumer: serve Lambda, or process an event file on your machine.
+//!
+//! [`run`] is what a consumer's `main` calls. Under Lambda (`AWS_LAMBDA_RUNTIME_API` is set) it
+//! serves invocations with `lambda_runtime::run`, or with `lambda_runtime::run_concurrent` when
+//! `AWS_LAMBDA_MAX_CONCURRENCY` is set (Lambda Managed Instances: several invocations in flight
+//! in one process). Started anywhere else, it reads an SQS event file and processes it through
+//! the same processor, so your own handler runs locally exactly as Lambda would run it:
+//!
+//! ```text
+//! my-consumer --event events/plain.json [--timeout SECS] [--report json]
+//! ```
+//!
+//! stdout gets the partial batch response, pretty-printed (with `--report json`, every
+//! message's outcome as [`BatchReport::to_json`] gives it); stderr gets a [`summary`]: the
+//! counts, then one line per message that would be retried. The exit status is 0 when the batch
+//! ran, even if messages failed (the response lists them), 1 when it could not run (a missing
+//! file, not JSON, not an SQS event, a record without `messageId`), 2 for a usage mistake; every
+//! failure is one `error: ...` line. `--timeout` is the function timeout to simulate (default
+//! [`DEFAULT_TIMEOUT`], as `template.yaml`'s default; `0` runs without a deadline, leases then
+//! last the processor's `lease`): SQS events carry no deadline of their own.
+//!
+//! ```no_run
+//! use sqs_claim::{MemoryStore, Message, Processor};
+//! use tower::service_fn;
+//!
+//! #[tokio::main]
+//! async fn main() -> std::process::ExitCode {
+//!     let handler = service_fn(|msg: Message| async move {
+//!         let _order: serde_json::Value = msg.json()?;
+//!         Ok::<(), sqs_claim::Error>(())
+//!     });
+//!     let processor = Processor::new(MemoryStore::new(), handler);
+//!     sqs_claim::lambda::run(processor).await
+//! }
+//! ```
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_lambda_events::sqs::SqsEvent;
+use lambda_runtime::{Context, LambdaEvent};
+use tower::Service;
+
+use crate::message::Message;
+use crate::outcome::{BatchReport, Outcome};
+use crate::processor::Processor;
+use crate::store::{ClaimStore, Effects};
+use crate::{BoxError, Error, ErrorKind};
+
+/// The function timeout [`run`] simulates outside Lambda when `--timeout` is not given: the
+/// default of the reference deployment (`template.yaml`'s `FunctionTimeout`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+const USAGE: &str = "usage: --event FILE [--timeout SECS] [--report json]";
+
+/// Serves Lambda invocations with `processor`, or, outside Lambda, processes the event file
+/// named by `--event FILE` and prints the report (see the [module docs](self)).
+///
+/// Returns the process's exit status: `main` can return it as it is.
+pub async fn run<S, H>(processor: Processor<S, H>) -> ExitCode
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+{
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|v| !v.is_empty()) {
+        // `run` only warns about AWS_LAMBDA_MAX_CONCURRENCY and serves one invocation at a
+        // time; `run_concurrent` polls with that many workers. The processor fits its bounds:
+        // a clone is an `Arc` bump, and every processor future is `Send + 'static`.
+        let served =
+            if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
+                lambda_runtime::run_concurrent(processor).await
+            } else {
+                lambda_runtime::run(processor).await
+            };
+        return match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(1, &one_line(e.as_ref())),
+        };
+    }
+    let args = match LocalArgs::parse(std::env::args_os().skip(1)) {
+        Ok(args) => args,
+        Err(message) => return fail(2, &message),
+    };
+    let report = match run_event_file(&processor, &args.event, args.timeout).await {
+        Ok(report) => report,
+        Err(e) => return fail(1, &one_line(&e)),
+    };
+    let out = if args.json_report {
+        report.to_json()
+    } else {
+        serde_json::to_value(report.response()).unwrap_or_default()
+    };
+    match serde_json::to_string_pretty(&out) {
+        Ok(text) => println!("{text}"),
+        Err(e) => return fail(1, &format!("cannot print the report: {e}")),
+    }
+    eprint!("{}", summary(&report));
+    ExitCode::SUCCESS
+}
+
+/// Reads the SQS event in `path` ([`read_event_file`]) and processes it with `processor`, as
+/// one invocation whose deadline is `timeout` from now (`Duration::ZERO`: no deadline).
+///
+/// Fails with [`ErrorKind::InvalidEvent`] when the file cannot be read or is not an SQS event;
+/// otherwise as [`Processor::process`].
+pub async fn run_event_file<S, H>(
+    processor: &Processor<S, H>,
+    path: impl AsRef<Path>,
+    timeout: Duration,
+) -> Result<BatchReport, Error>
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+{
+    let event = read_event_file(path)?;
+    let mut context = Context::default();
+    context.request_id = format!("local-{}", uuid::Uuid::new_v4());
+    if !timeout.is_zero() {
+        let deadline = SystemTime::now() + timeout;
+        context.deadline = deadline
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+    }
+    processor.process(LambdaEvent::new(event, context)).await
+}
+
+/// Reads and checks an SQS event file (the JSON Lambda hands an SQS-triggered function).
+///
+/// Every failure is an [`ErrorKind::InvalidEvent`] that names the file and what is wrong,
+/// never the content: another source's `Records` (S3, SNS), a record without `messageId`
+/// (Lambda could not report it, so the whole batch would fail), a field of the wrong type (by
+/// line and column).
+pub fn read_event_file(path: impl AsRef<Path>) -> Result<SqsEvent, Error> {
+    let path = path.as_ref();
+    let shown = path.display();
+    let invalid = |why: String| Error::new(ErrorKind::InvalidEvent, why);
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::with_source(
+            ErrorKind::InvalidEvent,
+            format!("cannot read event file {shown}"),
+            e,
+        )
+    })?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        invalid(format!(
+            "event file {shown} is not JSON (line {} column {})",
+            e.line(),
+            e.column()
+        ))
+    })?;
+    let not_sqs = |why: String| invalid(format!("{shown} is not an SQS event: {why}"));
+    let Some(records) = value.get("Records").and_then(|r| r.as_array()) else {
+        return Err(not_sqs("it has no \"Records\" array".into()));
+    };
+    for (i, record) in records.iter().enumerate() {
+        let Some(record) = record.as_object() else {
+            return Err(not_sqs(format!("record #{i} is not an object")));
+        };
+        // S3, SNS and DynamoDB-stream events also have "Records": name the source instead of
+        // failing each record for a missing messageId.
+        let source = record
+            .get("eventSource")
+            .or_else(|| record.get("EventSource"))
+            .and_then(|s| s.as_str());
+        if let Some(source) = source.filter(|s| *s != "aws:sqs") {
+            return Err(not_sqs(format!(
+                "record #{i} comes from {source:?}, not \"aws:sqs\""
+            )));
+        }
+        if record
+            .get("messageId")
+            .is_none_or(|id| id.is_null() || id.as_str().is_some_and(str::is_empty))
+        {
+            return Err(invalid(format!(
+                "{shown}: record #{i} has no messageId, so Lambda could not report it as a \
+                 failure and would fail the whole batch"
+            )));
+        }
+    }
+    // Decoded from the text, not the value, so a type error has a line and column: serde's
+    // own message would quote the offending value, which may be a body.
+    serde_json::from_str(&text).map_err(|e| {
+        not_sqs(format!(
+            "a field has the wrong type or value (line {} column {})",
+            e.line(),
+            e.column()
+        ))
+    })
+}
+
+/// The report for a person: the counts per outcome on one line, then one line per message
+/// that will be retried, with its id and why (the format `sqs-claim invoke` prints).
+///
+/// ```text
+/// 3 messages: 2 processed, 0 duplicate, 0 held elsewhere, 1 failed, 0 not started
+///   failed         ce63a357-3d45-4ca8-935f-295d067c3cd9  handler_error: field "amount_cents" is negative
+/// ```
+pub fn summary(report: &BatchReport) -> String {
+    let c = report.counts();
+    let n = report.items().len();
+    let mut s = format!(
+        "{n} message{}: {} processed, {} duplicate, {} held elsewhere, {} failed, {} not started",
+        if n == 1 { "" } else { "s" },
+        c.processed,
+        c.duplicate,
+        c.held_elsewhere,
+        c.failed,
+        c.not_started,
+    );
+    if c.cut_off > 0 {
+        // Only when it happened, so the line people grep for keeps its shape.
+        s.push_str(&format!(", {} cut off by the deadline", c.cut_off));
+    }
+    s.push('\n');
+    for item in report.items() {
+        if matches!(item.outcome, Outcome::Processed | Outcome::Duplicate) {
+            continue;
+        }
+        let detail = item.outcome.detail().unwrap_or_default();
+        s.push_str(&format!(
+            "  {:<14} {}  {}\n",
+            item.outcome.name(),
+            item.message_id,
+            detail.replace('\n', " ")
+        ));
+    }
+    s
+}
+
+/// What [`run`] reads from the command line outside Lambda.
+#[derive(Debug)]
+struct LocalArgs {
+    event: PathBuf,
+    timeout: Duration,
+    json_report: bool,
+}
+
+impl LocalArgs {
+    fn parse(args: impl IntoIterator<Item = OsString>) -> Result<LocalArgs, String> {
+        let (mut event, mut timeout, mut report) = (None, None, None);
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let arg = arg
+                .into_string()
+                .map_err(|a| format!("argument {:?} is not valid UTF-8", a.to_string_lossy()))?;
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(OsString::from(v))),
+                _ => (arg, None),
+            };
+            let slot = match name.as_str() {
+                "--event" => &mut event,
+                "--timeout" => &mut timeout,
+                "--report" => &mut report,
+                other => return Err(format!("unexpected argument {other:?} ({USAGE})")),
+            };
+            let value = inline
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{name} needs a value ({USAGE})"))?;
+            if slot.replace(value).is_some() {
+                return Err(format!("{name} given twice"));
+            }
+        }
+        let Some(event) = event else {
+            return Err(format!(
+                "not running in Lambda (AWS_LAMBDA_RUNTIME_API is not set): to process an SQS \
+                 event file locally, run with --event FILE ({USAGE})"
+            ));
+        };
+        let timeout = match timeout {
+            None => DEFAULT_TIMEOUT,
+            Some(v) => v
+                .to_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .map(Duration::from_secs)
+                .ok_or_else(|| {
+                    format!(
+                        "--timeout {:?} is not a whole number of seconds",
+                        v.to_string_lossy()
+                    )
+                })?,
+        };
+        let json_report = match report.as_ref().map(|r| r.to_string_lossy()) {
+            None => false,
+            Some(r) if r == "json" => true,
+            Some(other) => {
+                return Err(format!(
+                    "--report {other:?} is not supported: the only report format is json"
+                ));
+            }
+        };
+        Ok(LocalArgs {
+            event: PathBuf::from(event),
+            timeout,
+            json_report,
+        })
+    }
+}
+
+/// The error and its causes on one line: a cause is added only when the text so far does not
+/// already say it (many errors print their cause in their own message).
+fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn fail(code: u8, message: &str) -> ExitCode {
+    // One line, whatever the causes' own formatting: scripts read the first line of stderr.
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    eprintln!("error: {message}");
+    ExitCode::from(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<LocalArgs, String> {
+        LocalArgs::parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn arguments() {
+        let a = parse(&["--event", "e.json"]).unwrap();
+        assert_eq!(a.event, PathBuf::from("e.json"));
+        assert_eq!(a.timeout, DEFAULT_TIMEOUT);
+        assert!(!a.json_report);
+        let a = parse(&["--timeout=0", "--event=e.json", "--report", "json"]).unwrap();
+        assert_eq!(a.timeout, Duration::ZERO);
+        assert!(a.json_report);
+    }
+
+    #[test]
+    fn bad_arguments_say_how_to_run() {
+        let no_event = parse(&[]).unwrap_err();
+        assert!(no_event.contains("AWS_LAMBDA_RUNTIME_API"), "{no_event}");
+        assert!(no_event.contains("--event FILE"), "{no_event}");
+        for bad in [
+            &["--event"][..],
+            &["--event", "a", "--event", "b"],
+            &["--event", "a", "--timeout", "soon"],
+            &["--event", "a", "--report", "xml"],
+            &["e.json"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+}
