@@ -63,6 +63,7 @@
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod deadline;
 mod error;
@@ -102,6 +103,21 @@ pub use store::redis::{RedisEffect, RedisStore};
 pub use store::sqlite::{SqlEffect, SqlValue, SqliteStore};
 #[cfg(feature = "redis")]
 pub use store::tiered::TieredStore;
+
+// The Rust blocks of the README and of docs/ compile as doctests (`cargo test --doc`), each
+// file under the features its examples use.
+#[cfg(all(doctest, feature = "dynamodb"))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+#[cfg(all(doctest, feature = "dynamodb"))]
+#[doc = include_str!("../docs/library.md")]
+pub struct LibraryDoctests;
+#[cfg(all(doctest, feature = "sqs"))]
+#[doc = include_str!("../docs/fifo.md")]
+pub struct FifoDoctests;
+#[cfg(all(doctest, feature = "redis", feature = "postgres"))]
+#[doc = include_str!("../docs/stores.md")]
+pub struct StoresDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

@@ -16,7 +16,7 @@ use serde::ser::SerializeStruct;
 #[non_exhaustive]
 pub enum Outcome {
     /// The handler ran and the completion was recorded (or, without effects, the handler ran
-    /// and its side effect stands even if recording it failed; see the README's table).
+    /// and its side effect stands even if recording it failed; see `docs/semantics.md`).
     Processed,
     /// The key was already completed: the handler was skipped. Counts as a success.
     Duplicate,

@@ -50,7 +50,7 @@ async fn conformance_suite() {
     conformance::run_all(&store).await;
 }
 
-/// The races alone, timed (`-- --nocapture` prints the figures quoted in the README).
+/// The races alone, timed (`-- --nocapture` prints the figures quoted in docs/stores.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_timings() {
     let store = fresh_store("race").await;
