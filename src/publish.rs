@@ -597,15 +597,15 @@ impl OutgoingBatch {
                     sender_fault: true,
                 })
             };
-            if let OutputLabel::Named(n) = &label {
-                if !names.insert(n.clone()) {
-                    reject(
-                        "DuplicateName",
-                        "two outputs have this name; they would get one deduplication id and \
+            if let OutputLabel::Named(n) = &label
+                && !names.insert(n.clone())
+            {
+                reject(
+                    "DuplicateName",
+                    "two outputs have this name; they would get one deduplication id and \
                          SQS would drop the second"
-                            .into(),
-                    );
-                }
+                        .into(),
+                );
             }
             match &output.group_id {
                 None if p.fifo => reject(

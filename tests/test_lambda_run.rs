@@ -89,14 +89,13 @@ fn example() -> &'static Path {
 
 /// Runs the example outside Lambda with `args`, in a clean environment.
 fn run_example(args: &[&str]) -> Output {
-    let output = Command::new(example())
+    Command::new(example())
         .args(args)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("run the example");
-    output
+        .expect("run the example")
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -1003,7 +1003,7 @@ async fn response_is_in_batch_order_not_completion_order() {
     let handler = service_fn(|msg: Message| async move {
         let n: u64 = msg.id()[1..].parse().unwrap();
         tokio::time::sleep(Duration::from_millis(100 - n * 10)).await;
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             return Err::<(), BoxError>("even".into());
         }
         Ok(())

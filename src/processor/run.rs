@@ -221,13 +221,13 @@ where
                 }
             };
             let item = async move {
-                if let Some(before) = before {
-                    if let Some(reason) = before.await.stops_lane {
-                        return Done {
-                            outcome: Outcome::NotStarted(reason),
-                            stops_lane: Some(reason),
-                        };
-                    }
+                if let Some(before) = before
+                    && let Some(reason) = before.await.stops_lane
+                {
+                    return Done {
+                        outcome: Outcome::NotStarted(reason),
+                        stops_lane: Some(reason),
+                    };
                 }
                 let outcome = outcome.await;
                 let stops_lane = (!outcome.is_success()).then_some(match outcome {

@@ -648,17 +648,17 @@ impl PostgresStore {
                 .execute(&stmt, &params)
                 .await
                 .map_err(|e| effect_err(i, e, key, &self.sql.table))?;
-            if let Some(expected) = effect.expect_rows {
-                if rows != expected {
-                    // Dropping the transaction rolls it back.
-                    return Err(Error::new(
-                        ErrorKind::EffectRejected,
-                        format!(
-                            "effect #{i} affected {rows} rows, expected {expected}; the completion \
+            if let Some(expected) = effect.expect_rows
+                && rows != expected
+            {
+                // Dropping the transaction rolls it back.
+                return Err(Error::new(
+                    ErrorKind::EffectRejected,
+                    format!(
+                        "effect #{i} affected {rows} rows, expected {expected}; the completion \
                              and every effect were rolled back and the claim is still held"
-                        ),
-                    ));
-                }
+                    ),
+                ));
             }
         }
         let complete = txn.prepare_cached(&self.sql.complete).await.map_err(err)?;

@@ -806,13 +806,13 @@ fn complete_blocking(
         let changed = conn
             .execute(&effect.sql, rusqlite::params_from_iter(params))
             .map_err(|e| classify_effect(e, i))?;
-        if let Some(want) = effect.expect_rows {
-            if changed != want {
-                return Err(Error::new(
-                    ErrorKind::EffectRejected,
-                    format!("effect #{i} changed {changed} rows, expected {want}"),
-                ));
-            }
+        if let Some(want) = effect.expect_rows
+            && changed != want
+        {
+            return Err(Error::new(
+                ErrorKind::EffectRejected,
+                format!("effect #{i} changed {changed} rows, expected {want}"),
+            ));
         }
     }
     let changed = conn
