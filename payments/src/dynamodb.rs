@@ -59,6 +59,18 @@ impl DynamoDbLedger {
         create_table_with_key(self.client(), self.accounts_table(), ACCOUNT).await
     }
 
+    /// The `sqs-claim init` that creates this ledger's tables: the accounts table is named
+    /// whenever it is not the default, so the hint creates the tables this run looks for.
+    pub fn init_command(&self) -> String {
+        let table = self.inner.store.table();
+        let mut command = format!("sqs-claim init --store dynamodb:{table}");
+        if self.accounts_table() != format!("{table}-accounts") {
+            command.push_str(" --accounts-table ");
+            command.push_str(self.accounts_table());
+        }
+        command
+    }
+
     /// The table's status, `None` if it does not exist.
     async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
         table_status(self.client(), table).await
@@ -175,9 +187,8 @@ impl Ledger for DynamoDbLedger {
                     return Err(Error::new(
                         ErrorKind::StoreRejected,
                         format!(
-                            "DynamoDB table {table} does not exist: create the tables with \
-                             `sqs-claim init --store dynamodb:{}`",
-                            self.inner.store.table()
+                            "DynamoDB table {table} does not exist: create the tables with `{}`",
+                            self.init_command()
                         ),
                     ));
                 }

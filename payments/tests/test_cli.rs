@@ -1059,3 +1059,89 @@ async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
         let _ = client.delete_table().table_name(t).send().await;
     }
 }
+
+/// The command in the "create the tables with `sqs-claim init ...`" hint, split into words
+/// (without the program name).
+fn init_hint(stderr: &str) -> Vec<String> {
+    let start = stderr
+        .find("`sqs-claim init")
+        .unwrap_or_else(|| panic!("no init hint: {stderr}"));
+    let rest = &stderr[start + 1..];
+    let end = rest.find('`').expect("the hint's closing backtick");
+    rest[..end]
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Before `init`, `invoke` on DynamoDB says which `sqs-claim init` to run, and that command,
+/// run as printed, creates the tables this run looks for: the accounts table given by
+/// `--accounts-table` (or `SQS_CLAIM_ACCOUNTS_TABLE`) included, with the store given by
+/// `--store` or `--table`.
+#[test]
+fn the_init_hint_keeps_the_accounts_table() {
+    let env_owned = dynamodb_env();
+    let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let event_dir = TempDir::new();
+    let event = event_dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+    for how in ["--store", "--table", "env"] {
+        let dir = TempDir::new();
+        let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
+        let accounts = format!("{table}-ledger");
+        let store = format!("dynamodb:{table}");
+        let mut args = vec!["invoke", event];
+        let mut env = env.clone();
+        match how {
+            "--store" => args.extend(["--store", &store, "--accounts-table", &accounts]),
+            "--table" => args.extend(["--table", &table, "--accounts-table", &accounts]),
+            _ => env.extend([
+                ("SQS_CLAIM_TABLE", table.as_str()),
+                ("SQS_CLAIM_ACCOUNTS_TABLE", accounts.as_str()),
+            ]),
+        }
+        let run = sqs_claim(dir.path(), &args, &env);
+        assert_one_line_error(&run, &format!("{how}: invoke before init"));
+        let hint = init_hint(&run.stderr);
+        assert_eq!(
+            hint,
+            ["init", "--store", &store, "--accounts-table", &accounts],
+            "{how}: {}",
+            run.stderr
+        );
+        // Run the hint as printed, with none of this run's settings: it must make the run work.
+        let hint: Vec<&str> = hint.iter().map(String::as_str).collect();
+        let aws_only: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .collect();
+        sqs_claim(dir.path(), &hint, &aws_only).ok(&format!("{how}: the hint"));
+        let report = sqs_claim(
+            dir.path(),
+            &[&args[..], &["--report", "json"]].concat(),
+            &env,
+        )
+        .ok(&format!("{how}: invoke after the hint"))
+        .json();
+        assert_eq!(report["counts"]["processed"], json!(3), "{how}: {report}");
+        let with_accounts = [
+            "--store",
+            store.as_str(),
+            "--accounts-table",
+            accounts.as_str(),
+        ];
+        assert_eq!(
+            balances(dir.path(), &with_accounts, &aws_only).get("alice"),
+            Some(&1000),
+            "{how}"
+        );
+    }
+    // With the default accounts table the hint stays short.
+    let dir = TempDir::new();
+    let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{table}");
+    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &env);
+    assert_eq!(init_hint(&run.stderr), ["init", "--store", &store]);
+}
