@@ -63,6 +63,9 @@ pub enum AnyLedger {
 /// ```ignore
 /// let balances = payments::with_ledger!(&ledger, l => l.balances().await)?;
 /// ```
+///
+/// For this package's own targets (its binaries and tests): the arms' `cfg(feature = ...)` are
+/// evaluated where the macro is expanded, so another crate would see other features.
 #[macro_export]
 macro_rules! with_ledger {
     ($any:expr, $ledger:ident => $body:expr) => {

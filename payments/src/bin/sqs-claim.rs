@@ -44,6 +44,11 @@ checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The co
 settings (SQS_CLAIM_KEY, SQS_CLAIM_NAMESPACE, ...) are read from the environment as the Lambda \
 reads them. RUST_LOG=info shows the processor's logs on stderr.";
 
+const STORE_HELP: &str = "Where claims and balances live: sqlite:PATH | memory: | \
+dynamodb:TABLE | redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS) | \
+postgres://USER@HOST[:PORT]/DB | tiered:REDIS_URL|DURABLE_URL [default: \
+sqlite:.sqs-claim/claims.db]";
+
 /// Run the sqs-claim reference consumer (a payments example) locally.
 #[derive(Debug, Parser)]
 #[command(
@@ -63,14 +68,13 @@ struct Cli {
 /// Which store to use: flags of every command, each with an environment fallback.
 #[derive(Debug, Args)]
 struct StoreArgs {
-    /// Where claims and balances live: sqlite:PATH | memory: | dynamodb:TABLE |
-    /// redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS) | postgres://USER@HOST[:PORT]/DB
-    /// | tiered:REDIS_URL|DURABLE_URL [default: sqlite:.sqs-claim/claims.db]
-    // The value is hidden in help: a database URL can carry a password.
+    // The help is a string, not a doc comment: rustdoc would read its brackets as links. The
+    // value is hidden in help: a database URL can carry a password.
     #[arg(
         long,
         global = true,
         value_name = "URL",
+        help = STORE_HELP,
         env = "SQS_CLAIM_STORE",
         hide_env_values = true
     )]
