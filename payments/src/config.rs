@@ -1,5 +1,6 @@
 //! The reference consumer's settings, from environment variables, and the store URLs that pick
-//! a [`Ledger`].
+//! a [`Ledger`]. Everything here is parsing: no file, socket or clock is touched (opening the
+//! store a URL names is [`AnyLedger::open`]'s).
 //!
 //! Every variable is optional; an invalid value is a startup error naming the variable (a
 //! consumer that starts with a typo in its configuration would quietly do the wrong thing).
@@ -23,12 +24,11 @@
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
 
 use std::fmt;
-use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{DynamoDbLedger, Ledger, MemoryLedger};
-use sqs_claim::store::sqlite::SqliteStore;
+#[cfg(doc)]
+use super::{AnyLedger, Ledger};
 use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 
 /// How long opening the store and its start-up check ([`Ledger::prepare`]) may take by default.
@@ -36,6 +36,9 @@ use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 /// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
 /// timeout.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The CLI's store when none is configured: a file under the current directory.
+pub const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
 
 /// The reference consumer's settings. [`Settings::default`] is what an empty environment gives.
 #[derive(Debug, Clone)]
@@ -215,6 +218,19 @@ impl Settings {
         Ok(s)
     }
 
+    /// The store the `sqs-claim` CLI uses: [`Settings::store`], else
+    /// `dynamodb:`[`Settings::table`], else the SQLite file [`DEFAULT_CLI_STORE`] (created on
+    /// demand, so a second run of the same event finds every message already done); with
+    /// [`Settings::accounts_table`] applied to either.
+    pub fn cli_store(&self) -> Result<StoreUrl, Error> {
+        let url = match (&self.store, &self.table) {
+            (Some(url), _) => url.clone(),
+            (None, Some(table)) => StoreUrl::parse(&format!("dynamodb:{table}"))?,
+            (None, None) => StoreUrl::Sqlite(PathBuf::from(DEFAULT_CLI_STORE)),
+        };
+        Ok(url.with_accounts_table(self.accounts_table.clone()))
+    }
+
     /// The store the Lambda consumer uses: `SQS_CLAIM_STORE`, else `dynamodb:$SQS_CLAIM_TABLE`
     /// (with `SQS_CLAIM_ACCOUNTS_TABLE` applied to either).
     pub fn lambda_store(&self) -> Result<StoreUrl, Error> {
@@ -245,8 +261,9 @@ impl Settings {
 /// | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, `postgresql://...` | PostgreSQL (feature `postgres`); claims in `sqs_claim_processed_events`, balances in `sqs_claim_processed_events_accounts` |
 /// | `tiered:REDIS_URL\|DURABLE_URL` | a Redis cache of completed keys in front of any store above (feature `redis`) |
 ///
-/// Adding a store: a variant here, an arm in [`StoreUrl::parse`] and one in [`StoreUrl::open`],
-/// and its [`Ledger`] in a file of its own.
+/// Adding a store: a variant here, an arm in [`StoreUrl::parse`], its [`Ledger`] in a file of
+/// its own, and a variant of [`AnyLedger`] (with its arm in `AnyLedger::open` and in the
+/// dispatch macro there).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreUrl {
@@ -369,154 +386,6 @@ impl StoreUrl {
             (url, _) => url,
         }
     }
-
-    /// Opens the store this URL names and hands its [`Ledger`] to `task`.
-    ///
-    /// The one place that maps a URL to a store type; `task` is generic over the ledger, so the
-    /// rest of a program (the Lambda binary, the CLI) is written once for every store.
-    pub async fn open<T: LedgerTask>(&self, task: T) -> Result<T::Output, Error> {
-        self.open_by(None, task).await
-    }
-
-    /// Opens the store, checks it is ready ([`Ledger::prepare`]), then hands its ledger to
-    /// `task`; opening and checking together may take at most `startup` (the binaries use
-    /// [`Settings::startup_timeout`]). A store that does not answer in time (a partition, a
-    /// port that accepts connections and never replies) fails with
-    /// [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging the start.
-    pub async fn open_prepared<T: LedgerTask>(
-        &self,
-        startup: Duration,
-        task: T,
-    ) -> Result<T::Output, Error> {
-        let ready_by = tokio::time::Instant::now() + startup;
-        let prepared = Prepared {
-            ready_by,
-            startup,
-            task,
-        };
-        self.open_by(Some((ready_by, startup)), prepared).await?
-    }
-
-    async fn open_by<T: LedgerTask>(
-        &self,
-        ready_by: Option<(tokio::time::Instant, Duration)>,
-        task: T,
-    ) -> Result<T::Output, Error> {
-        match self {
-            #[cfg(feature = "redis")]
-            StoreUrl::Tiered { cache, durable } => {
-                super::redis::open_tiered(cache.expose(), durable, ready_by, task).await
-            }
-            other => other.open_durable(ready_by, task).await,
-        }
-    }
-
-    /// [`open`](Self::open) for every store but `tiered:` (which wraps one of these; keeping
-    /// it out of this function keeps the generic recursion finite). Connecting is bounded by
-    /// `ready_by` when given.
-    pub(crate) async fn open_durable<T: LedgerTask>(
-        &self,
-        ready_by: Option<(tokio::time::Instant, Duration)>,
-        task: T,
-    ) -> Result<T::Output, Error> {
-        let missing = |feature: &str| {
-            Error::new(
-                ErrorKind::Config,
-                format!("store URL {self} needs the `{feature}` feature, which this build lacks"),
-            )
-        };
-        let _ = &missing; // unused when every feature is enabled
-        Ok(match self {
-            #[cfg(feature = "redis")]
-            StoreUrl::Redis(url) => {
-                let store = within(ready_by, super::redis::open(url.expose())).await?;
-                task.run(store).await
-            }
-            #[cfg(feature = "postgres")]
-            StoreUrl::Postgres(url) => {
-                task.run(sqs_claim::store::postgres::PostgresStore::connect(
-                    url.expose(),
-                )?)
-                .await
-            }
-            #[cfg(not(feature = "redis"))]
-            StoreUrl::Redis(_) | StoreUrl::Tiered { .. } => return Err(missing("redis")),
-            #[cfg(not(feature = "postgres"))]
-            StoreUrl::Postgres(_) => return Err(missing("postgres")),
-            #[cfg(feature = "redis")]
-            StoreUrl::Tiered { .. } => {
-                return Err(Error::new(
-                    ErrorKind::Config,
-                    "tiered store URLs do not nest",
-                ));
-            }
-            StoreUrl::Memory => task.run(MemoryLedger::new()).await,
-            StoreUrl::Sqlite(path) => {
-                // Created on demand, so `sqlite:.sqs-claim/claims.db` works on a fresh clone.
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(dir).map_err(|e| {
-                        Error::with_source(
-                            ErrorKind::StoreUnavailable,
-                            format!(
-                                "cannot create directory {} for the SQLite store",
-                                dir.display()
-                            ),
-                            e,
-                        )
-                    })?;
-                }
-                task.run(SqliteStore::open(path)?).await
-            }
-            StoreUrl::DynamoDb {
-                table,
-                accounts_table,
-            } => {
-                let ledger = within(ready_by, async {
-                    Ok(DynamoDbLedger::from_env(table, accounts_table).await)
-                })
-                .await?;
-                task.run(ledger).await
-            }
-        })
-    }
-}
-
-/// Runs `step` of the start-up, bounded by `ready_by` (`None`: unbounded).
-pub(crate) async fn within<T>(
-    ready_by: Option<(tokio::time::Instant, Duration)>,
-    step: impl Future<Output = Result<T, Error>>,
-) -> Result<T, Error> {
-    let Some((at, startup)) = ready_by else {
-        return step.await;
-    };
-    match tokio::time::timeout_at(at, step).await {
-        Ok(result) => result,
-        Err(_) => Err(Error::new(
-            ErrorKind::StoreUnavailable,
-            format!(
-                "the store did not answer within {} ms at start-up \
-                 (SQS_CLAIM_STARTUP_TIMEOUT_MS): check that it is up and reachable from here \
-                 (network, firewall or security group, endpoint)",
-                startup.as_millis()
-            ),
-        )),
-    }
-}
-
-/// A task run only once the ledger is ready: [`Ledger::prepare`] within the start-up bound.
-struct Prepared<T> {
-    ready_by: tokio::time::Instant,
-    startup: Duration,
-    task: T,
-}
-
-impl<T: LedgerTask> LedgerTask for Prepared<T> {
-    type Output = Result<T::Output, Error>;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        within(Some((self.ready_by, self.startup)), ledger.prepare()).await?;
-        Ok(self.task.run(ledger).await)
-    }
 }
 
 fn check_table_name(table: &str) -> Result<(), Error> {
@@ -550,15 +419,6 @@ impl fmt::Display for StoreUrl {
             StoreUrl::Tiered { cache, durable } => write!(f, "tiered:{cache}|{durable}"),
         }
     }
-}
-
-/// Something to do with whichever [`Ledger`] a [`StoreUrl`] opens (see [`StoreUrl::open`]).
-pub trait LedgerTask {
-    /// What the task answers.
-    type Output;
-
-    /// Runs the task on `ledger`.
-    fn run<L: Ledger + Clone>(self, ledger: L) -> impl Future<Output = Self::Output>;
 }
 
 #[cfg(test)]
@@ -665,6 +525,35 @@ mod tests {
             .lambda_store()
             .expect_err("bad table");
         assert!(err.to_string().contains("SQS_CLAIM_TABLE"), "{err}");
+    }
+
+    #[test]
+    fn cli_store_prefers_the_store_then_the_table() {
+        let s = settings(&[]).expect("empty env");
+        assert_eq!(
+            s.cli_store().expect("default"),
+            StoreUrl::Sqlite(DEFAULT_CLI_STORE.into())
+        );
+        let s = settings(&[
+            ("SQS_CLAIM_TABLE", "claims"),
+            ("SQS_CLAIM_ACCOUNTS_TABLE", "ledger"),
+        ])
+        .expect("valid");
+        assert_eq!(
+            s.cli_store().expect("dynamodb"),
+            StoreUrl::DynamoDb {
+                table: "claims".into(),
+                accounts_table: "ledger".into()
+            }
+        );
+        let s = settings(&[
+            ("SQS_CLAIM_STORE", "memory:"),
+            ("SQS_CLAIM_TABLE", "claims"),
+        ])
+        .expect("valid");
+        assert_eq!(s.cli_store().expect("memory"), StoreUrl::Memory);
+        let s = settings(&[("SQS_CLAIM_TABLE", "a b")]).expect("read");
+        assert!(s.cli_store().is_err(), "an invalid table name");
     }
 
     #[test]

@@ -3,14 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use sqs_claim::aws_sdk_dynamodb::Client;
 use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
 
 use super::{Ledger, Payment, read_balance};
+use sqs_claim::store::DynamoDbStore;
 use sqs_claim::store::dynamodb::{classify, create_table_with_key, table_status};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, DynamoDbStore, Effects};
 use sqs_claim::{Error, ErrorKind};
 
 /// The accounts table's partition key (a string) and balance attribute (a number).
@@ -47,11 +46,6 @@ impl DynamoDbLedger {
         Self::new(DynamoDbStore::from_env(table).await, accounts_table)
     }
 
-    /// The claim store.
-    pub fn store(&self) -> &DynamoDbStore {
-        &self.inner.store
-    }
-
     /// The accounts table.
     pub fn accounts_table(&self) -> &str {
         &self.inner.accounts_table
@@ -65,42 +59,31 @@ impl DynamoDbLedger {
         create_table_with_key(self.client(), self.accounts_table(), ACCOUNT).await
     }
 
+    /// The `sqs-claim init` that creates this ledger's tables: the accounts table is named
+    /// whenever it is not the default, so the hint creates the tables this run looks for.
+    pub fn init_command(&self) -> String {
+        let table = self.inner.store.table();
+        let mut command = format!("sqs-claim init --store dynamodb:{table}");
+        if self.accounts_table() != format!("{table}-accounts") {
+            command.push_str(" --accounts-table ");
+            command.push_str(self.accounts_table());
+        }
+        command
+    }
+
     /// The table's status, `None` if it does not exist.
     async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
         table_status(self.client(), table).await
     }
 }
 
-impl ClaimStore for DynamoDbLedger {
-    type Effect = TransactWriteItem;
-
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.inner.store.claim(request).await
-    }
-
-    async fn complete(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<TransactWriteItem>,
-    ) -> Result<(), Error> {
-        self.inner
-            .store
-            .complete(key, token, expires_at, effects)
-            .await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.inner.store.release(key, token).await
-    }
-
-    fn retries_internally(&self) -> bool {
-        self.inner.store.retries_internally()
-    }
-}
-
 impl Ledger for DynamoDbLedger {
+    type Store = DynamoDbStore;
+
+    fn store(&self) -> &DynamoDbStore {
+        &self.inner.store
+    }
+
     /// An `Update` in the completion's transaction whose condition keeps the balance within
     /// `0..=`[`Payment::MAX_BALANCE_CENTS`]: it holds only if the balance is a number in
     /// `-amount..=MAX - amount` (or, for a new account, if the amount is itself a valid
@@ -204,9 +187,8 @@ impl Ledger for DynamoDbLedger {
                     return Err(Error::new(
                         ErrorKind::StoreRejected,
                         format!(
-                            "DynamoDB table {table} does not exist: create the tables with \
-                             `sqs-claim init --store dynamodb:{}`",
-                            self.inner.store.table()
+                            "DynamoDB table {table} does not exist: create the tables with `{}`",
+                            self.init_command()
                         ),
                     ));
                 }

@@ -22,7 +22,8 @@
 //!
 //! | what | where |
 //! |------|-------|
-//! | the stores the example runs on ([`Ledger`]), one file each | `memory.rs`, `sqlite.rs`, `dynamodb.rs` |
+//! | the ledgers: one per store, each holding its store ([`Ledger`]), one file each | `memory.rs`, `sqlite.rs`, `dynamodb.rs`, `redis.rs`, `postgres.rs` |
+//! | whichever ledger a store URL names, opened ([`AnyLedger`]) | `ledgers.rs` |
 //! | the body, and its validation | [`Payment`] |
 //! | the handler | [`PaymentHandler`] |
 //! | settings from the environment, store URLs | [`config`] |
@@ -38,6 +39,7 @@ use sqs_claim::{Error, ErrorKind, Message, Processor};
 
 pub mod config;
 pub mod dynamodb;
+pub mod ledgers;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
@@ -45,15 +47,29 @@ pub mod postgres;
 pub mod redis;
 pub mod sqlite;
 
-pub use config::{LedgerTask, Settings, StoreUrl};
+pub use config::{Settings, StoreUrl};
 pub use dynamodb::DynamoDbLedger;
+pub use ledgers::AnyLedger;
 pub use memory::MemoryLedger;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresLedger;
+#[cfg(feature = "redis")]
+pub use redis::{RedisLedger, TieredLedger};
+pub use sqlite::SqliteLedger;
 
-/// A claim store that also keeps the example's account balances, and can credit one as an
-/// effect of a completion.
+/// The example's accounts, kept beside the claims of one store: it holds that store (the
+/// processor is built over [`Ledger::store`]) and credits an account as an effect of a
+/// completion.
 ///
-/// One implementation per store, each in its own file; [`StoreUrl::open`] picks one.
-pub trait Ledger: ClaimStore {
+/// One implementation per store, each in its own file; [`AnyLedger::open`] picks one from a
+/// [`StoreUrl`].
+pub trait Ledger: Clone + Send + Sync + 'static {
+    /// The claim store the balances live beside.
+    type Store: ClaimStore + Clone;
+
+    /// The claim store, for the processor and for tests.
+    fn store(&self) -> &Self::Store;
+
     /// An effect that credits `account` by `amount_cents`, committed with the completion.
     ///
     /// Every ledger keeps each balance within `0..=`[`Payment::MAX_BALANCE_CENTS`]: a credit
@@ -61,7 +77,7 @@ pub trait Ledger: ClaimStore {
     /// refused in the store, atomically with the completion, which then fails with
     /// [`ErrorKind::EffectRejected`] and writes nothing. [`Payment::parse`] already refuses an
     /// amount outside `0..=`[`Payment::MAX_AMOUNT_CENTS`] per message.
-    fn credit(&self, account: &str, amount_cents: i64) -> Self::Effect;
+    fn credit(&self, account: &str, amount_cents: i64) -> <Self::Store as ClaimStore>::Effect;
 
     /// Current balances, sorted by account.
     fn balances(&self) -> impl Future<Output = Result<Vec<(String, i64)>, Error>> + Send;
@@ -282,6 +298,11 @@ impl<L> PaymentHandler<L> {
         self.output = Some(publisher);
         self
     }
+
+    /// The ledger it credits through.
+    pub fn ledger(&self) -> &L {
+        &self.ledger
+    }
 }
 
 impl<L> std::fmt::Debug for PaymentHandler<L> {
@@ -290,10 +311,13 @@ impl<L> std::fmt::Debug for PaymentHandler<L> {
     }
 }
 
-impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
-    type Response = Effects<L::Effect>;
+/// The effect type of ledger `L`'s store.
+type EffectOf<L> = <<L as Ledger>::Store as ClaimStore>::Effect;
+
+impl<L: Ledger> Service<Message> for PaymentHandler<L> {
+    type Response = Effects<EffectOf<L>>;
     type Error = Error;
-    type Future = BoxFuture<'static, Result<Effects<L::Effect>, Error>>;
+    type Future = BoxFuture<'static, Result<Effects<EffectOf<L>>, Error>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
         Poll::Ready(Ok(()))
@@ -342,33 +366,29 @@ impl<L: Ledger + Clone> Service<Message> for PaymentHandler<L> {
     }
 }
 
-/// The reference consumer's processor over `ledger`, configured by `settings`, without an
-/// output queue (see [`build`] for the full configuration).
-pub fn processor<L: Ledger + Clone>(
+/// The reference consumer's processor over `ledger`'s store, configured by `settings`,
+/// without an output queue (see [`build`] for the full configuration).
+pub fn processor<L: Ledger>(
     ledger: L,
     settings: &Settings,
-) -> Processor<L, PaymentHandler<L>> {
-    let handler = PaymentHandler::new(ledger.clone());
-    processor_with_handler(ledger, handler, settings)
+) -> Processor<L::Store, PaymentHandler<L>> {
+    processor_with_handler(PaymentHandler::new(ledger), settings)
 }
 
 /// The reference consumer's processor as `settings` describe it, output queue included
 /// (`SQS_CLAIM_OUTPUT_QUEUE_URL`, whose SQS client is configured from the standard AWS
 /// environment).
-pub async fn build<L: Ledger + Clone>(
+pub async fn build<L: Ledger>(
     ledger: L,
     settings: &Settings,
-) -> Result<Processor<L, PaymentHandler<L>>, Error> {
-    #[allow(unused_mut)] // mutated only with feature `sqs`
-    let mut handler = PaymentHandler::new(ledger.clone());
+) -> Result<Processor<L::Store, PaymentHandler<L>>, Error> {
+    let mut handler = PaymentHandler::new(ledger);
     if let Some(url) = &settings.output_queue_url {
-        {
-            let config = sqs_claim::aws_config::load_from_env().await;
-            let publisher = sqs_claim::publish::Publisher::new(sqs_client(&config), url.clone());
-            handler = handler.with_output(publisher);
-        }
+        let config = sqs_claim::aws_config::load_from_env().await;
+        let publisher = sqs_claim::publish::Publisher::new(sqs_client(&config), url.clone());
+        handler = handler.with_output(publisher);
     }
-    Ok(processor_with_handler(ledger, handler, settings))
+    Ok(processor_with_handler(handler, settings))
 }
 
 /// The output queue's SQS client, with its retries and timeouts set here rather than left to
@@ -398,13 +418,13 @@ fn sqs_client(config: &sqs_claim::aws_config::SdkConfig) -> sqs_claim::aws_sdk_s
     sqs_claim::aws_sdk_sqs::Client::from_conf(config)
 }
 
-/// The processor over `ledger` with `handler`, configured by `settings`.
-pub fn processor_with_handler<L: Ledger + Clone>(
-    ledger: L,
+/// The processor over the store of `handler`'s ledger, configured by `settings`.
+pub fn processor_with_handler<L: Ledger>(
     handler: PaymentHandler<L>,
     settings: &Settings,
-) -> Processor<L, PaymentHandler<L>> {
-    let builder = Processor::builder(ledger, handler)
+) -> Processor<L::Store, PaymentHandler<L>> {
+    let store = handler.ledger().store().clone();
+    let builder = Processor::builder(store, handler)
         .key(settings.key.clone())
         .namespace(settings.namespace.clone())
         .ttl(settings.ttl)

@@ -3,14 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
 
 use super::{Ledger, Payment};
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
 use sqs_claim::{Error, MemoryStore};
 
-/// A [`MemoryStore`] plus account balances. Clones share both.
+/// A [`MemoryStore`] plus account balances. Clones share both; [`Ledger::store`] is the claim
+/// store inside (to inspect records or simulate an outage in tests).
 #[derive(Debug, Clone, Default)]
 pub struct MemoryLedger {
     store: MemoryStore,
@@ -23,40 +22,19 @@ impl MemoryLedger {
         Self::default()
     }
 
-    /// The claim store inside (to inspect records or simulate an outage in tests).
-    pub fn store(&self) -> &MemoryStore {
-        &self.store
-    }
-
     fn lock(balances: &Mutex<BTreeMap<String, i64>>) -> MutexGuard<'_, BTreeMap<String, i64>> {
         // Every write is one insert: a poisoned map is still consistent.
         balances.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-impl ClaimStore for MemoryLedger {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.store.claim(request).await
-    }
-
-    async fn complete(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<MemoryEffect>,
-    ) -> Result<(), Error> {
-        self.store.complete(key, token, expires_at, effects).await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.store.release(key, token).await
-    }
-}
-
 impl Ledger for MemoryLedger {
+    type Store = MemoryStore;
+
+    fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
     /// Checked under the store's lock at completion: refused unless the new balance is within
     /// `0..=`[`Payment::MAX_BALANCE_CENTS`]. (Several credits of one account in one completion
     /// are each checked against the balance before it.)

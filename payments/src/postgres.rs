@@ -1,4 +1,4 @@
-//! The example on [`PostgresStore`] (feature `postgres`): balances in a table next to the claims
+//! [`PostgresLedger`]: the example on [`PostgresStore`] (feature `postgres`): balances in a table next to the claims
 //! table (`{claims table}_accounts`), credited by an upsert in the completion's transaction.
 
 use super::{Ledger, Payment};
@@ -26,14 +26,39 @@ fn db_err(store: &PostgresStore, what: &str, e: tokio_postgres::Error) -> Error 
     Error::new(inner.kind(), format!("{what}: {inner}"))
 }
 
-impl Ledger for PostgresStore {
+/// A [`PostgresStore`] plus its accounts table ([`accounts_table`]). Cheap to clone (clones
+/// share the pool).
+#[derive(Debug, Clone)]
+pub struct PostgresLedger {
+    store: PostgresStore,
+}
+
+impl PostgresLedger {
+    /// The ledger on `store`; [`Ledger::init`] creates its tables.
+    pub fn new(store: PostgresStore) -> Self {
+        PostgresLedger { store }
+    }
+
+    /// The store, by value.
+    pub fn into_inner(self) -> PostgresStore {
+        self.store
+    }
+}
+
+impl Ledger for PostgresLedger {
+    type Store = PostgresStore;
+
+    fn store(&self) -> &PostgresStore {
+        &self.store
+    }
+
     /// An upsert that must touch exactly one row: a new account only if the amount is itself a
     /// valid balance, an existing one only if the sum stays within
     /// `0..=`[`Payment::MAX_BALANCE_CENTS`] (summed as `numeric`, so no sum can overflow);
     /// otherwise it touches none and the completion is refused
     /// ([`ErrorKind::EffectRejected`](sqs_claim::ErrorKind::EffectRejected)). The table's `CHECK` repeats the rule.
     fn credit(&self, account: &str, amount_cents: i64) -> PgEffect {
-        let table = quoted(&accounts_table(self));
+        let table = quoted(&accounts_table(&self.store));
         let max = Payment::MAX_BALANCE_CENTS;
         PgEffect::new(format!(
             "INSERT INTO {table} AS a (account, balance) \
@@ -47,20 +72,24 @@ impl Ledger for PostgresStore {
     }
 
     async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
-        self.bounded("reading the balances", read_balances(self))
+        self.store
+            .bounded("reading the balances", read_balances(&self.store))
             .await
     }
 
     /// Creates the claims table ([`PostgresStore::migrate`]) and the accounts table.
     async fn init(&self) -> Result<(), Error> {
-        self.migrate().await?;
-        self.bounded("creating the accounts table", create_accounts(self))
+        self.store.migrate().await?;
+        self.store
+            .bounded("creating the accounts table", create_accounts(&self.store))
             .await
     }
 
     /// Checks that both tables exist and answer, at once; creates nothing.
     async fn prepare(&self) -> Result<(), Error> {
-        let claims = self.bounded("the start-up check", check_claims_table(self));
+        let claims = self
+            .store
+            .bounded("the start-up check", check_claims_table(&self.store));
         let (claims, accounts) = futures::future::join(claims, self.balances()).await;
         claims?;
         accounts.map(|_| ())
@@ -71,9 +100,7 @@ impl Ledger for PostgresStore {
         now: std::time::SystemTime,
         limit: u32,
     ) -> Result<Option<u64>, Error> {
-        PostgresStore::prune_expired(self, now, limit)
-            .await
-            .map(Some)
+        self.store.prune_expired(now, limit).await.map(Some)
     }
 }
 

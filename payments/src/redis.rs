@@ -1,12 +1,13 @@
-//! The example on [`RedisStore`] (feature `redis`): balances in one hash, credited by an
-//! `HINCRBY` inside the completion's Lua script, so a credit commits with its completion or
-//! not at all. And [`TieredStore`], which keeps the balances wherever its durable store does.
+//! [`RedisLedger`]: the example on [`RedisStore`] (feature `redis`): balances in one hash,
+//! credited by an `HINCRBY` inside the completion's Lua script, so a credit commits with its
+//! completion or not at all. And [`TieredLedger`]: another ledger's store behind a
+//! [`TieredStore`], the balances kept wherever that durable ledger keeps them.
 //!
 //! Redis's durability applies to the balances as much as to the claims: without persistence a
 //! restart loses both (see [`sqs_claim::store::redis`]).
 
-use super::config::{LedgerTask, StoreUrl};
 use super::{Ledger, Payment, read_balance};
+use sqs_claim::store::ClaimStore;
 use sqs_claim::store::redis::{RedisEffect, RedisStore};
 use sqs_claim::store::tiered::TieredStore;
 use sqs_claim::{Error, ErrorKind};
@@ -17,11 +18,36 @@ pub fn balances_key(store: &RedisStore) -> String {
     format!("{}reference:balances", store.prefix())
 }
 
-impl Ledger for RedisStore {
+/// A [`RedisStore`] plus the hash of balances ([`balances_key`]). Cheap to clone (clones share
+/// the connection).
+#[derive(Debug, Clone)]
+pub struct RedisLedger {
+    store: RedisStore,
+}
+
+impl RedisLedger {
+    /// The ledger on `store`.
+    pub fn new(store: RedisStore) -> Self {
+        RedisLedger { store }
+    }
+
+    /// The store, by value.
+    pub fn into_inner(self) -> RedisStore {
+        self.store
+    }
+}
+
+impl Ledger for RedisLedger {
+    type Store = RedisStore;
+
+    fn store(&self) -> &RedisStore {
+        &self.store
+    }
+
     fn credit(&self, account: &str, amount_cents: i64) -> RedisEffect {
         // Checked inside the completion script: the balance stays within 0..=MAX_BALANCE_CENTS.
         RedisEffect::hincr_by_within(
-            balances_key(self),
+            balances_key(&self.store),
             account,
             amount_cents,
             0..=Payment::MAX_BALANCE_CENTS,
@@ -29,8 +55,8 @@ impl Ledger for RedisStore {
     }
 
     async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
-        let mut conn = self.connection().clone();
-        let key = balances_key(self);
+        let mut conn = self.store.connection().clone();
+        let key = balances_key(&self.store);
         let raw: Vec<(String, String)> = redis::cmd("HGETALL")
             .arg(&key)
             .query_async(&mut conn)
@@ -60,21 +86,50 @@ impl Ledger for RedisStore {
     }
 }
 
-impl<D: Ledger + Clone> Ledger for TieredStore<D> {
-    fn credit(&self, account: &str, amount_cents: i64) -> D::Effect {
-        self.get_ref().credit(account, amount_cents)
+/// A durable ledger `D` whose claims go through a [`TieredStore`]: a Redis cache of completed
+/// keys in front of `D`'s store. The balances are `D`'s, credited in `D`'s completion.
+#[derive(Debug, Clone)]
+pub struct TieredLedger<D: Ledger> {
+    store: TieredStore<D::Store>,
+    durable: D,
+}
+
+impl<D: Ledger> TieredLedger<D> {
+    /// `durable`'s ledger, its claims behind a cache in `cache`.
+    pub fn new(cache: RedisStore, durable: D) -> Self {
+        TieredLedger {
+            store: TieredStore::new(cache, durable.store().clone()),
+            durable,
+        }
+    }
+
+    /// The durable ledger.
+    pub fn durable(&self) -> &D {
+        &self.durable
+    }
+}
+
+impl<D: Ledger> Ledger for TieredLedger<D> {
+    type Store = TieredStore<D::Store>;
+
+    fn store(&self) -> &TieredStore<D::Store> {
+        &self.store
+    }
+
+    fn credit(&self, account: &str, amount_cents: i64) -> <D::Store as ClaimStore>::Effect {
+        self.durable.credit(account, amount_cents)
     }
 
     fn balances(&self) -> impl Future<Output = Result<Vec<(String, i64)>, Error>> + Send {
-        self.get_ref().balances()
+        self.durable.balances()
     }
 
     fn init(&self) -> impl Future<Output = Result<(), Error>> + Send {
-        self.get_ref().init()
+        self.durable.init()
     }
 
     fn prepare(&self) -> impl Future<Output = Result<(), Error>> + Send {
-        self.get_ref().prepare()
+        self.durable.prepare()
     }
 
     /// Prunes the durable tier; Redis expires its markers by itself.
@@ -83,7 +138,7 @@ impl<D: Ledger + Clone> Ledger for TieredStore<D> {
         now: std::time::SystemTime,
         limit: u32,
     ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
-        self.get_ref().prune_expired(now, limit)
+        self.durable.prune_expired(now, limit)
     }
 }
 
@@ -123,34 +178,15 @@ fn split_prefix(url: &str) -> (String, Option<String>) {
     }
 }
 
-/// Opens `tiered:CACHE|DURABLE`: the durable store's ledger behind a lazily connected Redis
-/// cache (a consumer starts even while the cache is down).
-pub(super) async fn open_tiered<T: LedgerTask>(
-    cache: &str,
-    durable: &StoreUrl,
-    ready_by: Option<(tokio::time::Instant, std::time::Duration)>,
-    task: T,
-) -> Result<T::Output, Error> {
-    let (cache, prefix) = split_prefix(cache);
-    let mut cache = RedisStore::connect_lazy(&cache)?;
-    if let Some(p) = prefix {
-        cache = cache.with_prefix(p);
-    }
-    durable.open_durable(ready_by, Tiered { cache, task }).await
-}
-
-/// Wraps whichever ledger the durable URL opens in a [`TieredStore`] before handing it on.
-struct Tiered<T> {
-    cache: RedisStore,
-    task: T,
-}
-
-impl<T: LedgerTask> LedgerTask for Tiered<T> {
-    type Output = T::Output;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> T::Output {
-        self.task.run(TieredStore::new(self.cache, ledger)).await
-    }
+/// The cache of a `tiered:CACHE|DURABLE` URL, connected lazily: a consumer starts even while
+/// the cache is down (the durable store still decides every claim).
+pub(super) fn cache(url: &str) -> Result<RedisStore, Error> {
+    let (url, prefix) = split_prefix(url);
+    let cache = RedisStore::connect_lazy(&url)?;
+    Ok(match prefix {
+        Some(p) => cache.with_prefix(p),
+        None => cache,
+    })
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The example on [`SqliteStore`]: balances in an `accounts` table of the same database file,
+//! [`SqliteLedger`]: the example on [`SqliteStore`]: balances in an `accounts` table of the same database file,
 //! credited in the completion's transaction.
 
 use super::{Ledger, Payment, read_balance};
@@ -19,7 +19,32 @@ CREATE TABLE IF NOT EXISTS accounts (
 // The schema's bound is written out; it must be the one credits enforce.
 const _: () = assert!(Payment::MAX_BALANCE_CENTS == 9_007_199_254_740_991);
 
-impl Ledger for SqliteStore {
+/// An [`SqliteStore`] plus an `accounts` table in the same database file. Cheap to clone (clones
+/// share the connection).
+#[derive(Debug, Clone)]
+pub struct SqliteLedger {
+    store: SqliteStore,
+}
+
+impl SqliteLedger {
+    /// The ledger on `store`; [`Ledger::init`] (or [`Ledger::prepare`]) creates its table.
+    pub fn new(store: SqliteStore) -> Self {
+        SqliteLedger { store }
+    }
+
+    /// The store, by value.
+    pub fn into_inner(self) -> SqliteStore {
+        self.store
+    }
+}
+
+impl Ledger for SqliteLedger {
+    type Store = SqliteStore;
+
+    fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
     /// An upsert that must touch exactly one row: a new account only if the amount is itself a
     /// valid balance, an existing one only if the sum stays within
     /// `0..=`[`Payment::MAX_BALANCE_CENTS`]; otherwise it touches none and the completion is
@@ -40,12 +65,13 @@ impl Ledger for SqliteStore {
 
     async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
         let rows = self
+            .store
             .query(
                 "SELECT account, balance FROM accounts ORDER BY account",
                 vec![],
             )
             .await?;
-        let table = format!("table accounts in {}", self.location());
+        let table = format!("table accounts in {}", self.store.location());
         rows.into_iter()
             .map(|row| match row.as_slice() {
                 [SqlValue::Text(account), SqlValue::Integer(balance)] => {
@@ -76,7 +102,7 @@ impl Ledger for SqliteStore {
     }
 
     async fn init(&self) -> Result<(), Error> {
-        self.execute_batch(ACCOUNTS_SCHEMA).await
+        self.store.execute_batch(ACCOUNTS_SCHEMA).await
     }
 
     /// The database is local: create the accounts table if it is missing.
@@ -89,7 +115,7 @@ impl Ledger for SqliteStore {
         now: std::time::SystemTime,
         limit: u32,
     ) -> Result<Option<u64>, Error> {
-        SqliteStore::prune_expired(self, now, limit).await.map(Some)
+        self.store.prune_expired(now, limit).await.map(Some)
     }
 }
 

@@ -1059,3 +1059,199 @@ async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
         let _ = client.delete_table().table_name(t).send().await;
     }
 }
+
+/// `--version` names the program and its version; every command has its own help, as
+/// `help COMMAND` and as `COMMAND --help`, on stdout with exit 0.
+#[test]
+fn version_and_help_per_command() {
+    let dir = TempDir::new();
+    let version = sqs_claim(dir.path(), &["--version"], &[]).ok("--version");
+    assert_eq!(
+        version.stdout.trim(),
+        format!("sqs-claim {}", env!("CARGO_PKG_VERSION"))
+    );
+    for (command, needles) in [
+        (
+            "invoke",
+            &["EVENT.json", "--report", "--store", "SQS_CLAIM_STORE"][..],
+        ),
+        ("balances", &["tab-separated", "--accounts-table"]),
+        ("init", &["idempotent", "--table"]),
+        ("prune", &["--limit", "expired"]),
+    ] {
+        for args in [vec!["help", command], vec![command, "--help"]] {
+            let run = sqs_claim(dir.path(), &args, &[]).ok(&args.join(" "));
+            assert!(
+                run.stdout.contains(&format!("sqs-claim {command}")),
+                "{args:?}: {}",
+                run.stdout
+            );
+            for needle in needles {
+                assert!(
+                    run.stdout.contains(needle),
+                    "{args:?}: no {needle}: {}",
+                    run.stdout
+                );
+            }
+            assert!(run.stderr.is_empty(), "{args:?}: {}", run.stderr);
+        }
+    }
+    assert!(
+        !dir.path().join(".sqs-claim").exists(),
+        "help opened a store"
+    );
+}
+
+/// A usage mistake, whether this program or clap finds it, is exit code 2 and one `error:`
+/// line: no usage body, no tip, nothing on stdout. Bad input found later stays exit code 1.
+#[test]
+fn usage_mistakes_exit_2_in_one_line() {
+    let dir = TempDir::new();
+    let good = dir.write("good.json", &own_event());
+    let good = good.to_str().expect("path");
+    for args in [
+        &["balances", "--bogus"][..],
+        &["--bogus", "balances"],
+        &["invoke", good, "--repot", "json"],
+        &[],
+        &["frobnicate"],
+        &["invoke"],
+        &["invoke", good, "--report", "yaml"],
+        &["balances", "--store"],
+        &["balances", "--store", "memory:", "--store", "memory:"],
+        &["balances", "--store", "memory:", "--table", "claims"],
+        &["prune", "--limit", "-1"],
+    ] {
+        let run = sqs_claim(dir.path(), args, &[]);
+        let what = format!("sqs-claim {}", args.join(" "));
+        assert_one_line_error(&run, &what);
+        assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
+        assert!(!run.stderr.contains("Usage"), "{what}: {}", run.stderr);
+    }
+    let run = sqs_claim(dir.path(), &["invoke", "missing.json"], &[]);
+    assert_one_line_error(&run, "a missing event file");
+    assert_eq!(run.code, Some(1), "bad input is not a usage mistake");
+}
+
+/// `SQS_CLAIM_STORE` is the store when no flag names one; `--store` (or `--table`) given on the
+/// command line beats it.
+#[test]
+fn the_store_flag_falls_back_to_sqs_claim_store() {
+    let dir = TempDir::new();
+    let event = dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+    let env = [("SQS_CLAIM_STORE", "sqlite:from-env.db")];
+    let first = sqs_claim(dir.path(), &["invoke", event, "--report", "json"], &env)
+        .ok("store from the environment")
+        .json();
+    assert_eq!(first["counts"]["processed"], json!(3), "{first}");
+    assert!(dir.path().join("from-env.db").is_file());
+    assert!(
+        !dir.path().join(".sqs-claim").exists(),
+        "the default store was used"
+    );
+    assert_eq!(balances(dir.path(), &[], &env).get("alice"), Some(&1000));
+    // The flag wins: a fresh memory store processes everything again, the file is untouched.
+    let flagged = sqs_claim(
+        dir.path(),
+        &["invoke", event, "--store", "memory:", "--report", "json"],
+        &env,
+    )
+    .ok("--store over SQS_CLAIM_STORE")
+    .json();
+    assert_eq!(flagged["counts"]["processed"], json!(3), "{flagged}");
+    assert_eq!(balances(dir.path(), &[], &env).get("alice"), Some(&1000));
+    // A bad value names where it came from.
+    let run = sqs_claim(dir.path(), &["balances"], &[("SQS_CLAIM_STORE", "ftp://x")]);
+    assert_one_line_error(&run, "bad SQS_CLAIM_STORE");
+    assert!(run.stderr.contains("SQS_CLAIM_STORE"), "{}", run.stderr);
+    let run = sqs_claim(dir.path(), &["balances", "--store", "ftp://x"], &[]);
+    assert_one_line_error(&run, "bad --store");
+    assert!(run.stderr.contains("--store"), "{}", run.stderr);
+}
+
+/// The command in the "create the tables with `sqs-claim init ...`" hint, split into words
+/// (without the program name).
+fn init_hint(stderr: &str) -> Vec<String> {
+    let start = stderr
+        .find("`sqs-claim init")
+        .unwrap_or_else(|| panic!("no init hint: {stderr}"));
+    let rest = &stderr[start + 1..];
+    let end = rest.find('`').expect("the hint's closing backtick");
+    rest[..end]
+        .split_whitespace()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Before `init`, `invoke` on DynamoDB says which `sqs-claim init` to run, and that command,
+/// run as printed, creates the tables this run looks for: the accounts table given by
+/// `--accounts-table` (or `SQS_CLAIM_ACCOUNTS_TABLE`) included, with the store given by
+/// `--store` or `--table`.
+#[test]
+fn the_init_hint_keeps_the_accounts_table() {
+    let env_owned = dynamodb_env();
+    let env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let event_dir = TempDir::new();
+    let event = event_dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+    for how in ["--store", "--table", "env"] {
+        let dir = TempDir::new();
+        let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
+        let accounts = format!("{table}-ledger");
+        let store = format!("dynamodb:{table}");
+        let mut args = vec!["invoke", event];
+        let mut env = env.clone();
+        match how {
+            "--store" => args.extend(["--store", &store, "--accounts-table", &accounts]),
+            "--table" => args.extend(["--table", &table, "--accounts-table", &accounts]),
+            _ => env.extend([
+                ("SQS_CLAIM_TABLE", table.as_str()),
+                ("SQS_CLAIM_ACCOUNTS_TABLE", accounts.as_str()),
+            ]),
+        }
+        let run = sqs_claim(dir.path(), &args, &env);
+        assert_one_line_error(&run, &format!("{how}: invoke before init"));
+        let hint = init_hint(&run.stderr);
+        assert_eq!(
+            hint,
+            ["init", "--store", &store, "--accounts-table", &accounts],
+            "{how}: {}",
+            run.stderr
+        );
+        // Run the hint as printed, with none of this run's settings: it must make the run work.
+        let hint: Vec<&str> = hint.iter().map(String::as_str).collect();
+        let aws_only: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .filter(|(k, _)| k.starts_with("AWS_"))
+            .collect();
+        sqs_claim(dir.path(), &hint, &aws_only).ok(&format!("{how}: the hint"));
+        let report = sqs_claim(
+            dir.path(),
+            &[&args[..], &["--report", "json"]].concat(),
+            &env,
+        )
+        .ok(&format!("{how}: invoke after the hint"))
+        .json();
+        assert_eq!(report["counts"]["processed"], json!(3), "{how}: {report}");
+        let with_accounts = [
+            "--store",
+            store.as_str(),
+            "--accounts-table",
+            accounts.as_str(),
+        ];
+        assert_eq!(
+            balances(dir.path(), &with_accounts, &aws_only).get("alice"),
+            Some(&1000),
+            "{how}"
+        );
+    }
+    // With the default accounts table the hint stays short.
+    let dir = TempDir::new();
+    let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{table}");
+    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &env);
+    assert_eq!(init_hint(&run.stderr), ["init", "--store", &store]);
+}

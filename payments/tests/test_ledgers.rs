@@ -31,6 +31,7 @@ mod memory {
 }
 
 mod sqlite {
+    use payments::SqliteLedger;
     use sqs_claim::ErrorKind;
     use sqs_claim::SqliteStore;
 
@@ -43,8 +44,10 @@ mod sqlite {
         }
     }
 
-    fn open(db: &TempDb) -> SqliteStore {
-        SqliteStore::open(db.0.path().join("claims.db")).expect("open the SQLite store")
+    fn open(db: &TempDb) -> SqliteLedger {
+        SqliteLedger::new(
+            SqliteStore::open(db.0.path().join("claims.db")).expect("open the SQLite store"),
+        )
     }
 
     /// The SQLite ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`: on a table
@@ -62,6 +65,7 @@ mod sqlite {
         let db = TempDb::new("ledger-old");
         let store = open(&db);
         store
+            .store()
             .execute_batch(
                 "CREATE TABLE accounts (
                      account TEXT PRIMARY KEY NOT NULL,
@@ -77,6 +81,7 @@ mod sqlite {
         let db = TempDb::new("ledger-foreign");
         let store = open(&db);
         store
+            .store()
             .execute_batch(
                 "CREATE TABLE accounts (account TEXT PRIMARY KEY NOT NULL, balance NOT NULL);
                  INSERT INTO accounts VALUES ('acct-ok', 5), ('acct-odd', 12.5);",
@@ -158,8 +163,9 @@ mod dynamodb {
             }
             let key = format!("odd#{account}");
             let now = SystemTime::now();
-            let token = conformance::acquire(&ledger, conformance::request(&key, now)).await;
+            let token = conformance::acquire(ledger.store(), conformance::request(&key, now)).await;
             let err = ledger
+                .store()
                 .complete(
                     &key,
                     &token,
@@ -226,7 +232,8 @@ mod redis_ledger {
     async fn redis_ledger_keeps_balances_in_range() {
         use payments::Ledger as _;
         let store = store().await;
-        super::ledger::balance_stays_in_range(&store).await;
+        let ledger = payments::RedisLedger::new(store.clone());
+        super::ledger::balance_stays_in_range(&ledger).await;
 
         let key = payments::redis::balances_key(&store);
         let mut conn = store.connection().clone();
@@ -234,7 +241,7 @@ mod redis_ledger {
             .hset(&key, "acct-huge", "18446744073709551616")
             .await
             .expect("HSET");
-        let err = store.balances().await.expect_err("beyond i64");
+        let err = ledger.balances().await.expect_err("beyond i64");
         let text = err.to_string();
         assert_eq!(err.kind(), ErrorKind::StoreRejected, "{text}");
         assert!(
@@ -248,6 +255,7 @@ mod redis_ledger {
 #[cfg(feature = "postgres")]
 mod postgres {
     use super::*;
+    use payments::PostgresLedger;
     use sqs_claim::store::postgres::PostgresSettings;
     use sqs_claim::{ErrorKind, PostgresStore};
 
@@ -303,7 +311,7 @@ mod postgres {
 
         let closing = silent::fake_pg(silent::Then::Close).await;
         let url = format!("postgres://postgres@{}/test", closing.addr());
-        let store = PostgresStore::connect_with(&url, fast()).unwrap();
+        let store = PostgresLedger::new(PostgresStore::connect_with(&url, fast()).unwrap());
         let err = store.prepare().await.expect_err("the connection closes");
         assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{err}");
         let text = err.to_string();
@@ -315,9 +323,11 @@ mod postgres {
 
         // The real server, a table never created: that one says what to run.
         let table = format!("never_{}", uuid::Uuid::new_v4().simple());
-        let missing = PostgresStore::connect(&pg_url())
-            .and_then(|s| s.with_table(&table))
-            .unwrap();
+        let missing = PostgresLedger::new(
+            PostgresStore::connect(&pg_url())
+                .and_then(|s| s.with_table(&table))
+                .unwrap(),
+        );
         let err = missing.prepare().await.expect_err("no table");
         assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
         assert!(err.to_string().contains("sqs-claim init"), "{err}");
@@ -330,8 +340,9 @@ mod postgres {
     async fn postgres_ledger_keeps_balances_in_range() {
         use payments::Ledger as _;
         let store = store().await;
-        store.init().await.expect("init");
-        super::ledger::balance_stays_in_range(&store).await;
+        let ledger = PostgresLedger::new(store.clone());
+        ledger.init().await.expect("init");
+        super::ledger::balance_stays_in_range(&ledger).await;
         drop_table(&store).await;
 
         let store = self::store().await;
@@ -344,8 +355,9 @@ mod postgres {
             ),
         )
         .await;
-        store.init().await.expect("init keeps the old table");
-        super::ledger::balance_stays_in_range(&store).await;
+        let ledger = PostgresLedger::new(store.clone());
+        ledger.init().await.expect("init keeps the old table");
+        super::ledger::balance_stays_in_range(&ledger).await;
         drop_table(&store).await;
     }
 }

@@ -262,7 +262,7 @@ proptest! {
             .build()
             .expect("a runtime");
         let ledger = MemoryLedger::new();
-        let processor = Processor::builder(ledger.clone(), PaymentHandler::new(ledger.clone()))
+        let processor = Processor::builder(ledger.store().clone(), PaymentHandler::new(ledger.clone()))
             .key(source)
             .namespace("prop")
             .concurrency(concurrency)

@@ -12,23 +12,14 @@
 
 use std::process::ExitCode;
 
-use payments::{Ledger, LedgerTask, Settings};
+use payments::{AnyLedger, Ledger, Settings};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::prelude::*;
 
-/// Runs the Lambda runtime loop on whichever ledger the store URL opened.
-struct Serve {
-    settings: Settings,
-}
-
-impl LedgerTask for Serve {
-    type Output = Result<(), lambda_runtime::Error>;
-
-    /// Runs once the ledger is open and ready (`StoreUrl::open_prepared` checked it).
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        let processor = payments::build(ledger, &self.settings).await?;
-        lambda_runtime::run(processor).await
-    }
+/// Runs the Lambda runtime loop on `ledger`, once it is open and ready.
+async fn serve_on<L: Ledger>(ledger: L, settings: &Settings) -> Result<(), lambda_runtime::Error> {
+    let processor = payments::build(ledger, settings).await?;
+    lambda_runtime::run(processor).await
 }
 
 /// `lambda_runtime` panics on a missing runtime variable; say what is wrong instead.
@@ -66,8 +57,8 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
     );
     check_lambda_environment()?;
     // Bounded: a store that is dark at start-up fails the init with one line, never a hang.
-    let startup = settings.startup_timeout;
-    url.open_prepared(startup, Serve { settings }).await?
+    let ledger = AnyLedger::open_prepared(&url, settings.startup_timeout).await?;
+    payments::with_ledger!(ledger, l => serve_on(l, &settings).await)
 }
 
 #[tokio::main]

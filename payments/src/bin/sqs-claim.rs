@@ -1,67 +1,155 @@
 //! `sqs-claim`: run the reference consumer locally, over an SQS event file, exactly as Lambda
-//! would, against an embedded SQLite file (the default), memory, or DynamoDB.
+//! would, against an embedded SQLite file (the default), memory, DynamoDB, Redis, PostgreSQL or
+//! a tiered store.
 //!
 //! ```text
 //! sqs-claim invoke EVENT.json [--store URL] [--accounts-table NAME] [--report json]
 //! sqs-claim balances [--store URL] [--accounts-table NAME]
 //! sqs-claim init [--store URL] [--accounts-table NAME]
+//! sqs-claim prune [--store URL] [--limit N]
 //! ```
 //!
 //! Bad input (a missing file, not JSON, not an SQS event, an unknown store URL, a store that
-//! does not answer) is one `error: ...` line on stderr and a non-zero exit. A batch that ran
+//! does not answer) is one `error: ...` line on stderr and exit code 1; a usage mistake (an
+//! unknown command or flag, a missing value) is one such line and exit code 2. A batch that ran
 //! exits 0 even if messages failed: the batch response says which.
 
 use std::ffi::OsString;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use lambda_runtime::{Context, LambdaEvent};
-use payments::{Ledger, LedgerTask, Settings, StoreUrl};
+use payments::{AnyLedger, Ledger, Settings, StoreUrl};
 use sqs_claim::events::SqsEvent;
 use sqs_claim::{BatchReport, Outcome};
 
 const USAGE: &str = "\
-sqs-claim: run the sqs-claim reference consumer (a payments example) locally.
+sqs-claim invoke EVENT.json [--store URL] [--report json]
+       sqs-claim balances [--store URL]
+       sqs-claim init [--store URL]
+       sqs-claim prune [--store URL] [--limit N]
+       sqs-claim help [COMMAND]";
 
-Usage:
-  sqs-claim invoke EVENT.json [--store URL] [--report json]
-      Runs the consumer over an SQS event file as Lambda would. Prints the batch response
-      (or, with --report json, every message's outcome) on stdout, a summary on stderr.
-  sqs-claim balances [--store URL]
-      Prints each account and its balance in cents, tab-separated.
-  sqs-claim init [--store URL]
-      Creates the store's tables (idempotent). DynamoDB tables are never created otherwise.
-  sqs-claim prune [--store URL] [--limit N]
-      Deletes at most N (default 10000) expired claim records (SQLite, PostgreSQL; the tiered
-      store's durable tier) and prints how many. DynamoDB and Redis expire records by TTL:
-      nothing to do there. Expired records already count as absent: pruning only reclaims
-      space, so schedule it as often as the table's growth needs.
+const AFTER_HELP: &str = "\
+The store is --store, else --table (dynamodb:TABLE), else $SQS_CLAIM_STORE, else \
+$SQS_CLAIM_TABLE, else sqlite:.sqs-claim/claims.db: a flag beats the environment.
 
-Options:
-  --store URL             sqlite:PATH | memory: | dynamodb:TABLE
-                          | redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS)
-                          | postgres://USER@HOST[:PORT]/DB | tiered:REDIS_URL|DURABLE_URL
-                          (default: $SQS_CLAIM_STORE, else sqlite:.sqs-claim/claims.db)
-  --accounts-table NAME   DynamoDB accounts table (default: $SQS_CLAIM_ACCOUNTS_TABLE,
-                          else TABLE-accounts)
-  --report json           invoke: print {\"response\", \"outcomes\", \"counts\"} instead
-  --limit N               prune: at most N records per run (default 10000)
-  -h, --help              this text
+DynamoDB endpoint, region and credentials come from the standard AWS environment \
+(AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and \
+checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The consumer's other \
+settings (SQS_CLAIM_KEY, SQS_CLAIM_NAMESPACE, ...) are read from the environment as the Lambda \
+reads them. RUST_LOG=info shows the processor's logs on stderr.";
 
-DynamoDB endpoint, region and credentials come from the standard AWS environment
-(AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and
-checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The consumer's other
-settings (SQS_CLAIM_KEY, SQS_CLAIM_NAMESPACE, ...) are read from the environment as the
-Lambda reads them. RUST_LOG=info shows the processor's logs on stderr.
-";
+const STORE_HELP: &str = "Where claims and balances live: sqlite:PATH | memory: | \
+dynamodb:TABLE | redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS) | \
+postgres://USER@HOST[:PORT]/DB | tiered:REDIS_URL|DURABLE_URL [default: \
+sqlite:.sqs-claim/claims.db]";
 
-/// The default store: a file in the current directory, so a second run of the same event
-/// finds every message already done.
-const DEFAULT_DIR: &str = ".sqs-claim";
-const DEFAULT_DB: &str = "claims.db";
+/// Run the sqs-claim reference consumer (a payments example) locally.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sqs-claim",
+    version,
+    override_usage = USAGE,
+    after_help = AFTER_HELP,
+    subcommand_required = true
+)]
+struct Cli {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Which store to use: flags of every command, each with an environment fallback.
+#[derive(Debug, Args)]
+struct StoreArgs {
+    // The help is a string, not a doc comment: rustdoc would read its brackets as links. The
+    // value is hidden in help: a database URL can carry a password.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help = STORE_HELP,
+        env = "SQS_CLAIM_STORE",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+
+    /// The DynamoDB claims table, when no store URL is given: the same as --store dynamodb:NAME
+    #[arg(long, global = true, value_name = "NAME", env = "SQS_CLAIM_TABLE")]
+    table: Option<String>,
+
+    /// The DynamoDB accounts table [default: TABLE-accounts]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME",
+        env = "SQS_CLAIM_ACCOUNTS_TABLE"
+    )]
+    accounts_table: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs the consumer over an SQS event file as Lambda would
+    ///
+    /// Prints the batch response (or, with --report json, every message's outcome) on stdout,
+    /// a summary on stderr. A batch that ran exits 0 even if messages failed: the batch
+    /// response says which. The store must be ready: embedded stores (memory, SQLite) create
+    /// their tables; DynamoDB, Redis and PostgreSQL tables come from `sqs-claim init`.
+    Invoke {
+        /// The SQS event file (JSON, as Lambda delivers it: {"Records": [...]})
+        #[arg(value_name = "EVENT.json")]
+        event: PathBuf,
+
+        /// Print {"response", "outcomes", "counts"} instead of the batch response
+        #[arg(long, value_name = "FORMAT")]
+        report: Option<Report>,
+    },
+
+    /// Prints each account and its balance in cents, tab-separated
+    Balances,
+
+    /// Creates the store's tables (idempotent)
+    ///
+    /// DynamoDB tables are never created otherwise: `invoke` and the Lambda consumer only
+    /// check that they exist.
+    Init,
+
+    /// Deletes expired claim records and prints how many
+    ///
+    /// For SQLite, PostgreSQL and the tiered store's durable tier. DynamoDB and Redis expire
+    /// records by TTL: nothing to do there. Expired records already count as absent: pruning
+    /// only reclaims space, so schedule it as often as the table's growth needs.
+    Prune {
+        /// At most N records per run
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = DEFAULT_PRUNE_LIMIT,
+            value_parser = clap::value_parser!(u32).range(1..)
+        )]
+        limit: u32,
+    },
+}
+
+/// `invoke --report`: the one report format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Report {
+    /// Every message's outcome, the batch response and the counts, as one JSON object
+    Json,
+}
+
+/// Rows deleted by one `prune` when `--limit` is not given.
+const DEFAULT_PRUNE_LIMIT: u32 = 10_000;
 
 /// An error for the user: printed as one `error: ...` line.
+#[derive(Debug)]
 struct CliError {
     message: String,
     /// 2 for a usage mistake, 1 for anything else.
@@ -84,149 +172,110 @@ impl CliError {
     }
 }
 
-#[derive(Debug)]
-enum Command {
-    Invoke { event: PathBuf, json_report: bool },
-    Balances,
-    Init,
-    Prune { limit: u32 },
-    Help,
-}
-
-#[derive(Debug)]
-struct Args {
-    command: Command,
+/// The store flags given on the command line (not from the environment: those are already in
+/// [`Settings`], whose errors name the variable).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct StoreFlags {
     store: Option<String>,
+    table: Option<String>,
     accounts_table: Option<String>,
 }
 
-fn parse_args(raw: Vec<OsString>) -> Result<Args, CliError> {
-    let mut words = Vec::with_capacity(raw.len());
-    for a in raw {
-        match a.into_string() {
-            Ok(s) => words.push(s),
-            Err(bad) => {
-                return Err(CliError::usage(format!(
-                    "argument {} is not valid UTF-8",
-                    bad.to_string_lossy()
-                )));
-            }
-        }
-    }
-    let mut positional = Vec::new();
-    let (mut store, mut accounts_table, mut report, mut limit) = (None, None, None, None);
-    let mut it = words.into_iter();
-    while let Some(word) = it.next() {
-        let (name, inline) = match word.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
-            _ => (word.clone(), None),
-        };
-        let mut value = |slot: &mut Option<String>| -> Result<(), CliError> {
-            let v = match inline.clone() {
-                Some(v) => v,
-                None => it
-                    .next()
-                    .ok_or_else(|| CliError::usage(format!("{name} needs a value")))?,
-            };
-            if slot.replace(v).is_some() {
-                return Err(CliError::usage(format!("{name} given twice")));
-            }
-            Ok(())
-        };
-        match name.as_str() {
-            "-h" | "--help" | "help" => {
-                return Ok(Args {
-                    command: Command::Help,
-                    store: None,
-                    accounts_table: None,
-                });
-            }
-            "--store" => value(&mut store)?,
-            "--accounts-table" => value(&mut accounts_table)?,
-            "--report" => value(&mut report)?,
-            "--limit" => value(&mut limit)?,
-            flag if flag.starts_with('-') && flag != "-" => {
-                return Err(CliError::usage(format!("unknown option {flag}")));
-            }
-            _ => positional.push(word),
-        }
-    }
-    let json_report = match report.as_deref() {
-        None => false,
-        Some("json") => true,
-        Some(other) => {
-            return Err(CliError::usage(format!(
-                "--report {other:?} is not supported: the only report format is json"
-            )));
-        }
-    };
-    let mut positional = positional.into_iter();
-    let command = match positional.next().as_deref() {
-        None => {
-            return Err(CliError::usage(
-                "missing command: invoke, balances, init or prune",
-            ));
-        }
-        Some("invoke") => {
-            let event = positional.next().ok_or_else(|| {
-                CliError::usage("invoke needs an event file: sqs-claim invoke EVENT.json")
-            })?;
-            Command::Invoke {
-                event: PathBuf::from(event),
-                json_report,
-            }
-        }
-        Some("balances") => Command::Balances,
-        Some("init") => Command::Init,
-        Some("prune") => Command::Prune {
-            limit: match limit.as_deref() {
-                None => DEFAULT_PRUNE_LIMIT,
-                Some(v) => v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                    CliError::usage(format!("--limit {v:?} is not a positive whole number"))
-                })?,
-            },
-        },
-        Some(other) => {
-            return Err(CliError::usage(format!(
-                "unknown command {other:?}: expected invoke, balances, init or prune"
-            )));
-        }
-    };
-    if limit.is_some() && !matches!(command, Command::Prune { .. }) {
-        return Err(CliError::usage("--limit applies to prune only"));
-    }
-    if let Some(extra) = positional.next() {
-        return Err(CliError::usage(format!("unexpected argument {extra:?}")));
-    }
-    if json_report && !matches!(command, Command::Invoke { .. }) {
-        return Err(CliError::usage("--report applies to invoke only"));
-    }
-    Ok(Args {
-        command,
-        store: store.filter(|s| !s.is_empty()),
-        accounts_table: accounts_table.filter(|s| !s.is_empty()),
-    })
+/// What the command line asks for: a command to run, or text to print (help, version).
+#[derive(Debug)]
+enum Parsed {
+    Run(Command, StoreFlags),
+    Print(String),
 }
 
-/// `--store`, else `SQS_CLAIM_STORE`, else the SQLite file in `.sqs-claim/`.
-fn store_url(args: &Args, settings: &Settings) -> Result<StoreUrl, CliError> {
-    let url = match (&args.store, &settings.store) {
-        (Some(s), _) => {
-            StoreUrl::parse(s).map_err(|e| CliError::failed(format!("--store: {e}")))?
+/// Parses the command line. No I/O: help and version come back as text to print.
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            return Ok(Parsed::Print(e.render().to_string()));
         }
-        (None, Some(url)) => url.clone(),
-        // Created on demand by StoreUrl::open.
-        (None, None) => StoreUrl::Sqlite(PathBuf::from(DEFAULT_DIR).join(DEFAULT_DB)),
+        Err(e) => return Err(usage_error(&e)),
     };
-    let accounts = args
-        .accounts_table
-        .clone()
-        .or_else(|| settings.accounts_table.clone());
-    Ok(url.with_accounts_table(accounts))
+    let given = |id: &str, value: Option<String>| {
+        value.filter(|v| from_command_line(&matches, id) && !v.trim().is_empty())
+    };
+    let flags = StoreFlags {
+        store: given("store", cli.store.store),
+        table: given("table", cli.store.table),
+        accounts_table: given("accounts_table", cli.store.accounts_table),
+    };
+    if flags.store.is_some() && flags.table.is_some() {
+        return Err(CliError::usage(
+            "--store and --table both name the store: give one",
+        ));
+    }
+    Ok(Parsed::Run(cli.command, flags))
+}
+
+/// Whether the global flag `id` was typed (before or after the command), not taken from its
+/// environment variable.
+fn from_command_line(matches: &ArgMatches, id: &str) -> bool {
+    let typed = |m: &ArgMatches| m.value_source(id) == Some(ValueSource::CommandLine);
+    typed(matches) || matches.subcommand().is_some_and(|(_, sub)| typed(sub))
+}
+
+/// clap's error as one line, in the words the hand-written parser used where users may have
+/// scripted around them.
+fn usage_error(e: &clap::Error) -> CliError {
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(", ")),
+        _ => None,
+    };
+    let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+    let message = match e.kind() {
+        // clap's derive answers a bare `sqs-claim` with its help (and exit code 2); the old
+        // parser said what was missing, in one line.
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            "missing command: invoke, balances, init or prune".into()
+        }
+        ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
+            "invoke needs an event file: sqs-claim invoke EVENT.json".into()
+        }
+        ErrorKind::InvalidValue if context(ContextKind::InvalidValue).as_deref() == Some("") => {
+            let flag = arg.split_whitespace().next().unwrap_or(&arg);
+            format!("{flag} needs a value")
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            first.strip_prefix("error: ").unwrap_or(first).to_owned()
+        }
+    };
+    CliError::usage(message)
+}
+
+/// The command line's store flags over the environment's: a flag beats any variable, so
+/// `--table` drops an `SQS_CLAIM_STORE` from the environment and `--store` an
+/// `SQS_CLAIM_TABLE`. Errors name the flag.
+fn apply_flags(settings: &mut Settings, flags: StoreFlags) -> Result<(), CliError> {
+    if let Some(store) = flags.store {
+        let url = StoreUrl::parse(&store).map_err(|e| CliError::failed(format!("--store: {e}")))?;
+        settings.store = Some(url);
+        settings.table = None;
+    } else if let Some(table) = flags.table {
+        StoreUrl::parse(&format!("dynamodb:{table}"))
+            .map_err(|e| CliError::failed(format!("--table: {e}")))?;
+        settings.store = None;
+        settings.table = Some(table.trim().to_owned());
+    }
+    if let Some(accounts) = flags.accounts_table {
+        settings.accounts_table = Some(accounts);
+    }
+    Ok(())
 }
 
 /// Reads and checks an SQS event file. Every failure names the file and what is wrong.
-fn read_event(path: &PathBuf) -> Result<SqsEvent, CliError> {
+fn read_event(path: &Path) -> Result<SqsEvent, CliError> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::failed(format!("cannot read event file {shown}: {e}")))?;
@@ -266,38 +315,40 @@ fn read_event(path: &PathBuf) -> Result<SqsEvent, CliError> {
     serde_json::from_value(value).map_err(|e| not_sqs(e.to_string()))
 }
 
-struct Invoke {
+/// `invoke` on whichever ledger is open: the batch response (or the `--report json`
+/// object) on stdout, the summary on stderr.
+async fn invoke(
+    ledger: &AnyLedger,
+    settings: &Settings,
     event: SqsEvent,
-    json_report: bool,
-    settings: Settings,
-    store: String,
+    format: Option<Report>,
+    store: &str,
+) -> Result<(), CliError> {
+    let report = payments::with_ledger!(ledger, l => invoke_on(l.clone(), settings, event).await)?;
+    let out = match format {
+        Some(Report::Json) => report.to_json(),
+        None => serde_json::to_value(report.response()).map_err(CliError::failed)?,
+    };
+    let text = serde_json::to_string_pretty(&out).map_err(CliError::failed)?;
+    println!("{text}");
+    eprint!("{}", summary(&report, store));
+    Ok(())
 }
 
-impl LedgerTask for Invoke {
-    type Output = Result<(), CliError>;
-
-    /// Runs once the ledger is open and ready (`StoreUrl::open_prepared` checked it).
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        let store = &self.store;
-        let processor = payments::build(ledger, &self.settings)
-            .await
-            .map_err(CliError::failed)?;
-        // A default context: no deadline (0), as outside Lambda; leases use SQS_CLAIM_LEASE_SECS.
-        let event = LambdaEvent::new(self.event, Context::default());
-        let report = processor
-            .process(event)
-            .await
-            .map_err(|e| CliError::failed(format!("the batch was refused: {e}")))?;
-        let out = if self.json_report {
-            report.to_json()
-        } else {
-            serde_json::to_value(report.response()).map_err(CliError::failed)?
-        };
-        let text = serde_json::to_string_pretty(&out).map_err(CliError::failed)?;
-        println!("{text}");
-        eprint!("{}", summary(&report, store));
-        Ok(())
-    }
+/// The reference consumer over `event` on `ledger`, as Lambda would run it.
+async fn invoke_on<L: Ledger>(
+    ledger: L,
+    settings: &Settings,
+    event: SqsEvent,
+) -> Result<BatchReport, CliError> {
+    let processor = payments::build(ledger, settings)
+        .await
+        .map_err(CliError::failed)?;
+    // A default context: no deadline (0), as outside Lambda; leases use SQS_CLAIM_LEASE_SECS.
+    processor
+        .process(LambdaEvent::new(event, Context::default()))
+        .await
+        .map_err(|e| CliError::failed(format!("the batch was refused: {e}")))
 }
 
 fn summary(report: &BatchReport, store: &str) -> String {
@@ -335,142 +386,99 @@ fn summary(report: &BatchReport, store: &str) -> String {
     s
 }
 
-struct Balances {
-    store: String,
+/// `balances`: one `account<TAB>cents` line per account on stdout.
+async fn balances(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
+    let balances = ledger
+        .balances()
+        .await
+        .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+    if balances.is_empty() {
+        eprintln!("no accounts yet (store {store})");
+    }
+    for (account, cents) in balances {
+        println!("{account}\t{cents}");
+    }
+    Ok(())
 }
 
-impl LedgerTask for Balances {
-    type Output = Result<(), CliError>;
+/// `init`: creates the store's tables.
+async fn init(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
+    ledger
+        .init()
+        .await
+        .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+    eprintln!("initialized {store}");
+    Ok(())
+}
 
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        let store = &self.store;
-        let fail = |e: sqs_claim::Error| CliError::failed(format!("store {store}: {e}"));
-        let balances = ledger.balances().await.map_err(fail)?;
-        if balances.is_empty() {
-            eprintln!("no accounts yet (store {store})");
+/// `prune`: deletes at most `limit` expired claim records, prints how many.
+async fn prune(ledger: &AnyLedger, store: &str, limit: u32) -> Result<(), CliError> {
+    let pruned = ledger
+        .prune_expired(std::time::SystemTime::now(), limit)
+        .await
+        .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+    match pruned {
+        Some(n) => {
+            println!("{n}");
+            eprintln!("pruned {n} expired claim records from {store} (at most {limit} per run)");
         }
-        for (account, cents) in balances {
-            println!("{account}\t{cents}");
+        None => {
+            println!("0");
+            // Memory has no TTL, but it lives only as long as this process.
+            eprintln!(
+                "nothing to prune in {store} (DynamoDB and Redis expire records by TTL; \
+                 memory: lasts only as long as one run)"
+            );
         }
-        Ok(())
     }
+    Ok(())
 }
 
-struct Init {
-    store: String,
-}
-
-impl LedgerTask for Init {
-    type Output = Result<(), CliError>;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        let store = &self.store;
-        ledger
-            .init()
-            .await
-            .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
-        eprintln!("initialized {store}");
-        Ok(())
-    }
-}
-
-/// Rows deleted by one `prune` when `--limit` is not given.
-const DEFAULT_PRUNE_LIMIT: u32 = 10_000;
-
-struct Prune {
-    store: String,
-    limit: u32,
-}
-
-impl LedgerTask for Prune {
-    type Output = Result<(), CliError>;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        let store = &self.store;
-        let pruned = ledger
-            .prune_expired(std::time::SystemTime::now(), self.limit)
-            .await
-            .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
-        match pruned {
-            Some(n) => {
-                println!("{n}");
-                eprintln!(
-                    "pruned {n} expired claim records from {store} (at most {} per run)",
-                    self.limit
-                );
-            }
-            None => {
-                println!("0");
-                // Memory has no TTL, but it lives only as long as this process.
-                eprintln!(
-                    "nothing to prune in {store} (DynamoDB and Redis expire records by TTL; \
-                     memory: lasts only as long as one run)"
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-async fn run(args: Args) -> Result<(), CliError> {
-    if let Command::Help = args.command {
-        print!("{USAGE}");
-        return Ok(());
-    }
-    let settings = Settings::from_env().map_err(CliError::failed)?;
+async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
+    let mut settings = Settings::from_env().map_err(CliError::failed)?;
     // Read the event before touching the store: a typo in the path should not create files.
-    let event = match &args.command {
+    let event = match &command {
         Command::Invoke { event, .. } => Some(read_event(event)?),
         _ => None,
     };
-    let url = store_url(&args, &settings)?;
+    apply_flags(&mut settings, flags)?;
+    let url = settings.cli_store().map_err(CliError::failed)?;
     let store = url.to_string();
+    let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e}"));
     // Opening the store and its readiness check are bounded (SQS_CLAIM_STARTUP_TIMEOUT_MS).
     let startup = settings.startup_timeout;
-    let opened = match args.command {
-        Command::Invoke { json_report, .. } => {
+    match command {
+        Command::Invoke { report, .. } => {
+            let ledger = AnyLedger::open_prepared(&url, startup)
+                .await
+                .map_err(cannot_open)?;
             let event = event.unwrap_or_default();
-            url.open_prepared(
-                startup,
-                Invoke {
-                    event,
-                    json_report,
-                    settings,
-                    store: store.clone(),
-                },
-            )
-            .await
+            invoke(&ledger, &settings, event, report, &store).await
         }
         Command::Balances => {
-            url.open_prepared(
-                startup,
-                Balances {
-                    store: store.clone(),
-                },
-            )
-            .await
+            let ledger = AnyLedger::open_prepared(&url, startup)
+                .await
+                .map_err(cannot_open)?;
+            balances(&ledger, &store).await
         }
         Command::Init => {
-            url.open(Init {
-                store: store.clone(),
-            })
-            .await
+            let ledger = AnyLedger::open(&url).await.map_err(cannot_open)?;
+            init(&ledger, &store).await
         }
         Command::Prune { limit } => {
-            url.open(Prune {
-                store: store.clone(),
-                limit,
-            })
-            .await
+            let ledger = AnyLedger::open(&url).await.map_err(cannot_open)?;
+            prune(&ledger, &store, limit).await
         }
-        Command::Help => return Ok(()),
-    };
-    opened.map_err(|e| CliError::failed(format!("cannot open store {store}: {e}")))?
+    }
 }
 
 fn main() -> ExitCode {
-    let args = match parse_args(std::env::args_os().skip(1).collect()) {
-        Ok(args) => args,
+    let (command, flags) = match parse(std::env::args_os()) {
+        Ok(Parsed::Run(command, flags)) => (command, flags),
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => return fail(e),
     };
     if std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty()) {
@@ -492,7 +500,7 @@ fn main() -> ExitCode {
             )));
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run(command, flags)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
@@ -503,4 +511,175 @@ fn fail(e: CliError) -> ExitCode {
     let one_line = e.message.split_whitespace().collect::<Vec<_>>().join(" ");
     eprintln!("error: {one_line}");
     ExitCode::from(e.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_words(words: &[&str]) -> Result<Parsed, CliError> {
+        parse(
+            std::iter::once("sqs-claim")
+                .chain(words.iter().copied())
+                .map(OsString::from),
+        )
+    }
+
+    fn run_of(words: &[&str]) -> (Command, StoreFlags) {
+        match parse_words(words) {
+            Ok(Parsed::Run(command, flags)) => (command, flags),
+            other => panic!("{words:?}: expected a command, got {other:?}"),
+        }
+    }
+
+    fn usage(words: &[&str]) -> String {
+        match parse_words(words) {
+            Err(e) => {
+                assert_eq!(e.code, 2, "{words:?}: {}", e.message);
+                e.message
+            }
+            other => panic!("{words:?}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn store_flags_go_before_or_after_the_command() {
+        for words in [
+            &["--store", "memory:", "balances"][..],
+            &["balances", "--store", "memory:"][..],
+            &["balances", "--store=memory:"][..],
+        ] {
+            let (command, flags) = run_of(words);
+            assert!(matches!(command, Command::Balances), "{words:?}");
+            assert_eq!(flags.store.as_deref(), Some("memory:"), "{words:?}");
+        }
+        let (command, flags) = run_of(&[
+            "invoke",
+            "e.json",
+            "--table",
+            "claims",
+            "--accounts-table",
+            "ledger",
+            "--report",
+            "json",
+        ]);
+        assert!(matches!(
+            command,
+            Command::Invoke { ref event, report: Some(Report::Json) } if event == Path::new("e.json")
+        ));
+        assert_eq!(
+            flags,
+            StoreFlags {
+                store: None,
+                table: Some("claims".into()),
+                accounts_table: Some("ledger".into())
+            }
+        );
+        // An empty value counts as not given, as before.
+        assert_eq!(
+            run_of(&["balances", "--store", ""]).1,
+            StoreFlags::default()
+        );
+        let (command, _) = run_of(&["prune"]);
+        assert!(matches!(
+            command,
+            Command::Prune {
+                limit: DEFAULT_PRUNE_LIMIT
+            }
+        ));
+    }
+
+    #[test]
+    fn usage_mistakes_are_one_line_in_the_old_words() {
+        assert!(usage(&[]).contains("missing command"));
+        assert!(usage(&["invoke"]).contains("invoke needs an event file"));
+        assert!(usage(&["balances", "--store"]).contains("--store needs a value"));
+        assert!(usage(&["balances", "--bogus"]).contains("--bogus"));
+        assert!(usage(&["frobnicate"]).contains("frobnicate"));
+        assert!(usage(&["invoke", "e.json", "--report", "yaml"]).contains("yaml"));
+        assert!(usage(&["prune", "--limit", "0"]).contains("--limit"));
+        assert!(usage(&["balances", "--limit", "5"]).contains("--limit"));
+        assert!(usage(&["balances", "--store", "a", "--store", "b"]).contains("--store"));
+        assert!(usage(&["balances", "--store", "memory:", "--table", "t"]).contains("--table"));
+        for words in [&[][..], &["invoke"], &["balances", "--bogus"]] {
+            let message = usage(words);
+            assert!(!message.contains('\n'), "{words:?}: {message:?}");
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_text_to_print() {
+        for (words, want) in [
+            (&["--help"][..], "sqs-claim invoke EVENT.json"),
+            (&["--version"], env!("CARGO_PKG_VERSION")),
+            (&["help", "invoke"], "--report"),
+            (&["invoke", "--help"], "--report"),
+            (&["prune", "--help"], "--limit"),
+        ] {
+            match parse_words(words) {
+                Ok(Parsed::Print(text)) => assert!(text.contains(want), "{words:?}: {text}"),
+                other => panic!("{words:?}: expected text, got {other:?}"),
+            }
+        }
+    }
+
+    fn settings(vars: &[(&str, &str)]) -> Settings {
+        Settings::from_lookup(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .expect("valid settings")
+    }
+
+    #[test]
+    fn a_flag_beats_the_environment() {
+        let env = [
+            ("SQS_CLAIM_STORE", "memory:"),
+            ("SQS_CLAIM_TABLE", "envtable"),
+        ];
+        let mut s = settings(&env);
+        apply_flags(&mut s, StoreFlags::default()).expect("no flags");
+        assert_eq!(s.cli_store().expect("url"), StoreUrl::Memory);
+
+        let mut s = settings(&env);
+        let flags = StoreFlags {
+            table: Some("claims".into()),
+            ..StoreFlags::default()
+        };
+        apply_flags(&mut s, flags).expect("--table");
+        assert_eq!(
+            s.cli_store().expect("url"),
+            StoreUrl::DynamoDb {
+                table: "claims".into(),
+                accounts_table: "claims-accounts".into()
+            }
+        );
+
+        let mut s = settings(&[
+            ("SQS_CLAIM_TABLE", "envtable"),
+            ("SQS_CLAIM_ACCOUNTS_TABLE", "a"),
+        ]);
+        let flags = StoreFlags {
+            store: Some("sqlite:x.db".into()),
+            accounts_table: Some("b".into()),
+            ..StoreFlags::default()
+        };
+        apply_flags(&mut s, flags).expect("--store");
+        assert_eq!(s.cli_store().expect("url"), StoreUrl::Sqlite("x.db".into()));
+        assert_eq!(s.accounts_table.as_deref(), Some("b"));
+
+        let mut s = settings(&[]);
+        let bad = StoreFlags {
+            table: Some("a b".into()),
+            ..StoreFlags::default()
+        };
+        let err = apply_flags(&mut s, bad).expect_err("not a table name");
+        assert!(err.message.starts_with("--table: "), "{}", err.message);
+    }
 }

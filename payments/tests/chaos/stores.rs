@@ -4,9 +4,11 @@
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
-use payments::{DynamoDbLedger, Ledger, LedgerTask};
+use payments::{
+    AnyLedger, DynamoDbLedger, Ledger, PostgresLedger, RedisLedger, SqliteLedger, TieredLedger,
+};
 use serde::{Deserialize, Serialize};
-use sqs_claim::{PostgresStore, RedisStore, SqliteStore, TieredStore};
+use sqs_claim::{PostgresStore, RedisStore, SqliteStore};
 
 /// A store kind, as named in `CHAOS_STORES`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,27 +87,28 @@ fn text(e: impl std::fmt::Display) -> String {
 }
 
 /// Opens the ledger `spec` names with the library's ordinary constructors (connections are
-/// opened lazily, on first use, inside the invocation) and runs `task` on it.
-pub async fn open<T: LedgerTask>(spec: &Spec, task: T) -> Result<T::Output, String> {
+/// opened lazily, on first use, inside the invocation).
+pub async fn open(spec: &Spec) -> Result<AnyLedger, String> {
     Ok(match spec {
-        Spec::Sqlite { path } => task.run(SqliteStore::open(path).map_err(text)?).await,
-        Spec::Postgres { url, table } => task.run(postgres(url, table)?).await,
-        Spec::Redis { url, prefix } => task.run(redis(url, prefix)?).await,
+        Spec::Sqlite { path } => {
+            AnyLedger::Sqlite(SqliteLedger::new(SqliteStore::open(path).map_err(text)?))
+        }
+        Spec::Postgres { url, table } => {
+            AnyLedger::Postgres(PostgresLedger::new(postgres(url, table)?))
+        }
+        Spec::Redis { url, prefix } => AnyLedger::Redis(RedisLedger::new(redis(url, prefix)?)),
         Spec::DynamoDb {
             table, accounts, ..
-        } => {
-            task.run(DynamoDbLedger::from_env(table, accounts).await)
-                .await
-        }
+        } => AnyLedger::DynamoDb(DynamoDbLedger::from_env(table, accounts).await),
         Spec::Tiered {
             redis_url,
             prefix,
             pg_url,
             table,
-        } => {
-            let tiered = TieredStore::new(redis(redis_url, prefix)?, postgres(pg_url, table)?);
-            task.run(tiered).await
-        }
+        } => AnyLedger::TieredPostgres(TieredLedger::new(
+            redis(redis_url, prefix)?,
+            PostgresLedger::new(postgres(pg_url, table)?),
+        )),
     })
 }
 
@@ -321,12 +324,14 @@ impl Resources {
 
     /// Creates the run's tables.
     pub async fn init(&self) -> Result<(), String> {
-        open(&self.direct, Init).await?
+        let ledger = open(&self.direct).await?;
+        ledger.init().await.map_err(text)?;
+        ledger.prepare().await.map_err(text)
     }
 
     /// The balances, read straight from the server.
     pub async fn balances(&self) -> Result<Vec<(String, i64)>, String> {
-        open(&self.direct, Balances).await?
+        open(&self.direct).await?.balances().await.map_err(text)
     }
 
     /// Removes the run's tables, keys or file. Failures are printed, not fatal: the names are
@@ -412,26 +417,5 @@ async fn delete_keys(url: &str, prefix: &str) -> Result<(), String> {
             return Ok(());
         }
         cursor = next;
-    }
-}
-
-struct Init;
-
-impl LedgerTask for Init {
-    type Output = Result<(), String>;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        ledger.init().await.map_err(text)?;
-        ledger.prepare().await.map_err(text)
-    }
-}
-
-struct Balances;
-
-impl LedgerTask for Balances {
-    type Output = Result<Vec<(String, i64)>, String>;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
-        ledger.balances().await.map_err(text)
     }
 }

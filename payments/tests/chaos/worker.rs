@@ -15,10 +15,10 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use lambda_runtime::{Context, LambdaEvent};
-use payments::{Ledger, LedgerTask, PaymentHandler};
+use payments::{Ledger, PaymentHandler};
 use serde_json::json;
 use sqs_claim::events::SqsEvent;
-use sqs_claim::store::epoch_millis;
+use sqs_claim::store::{ClaimStore, epoch_millis};
 use sqs_claim::{Effects, KeySource, Message, Processor};
 use tower::Service;
 
@@ -98,7 +98,8 @@ async fn run() -> Result<String, String> {
         budget,
         seed,
     };
-    open(&spec, task).await?
+    let ledger = open(&spec).await?;
+    payments::with_ledger!(ledger, l => task.run(l).await)
 }
 
 struct Invoke {
@@ -109,15 +110,14 @@ struct Invoke {
     seed: u64,
 }
 
-impl LedgerTask for Invoke {
-    type Output = Result<String, String>;
-
-    async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
+impl Invoke {
+    /// The invocation on `ledger`, whichever store it is on.
+    async fn run<L: Ledger>(self, ledger: L) -> Result<String, String> {
         let handler = Slow {
             inner: PaymentHandler::new(ledger.clone()),
             rng: Arc::new(Mutex::new(fastrand::Rng::with_seed(self.seed))),
         };
-        let processor = Processor::builder(ledger, handler)
+        let processor = Processor::builder(ledger.store().clone(), handler)
             .key(self.key)
             .namespace(self.namespace)
             .ttl(Duration::from_secs(3600))
@@ -158,10 +158,13 @@ struct Slow<L> {
     rng: Arc<Mutex<fastrand::Rng>>,
 }
 
-impl<L: Ledger + Clone> Service<Message> for Slow<L> {
-    type Response = Effects<L::Effect>;
+/// The effect type of ledger `L`'s store.
+type EffectOf<L> = <<L as Ledger>::Store as ClaimStore>::Effect;
+
+impl<L: Ledger> Service<Message> for Slow<L> {
+    type Response = Effects<EffectOf<L>>;
     type Error = sqs_claim::Error;
-    type Future = BoxFuture<'static, Result<Effects<L::Effect>, sqs_claim::Error>>;
+    type Future = BoxFuture<'static, Result<Effects<EffectOf<L>>, sqs_claim::Error>>;
 
     fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)

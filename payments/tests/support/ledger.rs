@@ -9,16 +9,17 @@ use std::time::{Duration, SystemTime};
 
 use payments::{Ledger, Payment};
 use sqs_claim::ErrorKind;
-use sqs_claim::store::Effects;
 use sqs_claim::store::conformance::{acquire, request};
+use sqs_claim::store::{ClaimStore, Effects};
 
 /// Claims a fresh key and completes it with one credit; the completion's result.
 async fn credit<L: Ledger>(ledger: &L, account: &str, amount: i64) -> Result<(), sqs_claim::Error> {
     let key = format!("range#{}", uuid::Uuid::new_v4().simple());
     let now = SystemTime::now();
-    let token = acquire(ledger, request(&key, now)).await;
+    let token = acquire(ledger.store(), request(&key, now)).await;
     let effects = Effects::one(ledger.credit(account, amount));
     ledger
+        .store()
         .complete(&key, &token, now + Duration::from_secs(3600), effects)
         .await
 }
