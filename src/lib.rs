@@ -68,6 +68,7 @@ mod error;
 pub mod key;
 pub mod message;
 pub mod outcome;
+mod pointer;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
@@ -82,7 +83,7 @@ pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
 pub use processor::{
-    Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
+    Config, FifoMode, OneShot, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
 };
 pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};

@@ -27,7 +27,7 @@ use crate::deadline::{self, Budget, OutOfTime};
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::retry::RetryPolicy;
-use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite};
 use crate::{BoxError, Error, ErrorKind};
 
 /// A FIFO item's result, as the items that depend on it see it.
@@ -157,7 +157,12 @@ where
                     .collect();
                 (group.index, outcome, copies)
             })
-            .buffered(self.config.concurrency)
+            .buffered(
+                self.config
+                    .concurrency
+                    .unwrap_or_else(|| self.store.max_in_flight())
+                    .max(1),
+            )
             .collect()
             .await;
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
@@ -292,6 +297,11 @@ where
         if !budget.may_start() {
             return Outcome::NotStarted(NotStarted::Deadline);
         }
+        if self.config.one_shot {
+            return self
+                .run_one_shot(message, id, key, fingerprint, budget)
+                .await;
+        }
         let config = &self.config;
         let now = budget.now();
         let lease_until = budget.lease_until(now);
@@ -359,6 +369,70 @@ where
             // until its lease lapses, so a redelivery cannot race a call still in flight.
             HandlerEnd::TimedOut(after) => Outcome::Failed(handler_timed_out(after, true)),
             HandlerEnd::OutOfTime => Outcome::CutOff(Step::Handler),
+        }
+    }
+
+    /// One-shot: the handler computes the effects (it cannot await: see
+    /// [`OneShot`](super::OneShot)), then one atomic write claims the key as completed and
+    /// commits them. Nothing is ever held: a failure writes nothing, so there is nothing to
+    /// release, and a store outage cannot fail open (effects never commit without a record).
+    async fn run_one_shot(
+        &self,
+        message: Message,
+        id: &str,
+        key: &str,
+        fingerprint: Option<&str>,
+        budget: &Budget,
+    ) -> Outcome {
+        let effects = match self.call_handler(message, budget).await {
+            HandlerEnd::Returned(Ok(effects)) => effects,
+            HandlerEnd::Returned(Err(failure)) => return Outcome::Failed(failure),
+            HandlerEnd::TimedOut(after) => return Outcome::Failed(handler_timed_out(after, false)),
+            HandlerEnd::OutOfTime => return Outcome::CutOff(Step::Handler),
+        };
+        let now = budget.now();
+        let request = ClaimRequest {
+            key,
+            now,
+            lease_until: budget.lease_until(now),
+            expires_at: deadline::after(now, self.config.ttl),
+            fingerprint,
+        };
+        let Ok(written) = budget
+            .bounded(self.store.claim_completed(request, effects))
+            .await
+        else {
+            return Outcome::CutOff(Step::Completion);
+        };
+        match written {
+            Ok(OneShotWrite::Committed) => Outcome::Processed,
+            Ok(OneShotWrite::Completed(record)) => {
+                let differs = matches!(
+                    (fingerprint, record.fingerprint.as_deref()),
+                    (Some(ours), Some(theirs)) if ours != theirs
+                );
+                self.config
+                    .payload_check
+                    .judge(differs, id, "a completed record")
+            }
+            Ok(OneShotWrite::HeldElsewhere { lease_until }) => {
+                Outcome::HeldElsewhere { lease_until }
+            }
+            Err(e) => {
+                let kind = match e.kind() {
+                    ErrorKind::EffectRejected => FailureKind::EffectRejected,
+                    ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
+                    _ => FailureKind::StoreRejected,
+                };
+                let what = if e.is_transient() {
+                    "one-shot write could not be confirmed, it may or may not have committed \
+                     (the redelivery finds out: skipped as a duplicate if it did, committed if \
+                     it did not)"
+                } else {
+                    "one-shot write failed, nothing was committed"
+                };
+                Outcome::Failed(Failure::new(kind, format!("{what}: {e}")))
+            }
         }
     }
 
