@@ -288,7 +288,7 @@ where
     /// claim → handler → complete or release, each step under the budget.
     async fn run_claimed(
         &self,
-        message: Message,
+        message: Box<Message>,
         id: &str,
         key: &str,
         fingerprint: Option<&str>,
@@ -314,7 +314,9 @@ where
             expires_at: deadline::after(now, config.ttl).max(lease_until),
             fingerprint,
         };
-        let Ok(claim) = budget.bounded(self.store.claim(request)).await else {
+        // Store futures are boxed where they are awaited: an SDK call's future runs to
+        // kilobytes, and inline it would grow every message's future (see `call_handler`).
+        let Ok(claim) = budget.bounded(Box::pin(self.store.claim(request))).await else {
             return Outcome::CutOff(Step::Claim);
         };
         let token = match claim {
@@ -334,15 +336,14 @@ where
             Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
                 if config.on_store_unavailable == StoreUnavailable::FailOpen {
                     warn!(message_id = %id, key, error = %e, "store unavailable: fail-open, running without a claim");
-                    return self
-                        .run_unclaimed(
-                            message,
-                            budget,
-                            FailureKind::StoreUnavailable,
-                            "the store was unavailable and the message ran without a claim \
-                             (StoreUnavailable::FailOpen)",
-                        )
-                        .await;
+                    return Box::pin(self.run_unclaimed(
+                        message,
+                        budget,
+                        FailureKind::StoreUnavailable,
+                        "the store was unavailable and the message ran without a claim \
+                         (StoreUnavailable::FailOpen)",
+                    ))
+                    .await;
                 }
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreUnavailable,
@@ -359,10 +360,10 @@ where
 
         match self.call_handler(message, budget).await {
             HandlerEnd::Returned(Ok(effects)) => {
-                self.complete(id, key, &token, budget, effects).await
+                Box::pin(self.complete(id, key, &token, budget, effects)).await
             }
             HandlerEnd::Returned(Err(failure)) => {
-                self.release(id, key, &token, budget).await;
+                Box::pin(self.release(id, key, &token, budget)).await;
                 Outcome::Failed(failure)
             }
             // The call may have reached an external service: the claim is kept (not released)
@@ -378,7 +379,7 @@ where
     /// release, and a store outage cannot fail open (effects never commit without a record).
     async fn run_one_shot(
         &self,
-        message: Message,
+        message: Box<Message>,
         id: &str,
         key: &str,
         fingerprint: Option<&str>,
@@ -399,7 +400,7 @@ where
             fingerprint,
         };
         let Ok(written) = budget
-            .bounded(self.store.claim_completed(request, effects))
+            .bounded(Box::pin(self.store.claim_completed(request, effects)))
             .await
         else {
             return Outcome::CutOff(Step::Completion);
@@ -441,7 +442,7 @@ where
     /// point at the real cause (a missing key is not a store outage).
     async fn run_unclaimed(
         &self,
-        message: Message,
+        message: Box<Message>,
         budget: &Budget,
         kind: FailureKind,
         why: &str,
@@ -463,15 +464,22 @@ where
 
     /// Calls the handler under the handler timeout and the budget, turning an error or a panic
     /// into a [`Failure`].
-    async fn call_handler(&self, message: Message, budget: &Budget) -> HandlerEnd<S::Effect> {
+    async fn call_handler(&self, message: Box<Message>, budget: &Budget) -> HandlerEnd<S::Effect> {
         let mut handler = self.handler.clone();
         // The whole call, `ready` and the synchronous part of `call` included, is inside
         // `catch_unwind`: a panicking handler fails its message, not the batch.
-        let run = AssertUnwindSafe(async move {
-            let ready = handler.ready().await.map_err(Into::into)?;
-            ready.call(message).await.map_err(Into::into)
-        })
-        .catch_unwind();
+        //
+        // Boxed: every layer around it (the handler timeout, the budget, the claim's steps)
+        // would otherwise hold a copy of the handler's future and the message, and the
+        // per-message future grew to kilobytes that every scheduling step moved; one small
+        // allocation is cheaper.
+        let run = Box::pin(
+            AssertUnwindSafe(async move {
+                let ready = handler.ready().await.map_err(Into::into)?;
+                ready.call(*message).await.map_err(Into::into)
+            })
+            .catch_unwind(),
+        );
         let timed = async {
             match self.config.handler_timeout {
                 None => Ok(run.await),
@@ -543,7 +551,7 @@ where
                     .map(|e| Effects::from(e.as_slice().to_vec()))
                     .unwrap_or_default()
             };
-            self.store.complete(key, token, expires_at, send)
+            Box::pin(self.store.complete(key, token, expires_at, send))
         };
         let retried = policy.retry(
             budget.hard_stop(),

@@ -125,8 +125,21 @@ pub struct ClaimToken(String);
 
 impl ClaimToken {
     /// A new random token (UUID v4).
+    ///
+    /// Tokens must be unique, not secret (they are stored beside the key): 122 random bits
+    /// from a per-thread generator seeded once from the operating system, instead of a system
+    /// call per token (which cost about a fifth of the processor's time per message).
     pub fn generate() -> Self {
-        ClaimToken(uuid::Uuid::new_v4().to_string())
+        thread_local! {
+            static RNG: std::cell::RefCell<fastrand::Rng> = std::cell::RefCell::new({
+                let seed = uuid::Uuid::new_v4().as_u64_pair();
+                fastrand::Rng::with_seed(seed.0 ^ seed.1.rotate_left(32))
+            });
+        }
+        let bits = RNG.with(|rng| rng.borrow_mut().u128(..));
+        let uuid = uuid::Builder::from_random_bytes(bits.to_le_bytes()).into_uuid();
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        ClaimToken(uuid.hyphenated().encode_lower(&mut buf).to_owned())
     }
 
     /// Wraps a token read back from a store.
