@@ -83,8 +83,7 @@ impl KeySource {
             KeySource::MessageId => msg.message_id.clone().filter(|s| !s.is_empty()),
             KeySource::JsonPointer(ptr) => {
                 let body = msg.body.as_deref().unwrap_or("");
-                let value: serde_json::Value = serde_json::from_str(body).map_err(|e| {
-                    // Position only: the serde message can quote the body, which stays out of logs.
+                match crate::pointer::find(body, ptr).map_err(|e| {
                     Error::new(
                         ErrorKind::MissingKey,
                         format!(
@@ -93,12 +92,9 @@ impl KeySource {
                             e.column()
                         ),
                     )
-                })?;
-                match value.pointer(ptr) {
-                    None | Some(serde_json::Value::Null) => None,
-                    Some(serde_json::Value::String(s)) if s.is_empty() => None,
-                    Some(serde_json::Value::String(s)) => Some(s.clone()),
-                    Some(other) => Some(other.to_string()),
+                })? {
+                    crate::pointer::Found::Nothing => None,
+                    crate::pointer::Found::Value(v) => Some(v),
                 }
             }
             KeySource::MessageAttribute(name) => msg
@@ -148,7 +144,19 @@ pub(crate) fn namespaced(namespace: &str, raw: &str) -> String {
 
 /// Lowercase hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    hex_lower(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex, as `hex::encode` writes it, from a table: one push per digit, no
+/// formatting machinery, one allocation of the right size (this runs for every message).
+fn hex_lower(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -160,6 +168,19 @@ mod tests {
         m.message_id = Some("m-1".into());
         m.body = Some(body.into());
         m
+    }
+
+    #[test]
+    fn hex_matches_the_hex_crate() {
+        for input in [
+            &b""[..],
+            b"a",
+            b"\x00\xff\x10\x0f",
+            b"{\"order_id\":\"o-1\"}",
+        ] {
+            assert_eq!(hex_lower(input), hex::encode(input));
+            assert_eq!(sha256_hex(input), hex::encode(Sha256::digest(input)));
+        }
     }
 
     #[test]

@@ -71,6 +71,7 @@ pub mod key;
 pub mod lambda;
 pub mod message;
 pub mod outcome;
+mod pointer;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
@@ -85,7 +86,7 @@ pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
 pub use processor::{
-    Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
+    Config, FifoMode, OneShot, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
 };
 pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};

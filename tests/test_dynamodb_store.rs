@@ -206,6 +206,7 @@ async fn atomic_effects_in_one_transaction() {
         table: side.table().to_owned(),
     };
     conformance::atomic_effects(&store, &probe).await;
+    conformance::one_shot_effects(&store, &probe).await;
 }
 
 #[tokio::test]

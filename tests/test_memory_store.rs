@@ -78,6 +78,7 @@ async fn conformance_races_on_a_multi_thread_runtime() {
 async fn conformance_atomic_effects() {
     let probe = Probe::default();
     conformance::atomic_effects(&MemoryStore::new(), &probe).await;
+    conformance::one_shot_effects(&MemoryStore::new(), &probe).await;
     // The suite's refused effect was never applied either.
     assert!(
         !probe

@@ -107,6 +107,7 @@ async fn conformance_atomic_effects() {
     let store = store().await;
     let probe = Probe::new(&store).await;
     conformance::atomic_effects(&store, &probe).await;
+    conformance::one_shot_effects(&store, &probe).await;
     drop_table(&store).await;
 }
 

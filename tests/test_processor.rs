@@ -1260,6 +1260,51 @@ async fn deadline_cutoff_stops_starting_messages() {
 /// Runs `3 * limit` messages whose handlers meet at a barrier of `limit`: the batch completes
 /// only if `limit` handlers really run at once, and the gauge shows no more ever did.
 async fn concurrency_is(limit: usize, configured: Option<usize>) {
+    concurrency_on(MemoryStore::new(), limit, configured).await;
+}
+
+/// A memory store that says it carries `.1` calls at once.
+#[derive(Clone)]
+struct Carries(MemoryStore, usize);
+
+impl ClaimStore for Carries {
+    type Effect = sqs_claim::store::MemoryEffect;
+
+    async fn claim(
+        &self,
+        req: sqs_claim::store::ClaimRequest<'_>,
+    ) -> Result<Claim, sqs_claim::Error> {
+        self.0.claim(req).await
+    }
+
+    async fn complete(
+        &self,
+        key: &str,
+        token: &sqs_claim::store::ClaimToken,
+        expires_at: SystemTime,
+        effects: sqs_claim::Effects<Self::Effect>,
+    ) -> Result<(), sqs_claim::Error> {
+        self.0.complete(key, token, expires_at, effects).await
+    }
+
+    async fn release(
+        &self,
+        key: &str,
+        token: &sqs_claim::store::ClaimToken,
+    ) -> Result<(), sqs_claim::Error> {
+        self.0.release(key, token).await
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.1
+    }
+}
+
+async fn concurrency_on<S: ClaimStore + Clone + Send + Sync + 'static>(
+    store: S,
+    limit: usize,
+    configured: Option<usize>,
+) {
     let gauge = Gauge::new();
     let barrier = Arc::new(tokio::sync::Barrier::new(limit));
     let g = gauge.clone();
@@ -1275,7 +1320,7 @@ async fn concurrency_is(limit: usize, configured: Option<usize>) {
             Ok::<(), BoxError>(())
         }
     });
-    let mut b = Processor::builder(MemoryStore::new(), handler).namespace("t");
+    let mut b = Processor::builder(store, handler).namespace("t");
     if let Some(n) = configured {
         b = b.concurrency(n);
     }
@@ -1297,9 +1342,11 @@ async fn standard_concurrency_is_bounded_and_reached() {
     concurrency_is(1, Some(0)).await;
 }
 
+/// The default is what the store says it carries; a builder setting overrides it.
 #[tokio::test]
-async fn standard_concurrency_default_is_ten() {
-    concurrency_is(10, None).await;
+async fn standard_concurrency_default_is_the_stores_bound() {
+    concurrency_on(Carries(MemoryStore::new(), 7), 7, None).await;
+    concurrency_on(Carries(MemoryStore::new(), 7), 3, Some(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,6 +82,7 @@ async fn conformance_atomic_effects() {
     let store = store().await;
     let probe = Probe::new(&store).await;
     conformance::atomic_effects(&store, &probe).await;
+    conformance::one_shot_effects(&store, &probe).await;
     cleanup(store.connection(), store.prefix()).await;
 }
 

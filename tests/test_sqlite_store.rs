@@ -119,7 +119,9 @@ async fn conformance_on_a_file() {
     conformance::run_all(&store).await;
     probe_table(&store).await;
     conformance::atomic_effects(&store, &RowCountProbe(store.clone())).await;
+    conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;
     conformance::atomic_effects(&store, &ConstraintProbe(store.clone())).await;
+    conformance::one_shot_effects(&store, &ConstraintProbe(store.clone())).await;
 }
 
 #[tokio::test]
@@ -128,6 +130,7 @@ async fn conformance_in_memory() {
     conformance::run_all(&store).await;
     probe_table(&store).await;
     conformance::atomic_effects(&store, &RowCountProbe(store.clone())).await;
+    conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;
 }
 
 /// Two stores (two connections, two threads) on one file, 16 claimers each per key, all at

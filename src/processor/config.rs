@@ -79,7 +79,7 @@ pub struct Config {
     pub(super) namespace: Option<String>,
     pub(super) missing_key: MissingKey,
     pub(super) payload_check: PayloadCheck,
-    pub(super) concurrency: usize,
+    pub(super) concurrency: Option<usize>,
     pub(super) lease: Duration,
     pub(super) ttl: Duration,
     pub(super) deadline_margin: Duration,
@@ -89,6 +89,9 @@ pub struct Config {
     pub(super) fifo: FifoMode,
     pub(super) completion_retry: RetryPolicy,
     pub(super) clock: Clock,
+    /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
+    /// cannot await: the handler then runs before the claim.
+    pub(super) one_shot: bool,
 }
 
 impl Default for Config {
@@ -98,7 +101,7 @@ impl Default for Config {
             namespace: None,
             missing_key: MissingKey::Fail,
             payload_check: PayloadCheck::Fail,
-            concurrency: 10,
+            concurrency: None,
             lease: Duration::from_secs(300),
             ttl: Duration::from_secs(24 * 3600),
             deadline_margin: Duration::from_secs(2),
@@ -108,6 +111,7 @@ impl Default for Config {
             fifo: FifoMode::PerGroup,
             completion_retry: RetryPolicy::default(),
             clock: Clock::system(),
+            one_shot: false,
         }
     }
 }
@@ -155,10 +159,15 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// How many messages of a standard-queue batch run at once. Default: 10. Values below 1
-    /// are treated as 1.
+    /// How many messages of a standard-queue batch run at once. Default: what the store can
+    /// carry ([`ClaimStore::max_in_flight`](crate::ClaimStore::max_in_flight): 256 for
+    /// DynamoDB, Redis and SQLite, the pool size for PostgreSQL), so a batch of up to that
+    /// many takes the round trips of one message. Lower it when the handler calls a service
+    /// that cannot take that many calls at once, or when a provisioned DynamoDB table would
+    /// throttle that many writes (each message writes its claim and its completion). Values
+    /// below 1 are treated as 1.
     pub fn concurrency(mut self, n: usize) -> Self {
-        self.config.concurrency = n.max(1);
+        self.config.concurrency = Some(n.max(1));
         self
     }
 

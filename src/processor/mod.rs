@@ -21,6 +21,7 @@
 //! (`Budget::bounded`), called for every step in `run.rs`.
 
 mod config;
+mod one_shot;
 mod plan;
 mod run;
 
@@ -35,6 +36,7 @@ use tower::Service;
 use tracing::info;
 
 pub use config::{Config, FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
+pub use one_shot::OneShot;
 
 use crate::deadline::Budget;
 use crate::message::Message;
@@ -140,6 +142,44 @@ where
             "batch done"
         );
         Ok(report)
+    }
+}
+
+impl<S, F> Processor<S, OneShot<F, S::Effect>>
+where
+    S: ClaimStore,
+    F: Fn(&Message) -> Result<Effects<S::Effect>, BoxError> + Send + Sync + 'static,
+{
+    /// A builder for a processor in one-shot mode: `effects` computes each message's effects
+    /// (it cannot await, so it cannot change anything outside the store), then one atomic
+    /// write claims the key as completed and commits them
+    /// ([`ClaimStore::claim_completed`]): one request per fresh message and one per duplicate
+    /// on DynamoDB, one SQL transaction on SQLite and PostgreSQL.
+    ///
+    /// A duplicate is found by the same write (its condition fails), so the function runs for
+    /// duplicates too; a failing write changes nothing. See [`OneShot`].
+    ///
+    /// ```
+    /// use sqs_claim::store::memory::MemoryEffect;
+    /// use sqs_claim::{Effects, MemoryStore, Message, Processor};
+    ///
+    /// let processor = Processor::one_shot(MemoryStore::new(), |msg: &Message| {
+    ///     let order: serde_json::Value = msg.json()?;
+    ///     let _ = order;
+    ///     Ok(Effects::one(MemoryEffect::new(|| {})))
+    /// })
+    /// .build();
+    /// # let _ = processor;
+    /// ```
+    pub fn one_shot(store: S, effects: F) -> ProcessorBuilder<S, OneShot<F, S::Effect>> {
+        ProcessorBuilder {
+            store,
+            handler: OneShot::new(effects),
+            config: Config {
+                one_shot: true,
+                ..Config::default()
+            },
+        }
     }
 }
 

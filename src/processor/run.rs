@@ -27,7 +27,7 @@ use crate::deadline::{self, Budget, OutOfTime};
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::retry::RetryPolicy;
-use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite};
 use crate::{BoxError, Error, ErrorKind};
 
 /// A FIFO item's result, as the items that depend on it see it.
@@ -157,7 +157,12 @@ where
                     .collect();
                 (group.index, outcome, copies)
             })
-            .buffered(self.config.concurrency)
+            .buffered(
+                self.config
+                    .concurrency
+                    .unwrap_or_else(|| self.store.max_in_flight())
+                    .max(1),
+            )
             .collect()
             .await;
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
@@ -283,7 +288,7 @@ where
     /// claim → handler → complete or release, each step under the budget.
     async fn run_claimed(
         &self,
-        message: Message,
+        message: Box<Message>,
         id: &str,
         key: &str,
         fingerprint: Option<&str>,
@@ -291,6 +296,11 @@ where
     ) -> Outcome {
         if !budget.may_start() {
             return Outcome::NotStarted(NotStarted::Deadline);
+        }
+        if self.config.one_shot {
+            return self
+                .run_one_shot(message, id, key, fingerprint, budget)
+                .await;
         }
         let config = &self.config;
         let now = budget.now();
@@ -304,7 +314,9 @@ where
             expires_at: deadline::after(now, config.ttl).max(lease_until),
             fingerprint,
         };
-        let Ok(claim) = budget.bounded(self.store.claim(request)).await else {
+        // Store futures are boxed where they are awaited: an SDK call's future runs to
+        // kilobytes, and inline it would grow every message's future (see `call_handler`).
+        let Ok(claim) = budget.bounded(Box::pin(self.store.claim(request))).await else {
             return Outcome::CutOff(Step::Claim);
         };
         let token = match claim {
@@ -324,15 +336,14 @@ where
             Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
                 if config.on_store_unavailable == StoreUnavailable::FailOpen {
                     warn!(message_id = %id, key, error = %e, "store unavailable: fail-open, running without a claim");
-                    return self
-                        .run_unclaimed(
-                            message,
-                            budget,
-                            FailureKind::StoreUnavailable,
-                            "the store was unavailable and the message ran without a claim \
-                             (StoreUnavailable::FailOpen)",
-                        )
-                        .await;
+                    return Box::pin(self.run_unclaimed(
+                        message,
+                        budget,
+                        FailureKind::StoreUnavailable,
+                        "the store was unavailable and the message ran without a claim \
+                         (StoreUnavailable::FailOpen)",
+                    ))
+                    .await;
                 }
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreUnavailable,
@@ -349,10 +360,10 @@ where
 
         match self.call_handler(message, budget).await {
             HandlerEnd::Returned(Ok(effects)) => {
-                self.complete(id, key, &token, budget, effects).await
+                Box::pin(self.complete(id, key, &token, budget, effects)).await
             }
             HandlerEnd::Returned(Err(failure)) => {
-                self.release(id, key, &token, budget).await;
+                Box::pin(self.release(id, key, &token, budget)).await;
                 Outcome::Failed(failure)
             }
             // The call may have reached an external service: the claim is kept (not released)
@@ -362,12 +373,76 @@ where
         }
     }
 
+    /// One-shot: the handler computes the effects (it cannot await: see
+    /// [`OneShot`](super::OneShot)), then one atomic write claims the key as completed and
+    /// commits them. Nothing is ever held: a failure writes nothing, so there is nothing to
+    /// release, and a store outage cannot fail open (effects never commit without a record).
+    async fn run_one_shot(
+        &self,
+        message: Box<Message>,
+        id: &str,
+        key: &str,
+        fingerprint: Option<&str>,
+        budget: &Budget,
+    ) -> Outcome {
+        let effects = match self.call_handler(message, budget).await {
+            HandlerEnd::Returned(Ok(effects)) => effects,
+            HandlerEnd::Returned(Err(failure)) => return Outcome::Failed(failure),
+            HandlerEnd::TimedOut(after) => return Outcome::Failed(handler_timed_out(after, false)),
+            HandlerEnd::OutOfTime => return Outcome::CutOff(Step::Handler),
+        };
+        let now = budget.now();
+        let request = ClaimRequest {
+            key,
+            now,
+            lease_until: budget.lease_until(now),
+            expires_at: deadline::after(now, self.config.ttl),
+            fingerprint,
+        };
+        let Ok(written) = budget
+            .bounded(Box::pin(self.store.claim_completed(request, effects)))
+            .await
+        else {
+            return Outcome::CutOff(Step::Completion);
+        };
+        match written {
+            Ok(OneShotWrite::Committed) => Outcome::Processed,
+            Ok(OneShotWrite::Completed(record)) => {
+                let differs = matches!(
+                    (fingerprint, record.fingerprint.as_deref()),
+                    (Some(ours), Some(theirs)) if ours != theirs
+                );
+                self.config
+                    .payload_check
+                    .judge(differs, id, "a completed record")
+            }
+            Ok(OneShotWrite::HeldElsewhere { lease_until }) => {
+                Outcome::HeldElsewhere { lease_until }
+            }
+            Err(e) => {
+                let kind = match e.kind() {
+                    ErrorKind::EffectRejected => FailureKind::EffectRejected,
+                    ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
+                    _ => FailureKind::StoreRejected,
+                };
+                let what = if e.is_transient() {
+                    "one-shot write could not be confirmed, it may or may not have committed \
+                     (the redelivery finds out: skipped as a duplicate if it did, committed if \
+                     it did not)"
+                } else {
+                    "one-shot write failed, nothing was committed"
+                };
+                Outcome::Failed(Failure::new(kind, format!("{what}: {e}")))
+            }
+        }
+    }
+
     /// Runs the handler without a claim (missing key with `ProcessWithoutDedup`, or fail-open).
     /// `kind` and `why` say which: a handler that returns effects fails, and the failure must
     /// point at the real cause (a missing key is not a store outage).
     async fn run_unclaimed(
         &self,
-        message: Message,
+        message: Box<Message>,
         budget: &Budget,
         kind: FailureKind,
         why: &str,
@@ -389,15 +464,22 @@ where
 
     /// Calls the handler under the handler timeout and the budget, turning an error or a panic
     /// into a [`Failure`].
-    async fn call_handler(&self, message: Message, budget: &Budget) -> HandlerEnd<S::Effect> {
+    async fn call_handler(&self, message: Box<Message>, budget: &Budget) -> HandlerEnd<S::Effect> {
         let mut handler = self.handler.clone();
         // The whole call, `ready` and the synchronous part of `call` included, is inside
         // `catch_unwind`: a panicking handler fails its message, not the batch.
-        let run = AssertUnwindSafe(async move {
-            let ready = handler.ready().await.map_err(Into::into)?;
-            ready.call(message).await.map_err(Into::into)
-        })
-        .catch_unwind();
+        //
+        // Boxed: every layer around it (the handler timeout, the budget, the claim's steps)
+        // would otherwise hold a copy of the handler's future and the message, and the
+        // per-message future grew to kilobytes that every scheduling step moved; one small
+        // allocation is cheaper.
+        let run = Box::pin(
+            AssertUnwindSafe(async move {
+                let ready = handler.ready().await.map_err(Into::into)?;
+                ready.call(*message).await.map_err(Into::into)
+            })
+            .catch_unwind(),
+        );
         let timed = async {
             match self.config.handler_timeout {
                 None => Ok(run.await),
@@ -469,7 +551,7 @@ where
                     .map(|e| Effects::from(e.as_slice().to_vec()))
                     .unwrap_or_default()
             };
-            self.store.complete(key, token, expires_at, send)
+            Box::pin(self.store.complete(key, token, expires_at, send))
         };
         let retried = policy.retry(
             budget.hard_stop(),

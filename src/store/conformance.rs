@@ -21,7 +21,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
-use super::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, Status};
+use super::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status};
 use crate::ErrorKind;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -83,6 +83,8 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     long_and_odd_keys(store).await;
     race(store, 200, 32).await;
     takeover_race(store, 50, 32).await;
+    one_shot_claims_completed(store).await;
+    one_shot_race(store, 50, 16).await;
 }
 
 /// A key never seen is acquired, and tokens are unique per claim.
@@ -586,5 +588,181 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
     assert!(
         !probe.applied(&m_stale).await,
         "a stale completion must not apply effects"
+    );
+}
+
+/// The one-shot write ([`ClaimStore::claim_completed`]) keeps the claim's rules: a fresh key is
+/// committed (completed at once, fingerprint kept), a completed key is a duplicate, a live
+/// lease is held elsewhere and left as it is, a lapsed lease or an expired record is taken
+/// over, and the in-progress holder of a taken-over key has lost it.
+pub async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
+    let p = prefix("one-shot");
+    let now = base_time();
+    let fresh = format!("{p}#fresh");
+    let req = ClaimRequest {
+        fingerprint: Some("fp-1"),
+        ..request(&fresh, now)
+    };
+    match store.claim_completed(req, Effects::none()).await {
+        Ok(OneShotWrite::Committed) => {}
+        other => panic!("one-shot on a fresh key: expected Committed, got {other:?}"),
+    }
+    match store.claim(request(&fresh, now)).await {
+        Ok(Claim::Completed(r)) => {
+            assert_eq!(r.status, Status::Completed);
+            assert_eq!(
+                r.fingerprint.as_deref(),
+                Some("fp-1"),
+                "one-shot keeps the fingerprint"
+            );
+        }
+        other => panic!("after a one-shot write the key is completed, got {other:?}"),
+    }
+    match store
+        .claim_completed(request(&fresh, now), Effects::none())
+        .await
+    {
+        Ok(OneShotWrite::Completed(r)) => assert_eq!(r.fingerprint.as_deref(), Some("fp-1")),
+        other => panic!("one-shot on a completed key: expected Completed, got {other:?}"),
+    }
+
+    // A live lease: nothing written, the holder still completes.
+    let held = format!("{p}#held");
+    let token = must_acquire(store, request(&held, now), "holder").await;
+    match store
+        .claim_completed(
+            request(&held, now + Duration::from_secs(1)),
+            Effects::none(),
+        )
+        .await
+    {
+        Ok(OneShotWrite::HeldElsewhere { .. }) => {}
+        other => panic!("one-shot on a live lease: expected HeldElsewhere, got {other:?}"),
+    }
+    store
+        .complete(&held, &token, now + TTL, Effects::none())
+        .await
+        .expect("a refused one-shot write leaves the holder's claim alone");
+
+    // A lapsed lease: taken over, and the old holder has lost it.
+    let lapsed = format!("{p}#lapsed");
+    let stale = must_acquire(store, request(&lapsed, now), "stale holder").await;
+    let later = now + LEASE + Duration::from_secs(1);
+    match store
+        .claim_completed(request(&lapsed, later), Effects::none())
+        .await
+    {
+        Ok(OneShotWrite::Committed) => {}
+        other => panic!("one-shot on a lapsed lease: expected Committed, got {other:?}"),
+    }
+    let err = store
+        .complete(&lapsed, &stale, later + TTL, Effects::none())
+        .await
+        .expect_err("the holder whose lease lapsed lost the key to the one-shot write");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "{err}");
+
+    // An expired completed record counts as absent.
+    let expired = format!("{p}#expired");
+    let short = ClaimRequest {
+        expires_at: now + Duration::from_secs(60),
+        ..request(&expired, now)
+    };
+    match store.claim_completed(short, Effects::none()).await {
+        Ok(OneShotWrite::Committed) => {}
+        other => panic!("one-shot on a fresh key: expected Committed, got {other:?}"),
+    }
+    let after = now + Duration::from_secs(61);
+    match store
+        .claim_completed(request(&expired, after), Effects::none())
+        .await
+    {
+        Ok(OneShotWrite::Committed) => {}
+        other => panic!("one-shot on an expired record: expected Committed, got {other:?}"),
+    }
+}
+
+/// Of many one-shot writers of one key, exactly one commits; the others see a duplicate (or,
+/// racing a claimer, a holder).
+pub async fn one_shot_race<S: ClaimStore>(store: &S, keys: usize, writers: usize) {
+    let p = prefix("one-shot-race");
+    let now = base_time();
+    let keys: Vec<String> = (0..keys).map(|i| format!("{p}#{i}")).collect();
+    let attempts = keys.iter().flat_map(|k| (0..writers).map(move |_| k));
+    let results: Vec<(String, bool)> = stream::iter(attempts)
+        .map(|key| async move {
+            let won = match store
+                .claim_completed(request(key, now), Effects::none())
+                .await
+            {
+                Ok(OneShotWrite::Committed) => true,
+                Ok(OneShotWrite::Completed(_) | OneShotWrite::HeldElsewhere { .. }) => false,
+                Err(e) => panic!("one-shot race on {key:?}: {e}"),
+            };
+            (key.clone(), won)
+        })
+        .buffer_unordered(writers)
+        .collect()
+        .await;
+    for key in &keys {
+        let wins = results.iter().filter(|(k, w)| k == key && *w).count();
+        assert_eq!(
+            wins, 1,
+            "one-shot race on {key:?}: {wins} writers committed"
+        );
+    }
+}
+
+/// One-shot effects commit with the record, or not at all: a refused effect writes nothing
+/// (the key stays free, no effect applied), a committed write applies its effects once, and a
+/// duplicate applies none.
+pub async fn one_shot_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+    let key = prefix("one-shot-effects");
+    let (m_ok, m_bad, m_dup) = (
+        format!("{key}#ok"),
+        format!("{key}#bad"),
+        format!("{key}#dup"),
+    );
+    let now = base_time();
+    let err = store
+        .claim_completed(
+            request(&key, now),
+            vec![probe.write(&m_ok), probe.rejected(&m_bad)].into(),
+        )
+        .await
+        .expect_err("a refused effect must fail the one-shot write");
+    assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
+    assert!(
+        !probe.applied(&m_ok).await,
+        "a refused one-shot write must not apply any effect"
+    );
+    let token = must_acquire(
+        store,
+        request(&key, now),
+        "a refused one-shot write leaves the key free",
+    )
+    .await;
+    store.release(&key, &token).await.expect("release");
+
+    match store
+        .claim_completed(request(&key, now), vec![probe.write(&m_ok)].into())
+        .await
+    {
+        Ok(OneShotWrite::Committed) => {}
+        other => panic!("one-shot with a good effect: expected Committed, got {other:?}"),
+    }
+    assert!(
+        probe.applied(&m_ok).await,
+        "a committed one-shot write applies its effect"
+    );
+    match store
+        .claim_completed(request(&key, now), vec![probe.write(&m_dup)].into())
+        .await
+    {
+        Ok(OneShotWrite::Completed(_)) => {}
+        other => panic!("one-shot on a completed key: expected Completed, got {other:?}"),
+    }
+    assert!(
+        !probe.applied(&m_dup).await,
+        "a duplicate's one-shot effects must not be applied"
     );
 }

@@ -55,14 +55,14 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put,
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
     TimeToLiveStatus, TransactWriteItem, Update,
 };
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status, epoch_millis,
-    from_epoch_millis, from_epoch_seconds,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
+    epoch_millis, from_epoch_millis, from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
 
@@ -475,23 +475,15 @@ impl ClaimStore for DynamoDbStore {
         if let Some(fp) = req.fingerprint {
             item.insert(self.attrs.fingerprint.clone(), s(fp));
         }
-        let mut names = self.attrs.names();
-        names.remove("#token");
+        let (condition, names, values) = self.claim_condition(req.now);
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
-            .condition_expression(
-                "attribute_not_exists(#id) OR #exp <= :now_s \
-                 OR (#status = :inprogress AND #lease <= :now_ms)",
-            )
+            .condition_expression(condition)
             .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(HashMap::from([
-                (":now_s".to_owned(), n(super::epoch_seconds(req.now))),
-                (":now_ms".to_owned(), n(epoch_millis(req.now))),
-                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
-            ])))
+            .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -576,6 +568,104 @@ impl ClaimStore for DynamoDbStore {
         }
     }
 
+    /// One request: a `PutItem` of the record as completed under the claim's condition, or,
+    /// with effects, one `TransactWriteItems` of that `Put` and the effects. A refusal comes
+    /// back with the old item (`ALL_OLD`), so a duplicate costs one request too.
+    async fn claim_completed(
+        &self,
+        req: ClaimRequest<'_>,
+        effects: Effects<TransactWriteItem>,
+    ) -> Result<OneShotWrite, Error> {
+        let token = ClaimToken::generate();
+        let mut item = self.key_value(req.key);
+        item.insert(
+            self.attrs.expiration.clone(),
+            n(expiry_seconds(req.expires_at)),
+        );
+        item.insert(self.attrs.status.clone(), s(Status::Completed.as_str()));
+        item.insert(self.attrs.token.clone(), s(token.as_str()));
+        if let Some(fp) = req.fingerprint {
+            item.insert(self.attrs.fingerprint.clone(), s(fp));
+        }
+        let (condition, names, values) = self.claim_condition(req.now);
+        if effects.is_empty() {
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item))
+                .condition_expression(condition)
+                .set_expression_attribute_names(Some(names))
+                .set_expression_attribute_values(Some(values))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            return match result {
+                Ok(_) => Ok(OneShotWrite::Committed),
+                Err(SdkError::ServiceError(e)) => match e.err() {
+                    PutItemError::ConditionalCheckFailedException(ccf) => {
+                        Ok(self.refused_one_shot(&token, ccf.item()))
+                    }
+                    _ => Err(classify("PutItem (one-shot)", SdkError::ServiceError(e))),
+                },
+                Err(e) => Err(classify("PutItem (one-shot)", e)),
+            };
+        }
+        if effects.len() > MAX_EFFECTS {
+            return Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "{} effects in one completion: DynamoDB transactions take at most {MAX_EFFECTS} \
+                     besides the completion",
+                    effects.len()
+                ),
+            ));
+        }
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(build_error)?;
+        let mut items = Vec::with_capacity(effects.len() + 1);
+        items.push(TransactWriteItem::builder().put(put).build());
+        items.extend(effects.into_vec());
+        let result = self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(OneShotWrite::Committed),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                TransactWriteItemsError::TransactionCanceledException(tc) => {
+                    let reasons = tc.cancellation_reasons();
+                    let first = reasons.first();
+                    if first.and_then(|r| r.code()) == Some("ConditionalCheckFailed") {
+                        Ok(self.refused_one_shot(&token, first.and_then(|r| r.item())))
+                    } else {
+                        Err(Self::cancelled_by_effects(reasons))
+                    }
+                }
+                _ => Err(classify(
+                    "TransactWriteItems (one-shot)",
+                    SdkError::ServiceError(e),
+                )),
+            },
+            Err(e) => Err(classify("TransactWriteItems (one-shot)", e)),
+        }
+    }
+
+    fn one_shot_is_atomic(&self) -> bool {
+        true
+    }
+
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         let mut names = self.attrs.names();
         names.retain(|k, _| k == "#token" || k == "#status");
@@ -608,6 +698,13 @@ impl ClaimStore for DynamoDbStore {
     fn retries_internally(&self) -> bool {
         true
     }
+
+    /// 256: one HTTP/1.1 connection per call in flight, kept in the SDK client's pool across
+    /// invocations. Well under Lambda's 1,024 file descriptors; an on-demand table takes it,
+    /// a provisioned one may throttle (the SDK then backs off and retries).
+    fn max_in_flight(&self) -> usize {
+        256
+    }
 }
 
 impl DynamoDbStore {
@@ -625,6 +722,14 @@ impl DynamoDbStore {
             // effects committed then, and must not be applied again) or the claim was lost.
             return self.refused_completion(key, token, reasons.first().and_then(|r| r.item()));
         }
+        Err(Self::cancelled_by_effects(reasons))
+    }
+
+    /// The error of a transaction whose first action (the claim or the completion) passed and
+    /// which was cancelled anyway: an effect refused (its condition, a validation), or a
+    /// transient conflict or throttle.
+    fn cancelled_by_effects(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Error {
+        let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
         let transient = reasons.iter().any(|r| {
             matches!(
                 r.code(),
@@ -655,10 +760,58 @@ impl DynamoDbStore {
         } else {
             ErrorKind::EffectRejected
         };
-        Err(Error::new(
+        Error::new(
             kind,
             format!("transaction cancelled, nothing was written: {summary}"),
-        ))
+        )
+    }
+
+    /// Classifies the item returned with a refused one-shot write, as [`refused_claim`]
+    /// does for a claim: our own token on a completed record is the SDK's retry of a write
+    /// that committed (`Committed`, never a duplicate of itself).
+    ///
+    /// [`refused_claim`]: Self::refused_claim
+    fn refused_one_shot(
+        &self,
+        token: &ClaimToken,
+        item: Option<&HashMap<String, AttributeValue>>,
+    ) -> OneShotWrite {
+        match item.and_then(|i| self.parse_record(i)) {
+            Some(p)
+                if p.record.status == Status::Completed
+                    && p.token.as_deref() == Some(token.as_str()) =>
+            {
+                OneShotWrite::Committed
+            }
+            Some(p) if p.record.status == Status::Completed => OneShotWrite::Completed(p.record),
+            Some(p) => OneShotWrite::HeldElsewhere {
+                lease_until: p.record.lease_until,
+            },
+            None => OneShotWrite::HeldElsewhere { lease_until: None },
+        }
+    }
+
+    /// The claim's condition, its names and values, for a claim or a one-shot write at `now`.
+    fn claim_condition(
+        &self,
+        now: SystemTime,
+    ) -> (
+        &'static str,
+        HashMap<String, String>,
+        HashMap<String, AttributeValue>,
+    ) {
+        let mut names = self.attrs.names();
+        names.remove("#token");
+        (
+            "attribute_not_exists(#id) OR #exp <= :now_s \
+             OR (#status = :inprogress AND #lease <= :now_ms)",
+            names,
+            HashMap::from([
+                (":now_s".to_owned(), n(super::epoch_seconds(now))),
+                (":now_ms".to_owned(), n(epoch_millis(now))),
+                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
+            ]),
+        )
     }
 }
 

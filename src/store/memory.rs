@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use super::{Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status};
+use super::{
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
+};
 use crate::{Error, ErrorKind};
 
 /// An effect for [`MemoryStore`]: closures run under the store's lock during completion.
@@ -116,6 +118,23 @@ impl MemoryStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The next of the failures [`fail_next_completions`](Self::fail_next_completions) asked
+    /// for, if any are left.
+    fn injected_completion_failure(&self) -> Result<(), Error> {
+        if self
+            .shared
+            .failing_completions
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                "injected completion failure",
+            ));
+        }
+        Ok(())
+    }
+
     fn check_up(&self) -> Result<(), Error> {
         if self.shared.unavailable.load(Ordering::SeqCst) {
             return Err(Error::new(
@@ -130,26 +149,16 @@ impl MemoryStore {
 impl ClaimStore for MemoryStore {
     type Effect = MemoryEffect;
 
+    /// No network: a whole batch (Lambda sends at most 10,000) at once.
+    fn max_in_flight(&self) -> usize {
+        10_000
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         self.check_up()?;
         let mut records = self.records();
-        if let Some(old) = records.get(req.key) {
-            let expired = old.expires_at <= req.now;
-            let lapsed =
-                old.status == Status::InProgress && old.lease_until.is_some_and(|l| l <= req.now);
-            if !expired && !lapsed {
-                return Ok(match old.status {
-                    Status::Completed => Claim::Completed(ClaimRecord {
-                        status: old.status,
-                        expires_at: old.expires_at,
-                        lease_until: old.lease_until,
-                        fingerprint: old.fingerprint.clone(),
-                    }),
-                    Status::InProgress => Claim::HeldElsewhere {
-                        lease_until: old.lease_until,
-                    },
-                });
-            }
+        if let Some(refused) = refusal(&records, &req) {
+            return Ok(refused);
         }
         let token = ClaimToken::generate();
         records.insert(
@@ -173,17 +182,7 @@ impl ClaimStore for MemoryStore {
         effects: Effects<MemoryEffect>,
     ) -> Result<(), Error> {
         self.check_up()?;
-        if self
-            .shared
-            .failing_completions
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(Error::new(
-                ErrorKind::StoreUnavailable,
-                "injected completion failure",
-            ));
-        }
+        self.injected_completion_failure()?;
         let mut records = self.records();
         let Some(entry) = records.get_mut(key).filter(|e| &e.token == token) else {
             return Err(Error::lost_claim(key));
@@ -192,16 +191,7 @@ impl ClaimStore for MemoryStore {
             // A retry of a completion that already landed: nothing to do, effects included.
             return Ok(());
         }
-        let mut applies = Vec::with_capacity(effects.len());
-        for (i, effect) in effects.into_vec().into_iter().enumerate() {
-            (effect.check)().map_err(|reason| {
-                Error::new(
-                    ErrorKind::EffectRejected,
-                    format!("effect #{i} rejected: {reason}"),
-                )
-            })?;
-            applies.push(effect.apply);
-        }
+        let applies = checked(effects)?;
         for apply in applies {
             apply();
         }
@@ -209,6 +199,43 @@ impl ClaimStore for MemoryStore {
         entry.lease_until = None;
         entry.expires_at = expires_at;
         Ok(())
+    }
+
+    /// One step under the lock: the claim's condition, the effects' checks, then the writes.
+    async fn claim_completed(
+        &self,
+        req: ClaimRequest<'_>,
+        effects: Effects<MemoryEffect>,
+    ) -> Result<OneShotWrite, Error> {
+        self.check_up()?;
+        self.injected_completion_failure()?;
+        let mut records = self.records();
+        match refusal(&records, &req) {
+            Some(Claim::Completed(record)) => return Ok(OneShotWrite::Completed(record)),
+            Some(Claim::HeldElsewhere { lease_until }) => {
+                return Ok(OneShotWrite::HeldElsewhere { lease_until });
+            }
+            Some(Claim::Acquired(_)) | None => {}
+        }
+        let applies = checked(effects)?;
+        for apply in applies {
+            apply();
+        }
+        records.insert(
+            req.key.to_owned(),
+            Entry {
+                status: Status::Completed,
+                token: ClaimToken::generate(),
+                lease_until: None,
+                expires_at: req.expires_at,
+                fingerprint: req.fingerprint.map(str::to_owned),
+            },
+        );
+        Ok(OneShotWrite::Committed)
+    }
+
+    fn one_shot_is_atomic(&self) -> bool {
+        true
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
@@ -222,4 +249,40 @@ impl ClaimStore for MemoryStore {
             _ => Err(Error::lost_claim(key)),
         }
     }
+}
+
+/// What a claim of `req` finds, if it is refused: the key completed, or held under a live lease.
+fn refusal(records: &HashMap<String, Entry>, req: &ClaimRequest<'_>) -> Option<Claim> {
+    let old = records.get(req.key)?;
+    let expired = old.expires_at <= req.now;
+    let lapsed = old.status == Status::InProgress && old.lease_until.is_some_and(|l| l <= req.now);
+    if expired || lapsed {
+        return None;
+    }
+    Some(match old.status {
+        Status::Completed => Claim::Completed(ClaimRecord {
+            status: old.status,
+            expires_at: old.expires_at,
+            lease_until: old.lease_until,
+            fingerprint: old.fingerprint.clone(),
+        }),
+        Status::InProgress => Claim::HeldElsewhere {
+            lease_until: old.lease_until,
+        },
+    })
+}
+
+/// Runs every effect's check before any is applied: a refusal writes nothing.
+fn checked(effects: Effects<MemoryEffect>) -> Result<Vec<Arc<dyn Fn() + Send + Sync>>, Error> {
+    let mut applies = Vec::with_capacity(effects.len());
+    for (i, effect) in effects.into_vec().into_iter().enumerate() {
+        (effect.check)().map_err(|reason| {
+            Error::new(
+                ErrorKind::EffectRejected,
+                format!("effect #{i} rejected: {reason}"),
+            )
+        })?;
+        applies.push(effect.apply);
+    }
+    Ok(applies)
 }

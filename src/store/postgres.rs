@@ -119,8 +119,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status, epoch_millis,
-    from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
+    epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -299,6 +299,7 @@ impl std::fmt::Debug for PgEffect {
 struct Statements {
     table: String,
     claim: String,
+    claim_completed: String,
     complete: String,
     completed_by: String,
     lock: String,
@@ -322,6 +323,18 @@ impl Statements {
                  VALUES ($1, 'INPROGRESS', $2, $3, $4, $5) \
                  ON CONFLICT (id) DO UPDATE SET \
                    status = CASE WHEN {claimable} THEN 'INPROGRESS' ELSE r.status END, \
+                   token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
+                   lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
+                   expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
+                   fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END \
+                 RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint"
+            ),
+            // The one-shot write: the claim's condition, the record written completed.
+            claim_completed: format!(
+                "INSERT INTO {quoted} AS r (id, status, token, lease_until, expires_at, fingerprint) \
+                 VALUES ($1, 'COMPLETED', $2, $3, $4, $5) \
+                 ON CONFLICT (id) DO UPDATE SET \
+                   status = CASE WHEN {claimable} THEN 'COMPLETED' ELSE r.status END, \
                    token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
                    lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
                    expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
@@ -608,32 +621,14 @@ impl PostgresStore {
         map_pg_err(op, key, &self.sql.table, e)
     }
 
-    async fn complete_with_effects(
+    /// Runs the effects in `txn`, in order; the first refused one fails the whole
+    /// transaction (the caller drops it, which rolls it back).
+    async fn run_effects(
         &self,
-        id: &str,
+        txn: &deadpool_postgres::Transaction<'_>,
         key: &str,
-        token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Vec<PgEffect>,
+        effects: &[PgEffect],
     ) -> Result<(), Error> {
-        let mut client = self.client().await?;
-        let err = |e| map_pg_err("completion of", key, &self.sql.table, e);
-        let txn = client.transaction().await.map_err(err)?;
-        let lock = txn.prepare_cached(&self.sql.lock).await.map_err(err)?;
-        let row = txn
-            .query_opt(&lock, &[&id, &token.as_str()])
-            .await
-            .map_err(err)?;
-        let status: Option<String> = match row {
-            Some(row) => row.try_get(0).map_err(err)?,
-            None => None,
-        };
-        match status.as_deref() {
-            Some("INPROGRESS") => {}
-            // Our token, already completed: an earlier attempt committed. Apply nothing again.
-            Some("COMPLETED") => return Ok(()),
-            _ => return Err(Error::lost_claim(key)),
-        }
         for (i, effect) in effects.iter().enumerate() {
             let stmt = txn
                 .prepare_cached(&effect.sql)
@@ -661,6 +656,36 @@ impl PostgresStore {
                 ));
             }
         }
+        Ok(())
+    }
+
+    async fn complete_with_effects(
+        &self,
+        id: &str,
+        key: &str,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        effects: Vec<PgEffect>,
+    ) -> Result<(), Error> {
+        let mut client = self.client().await?;
+        let err = |e| map_pg_err("completion of", key, &self.sql.table, e);
+        let txn = client.transaction().await.map_err(err)?;
+        let lock = txn.prepare_cached(&self.sql.lock).await.map_err(err)?;
+        let row = txn
+            .query_opt(&lock, &[&id, &token.as_str()])
+            .await
+            .map_err(err)?;
+        let status: Option<String> = match row {
+            Some(row) => row.try_get(0).map_err(err)?,
+            None => None,
+        };
+        match status.as_deref() {
+            Some("INPROGRESS") => {}
+            // Our token, already completed: an earlier attempt committed. Apply nothing again.
+            Some("COMPLETED") => return Ok(()),
+            _ => return Err(Error::lost_claim(key)),
+        }
+        self.run_effects(&txn, key, &effects).await?;
         let complete = txn.prepare_cached(&self.sql.complete).await.map_err(err)?;
         let updated = txn
             .execute(
@@ -842,6 +867,11 @@ fn bad_row(key: &str, table: &str, e: tokio_postgres::Error) -> Error {
 impl ClaimStore for PostgresStore {
     type Effect = PgEffect;
 
+    /// The pool's size: more calls at once would only queue for a connection.
+    fn max_in_flight(&self) -> usize {
+        self.pool.status().max_size.max(1)
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         self.bounded("claim", self.claim_unbounded(req)).await
     }
@@ -864,23 +894,65 @@ impl ClaimStore for PostgresStore {
         self.bounded("release", self.release_unbounded(key, token))
             .await
     }
+
+    /// One SQL transaction on one connection: the claim written completed, the effects, the
+    /// commit (see `claim_completed_unbounded`).
+    async fn claim_completed(
+        &self,
+        req: ClaimRequest<'_>,
+        effects: Effects<PgEffect>,
+    ) -> Result<OneShotWrite, Error> {
+        self.bounded(
+            "one-shot commit",
+            self.claim_completed_unbounded(req, effects),
+        )
+        .await
+    }
+
+    fn one_shot_is_atomic(&self) -> bool {
+        true
+    }
 }
 
 impl PostgresStore {
     async fn claim_unbounded(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        let id = stored_id(req.key);
-        let token = ClaimToken::generate();
         let client = self.client().await?;
+        self.claim_on(
+            &client,
+            req,
+            &ClaimToken::generate(),
+            req.record_expires_at(),
+            Some(req.lease_until),
+        )
+        .await
+    }
+
+    /// The claim statement on `client` (a connection, or a transaction of one): in progress
+    /// under `lease_until`, or, with `None`, already completed (the one-shot write).
+    async fn claim_on<C: deadpool_postgres::GenericClient>(
+        &self,
+        client: &C,
+        req: ClaimRequest<'_>,
+        token: &ClaimToken,
+        expires_at: SystemTime,
+        lease_until: Option<SystemTime>,
+    ) -> Result<Claim, Error> {
+        let id = stored_id(req.key);
         let err = |e| self.pg_err("claim of", req.key, e);
-        let stmt = client.prepare_cached(&self.sql.claim).await.map_err(err)?;
+        let sql = if lease_until.is_some() {
+            &self.sql.claim
+        } else {
+            &self.sql.claim_completed
+        };
+        let stmt = client.prepare_cached(sql).await.map_err(err)?;
         let row = client
             .query_one(
                 &stmt,
                 &[
                     &id.as_ref(),
                     &token.as_str(),
-                    &epoch_millis(req.lease_until),
-                    &epoch_millis(req.record_expires_at()),
+                    &lease_until.map(epoch_millis),
+                    &epoch_millis(expires_at),
                     &req.fingerprint,
                     &epoch_millis(req.now),
                 ],
@@ -890,7 +962,7 @@ impl PostgresStore {
         let bad = |e| bad_row(req.key, &self.sql.table, e);
         let won: bool = row.try_get(0).map_err(bad)?;
         if won {
-            return Ok(Claim::Acquired(token));
+            return Ok(Claim::Acquired(token.clone()));
         }
         let status: String = row.try_get(1).map_err(bad)?;
         let lease_until: Option<i64> = row.try_get(2).map_err(bad)?;
@@ -915,6 +987,33 @@ impl PostgresStore {
                 ),
             )),
         }
+    }
+
+    /// One transaction: the claim written as completed, then the effects; committed only if
+    /// every effect passed. A claim that finds the key taken writes nothing, and the
+    /// transaction is dropped (rolled back) with it.
+    async fn claim_completed_unbounded(
+        &self,
+        req: ClaimRequest<'_>,
+        effects: Effects<PgEffect>,
+    ) -> Result<OneShotWrite, Error> {
+        let mut client = self.client().await?;
+        let err = |e| map_pg_err("one-shot commit of", req.key, &self.sql.table, e);
+        let txn = client.transaction().await.map_err(err)?;
+        let token = ClaimToken::generate();
+        match self
+            .claim_on(&txn, req, &token, req.expires_at, None)
+            .await?
+        {
+            Claim::Acquired(_) => {}
+            Claim::Completed(record) => return Ok(OneShotWrite::Completed(record)),
+            Claim::HeldElsewhere { lease_until } => {
+                return Ok(OneShotWrite::HeldElsewhere { lease_until });
+            }
+        }
+        self.run_effects(&txn, req.key, effects.as_slice()).await?;
+        txn.commit().await.map_err(err)?;
+        Ok(OneShotWrite::Committed)
     }
 
     async fn complete_unbounded(

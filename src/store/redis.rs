@@ -615,6 +615,12 @@ fn parse_millis(v: Option<&String>) -> Option<i64> {
 impl ClaimStore for RedisStore {
     type Effect = RedisEffect;
 
+    /// 256: one multiplexed connection pipelines the calls; the server runs each script
+    /// atomically in turn.
+    fn max_in_flight(&self) -> usize {
+        256
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         let token = ClaimToken::generate();
         let mut invocation = CLAIM.key(self.record_key(req.key));

@@ -294,4 +294,9 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
     fn retries_internally(&self) -> bool {
         self.durable.retries_internally()
     }
+
+    /// The durable store's: every call that misses the cache reaches it.
+    fn max_in_flight(&self) -> usize {
+        self.durable.max_in_flight()
+    }
 }
