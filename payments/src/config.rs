@@ -58,8 +58,9 @@ pub struct Settings {
     pub ttl: Duration,
     /// `SQS_CLAIM_LEASE_SECS`.
     pub lease: Duration,
-    /// `SQS_CLAIM_CONCURRENCY`.
-    pub concurrency: usize,
+    /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
+    /// ([`ClaimStore::max_in_flight`](sqs_claim::ClaimStore::max_in_flight)).
+    pub concurrency: Option<usize>,
     /// `SQS_CLAIM_FIFO_MODE`.
     pub fifo: FifoMode,
     /// `SQS_CLAIM_STORE_UNAVAILABLE`.
@@ -86,7 +87,7 @@ impl Default for Settings {
             namespace: "payments".into(),
             ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(300),
-            concurrency: 10,
+            concurrency: None,
             fifo: FifoMode::PerGroup,
             store_unavailable: StoreUnavailable::FailClosed,
             deadline_margin: Duration::from_millis(2000),
@@ -147,8 +148,10 @@ impl Settings {
         }
         if let Some(v) = get("SQS_CLAIM_CONCURRENCY") {
             let n = whole_number("SQS_CLAIM_CONCURRENCY", &v, "messages", 1)?;
-            s.concurrency = usize::try_from(n)
-                .map_err(|_| invalid("SQS_CLAIM_CONCURRENCY", format!("{v:?} is too large")))?;
+            s.concurrency =
+                Some(usize::try_from(n).map_err(|_| {
+                    invalid("SQS_CLAIM_CONCURRENCY", format!("{v:?} is too large"))
+                })?);
         }
         if let Some(v) = get("SQS_CLAIM_FIFO_MODE") {
             s.fifo = match v.trim() {
@@ -488,7 +491,7 @@ mod tests {
         assert_eq!(s.namespace, "ns");
         assert_eq!(s.ttl, Duration::from_secs(60));
         assert_eq!(s.lease, Duration::from_secs(30));
-        assert_eq!(s.concurrency, 3);
+        assert_eq!(s.concurrency, Some(3));
         assert_eq!(s.fifo, FifoMode::WholeBatch);
         assert_eq!(s.store_unavailable, StoreUnavailable::FailOpen);
         assert_eq!(s.deadline_margin, Duration::ZERO);

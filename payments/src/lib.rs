@@ -35,7 +35,7 @@ use futures::future::BoxFuture;
 use tower::Service;
 
 use sqs_claim::store::{ClaimStore, Effects};
-use sqs_claim::{Error, ErrorKind, Message, Processor};
+use sqs_claim::{BoxError, Error, ErrorKind, Message, OneShot, Processor, ProcessorBuilder};
 
 pub mod config;
 pub mod dynamodb;
@@ -378,17 +378,101 @@ pub fn processor<L: Ledger>(
 /// The reference consumer's processor as `settings` describe it, output queue included
 /// (`SQS_CLAIM_OUTPUT_QUEUE_URL`, whose SQS client is configured from the standard AWS
 /// environment).
-pub async fn build<L: Ledger>(
-    ledger: L,
-    settings: &Settings,
-) -> Result<Processor<L::Store, PaymentHandler<L>>, Error> {
+///
+/// Without an output queue the only effect of a message is its credit, a write to the store:
+/// the consumer then runs in one-shot mode ([`Processor::one_shot`]), one write per message
+/// (on DynamoDB one `TransactWriteItems` of the claim, completed, and the credit). With an
+/// output queue the notice is an external side effect and must run under a held claim, and
+/// with `SQS_CLAIM_STORE_UNAVAILABLE=fail-open` a message may run without a claim at all:
+/// both keep claim, handler, completion.
+pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer<L>, Error> {
+    if settings.output_queue_url.is_none()
+        && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed
+    {
+        return Ok(Consumer::OneShot(one_shot(ledger, settings)));
+    }
     let mut handler = PaymentHandler::new(ledger);
     if let Some(url) = &settings.output_queue_url {
         let config = sqs_claim::aws_config::load_from_env().await;
         let publisher = sqs_claim::publish::Publisher::new(sqs_client(&config), url.clone());
         handler = handler.with_output(publisher);
     }
-    Ok(processor_with_handler(handler, settings))
+    Ok(Consumer::Claimed(processor_with_handler(handler, settings)))
+}
+
+/// The one-shot handler of the reference consumer: the credit, computed from the body.
+pub type CreditFn<L> =
+    Box<dyn Fn(&Message) -> Result<Effects<EffectOf<L>>, BoxError> + Send + Sync>;
+
+/// The reference consumer's processor, in the mode [`build`] chose.
+pub enum Consumer<L: Ledger> {
+    /// Claim, handler (credit and notice), completion with the credit.
+    Claimed(Processor<L::Store, PaymentHandler<L>>),
+    /// One write per message: the claim, completed, with the credit.
+    OneShot(Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>>),
+}
+
+impl<L: Ledger> std::fmt::Debug for Consumer<L> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Consumer::Claimed(p) => f.debug_tuple("Claimed").field(p).finish(),
+            Consumer::OneShot(p) => f.debug_tuple("OneShot").field(p).finish(),
+        }
+    }
+}
+
+impl<L: Ledger> Consumer<L> {
+    /// Processes one batch (see [`Processor::process`]).
+    pub async fn process(
+        &self,
+        event: lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>,
+    ) -> Result<sqs_claim::BatchReport, Error> {
+        match self {
+            Consumer::Claimed(p) => p.process(event).await,
+            Consumer::OneShot(p) => p.process(event).await,
+        }
+    }
+
+    /// Whether it runs in one-shot mode.
+    pub fn is_one_shot(&self) -> bool {
+        matches!(self, Consumer::OneShot(_))
+    }
+}
+
+impl<L: Ledger> Service<lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>> for Consumer<L> {
+    type Response = sqs_claim::events::SqsBatchResponse;
+    type Error = lambda_runtime::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(
+        &mut self,
+        event: lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>,
+    ) -> Self::Future {
+        match self {
+            Consumer::Claimed(p) => Box::pin(p.call(event)),
+            Consumer::OneShot(p) => Box::pin(p.call(event)),
+        }
+    }
+}
+
+/// The reference consumer in one-shot mode over `ledger`, as `settings` describe it.
+pub fn one_shot<L: Ledger>(
+    ledger: L,
+    settings: &Settings,
+) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
+    let store = ledger.store().clone();
+    let credit: CreditFn<L> = Box::new(move |msg: &Message| {
+        let payment = Payment::parse(msg.body())?;
+        Ok(Effects::one(
+            ledger.credit(&payment.account, payment.amount_cents),
+        ))
+    });
+    let builder = Processor::one_shot(store, credit);
+    configure(builder, settings).build()
 }
 
 /// The output queue's SQS client, with its retries and timeouts set here rather than left to
@@ -424,20 +508,28 @@ pub fn processor_with_handler<L: Ledger>(
     settings: &Settings,
 ) -> Processor<L::Store, PaymentHandler<L>> {
     let store = handler.ledger().store().clone();
-    let builder = Processor::builder(store, handler)
+    configure(Processor::builder(store, handler), settings).build()
+}
+
+/// The settings every mode shares.
+fn configure<S, H>(builder: ProcessorBuilder<S, H>, settings: &Settings) -> ProcessorBuilder<S, H> {
+    let mut builder = builder
         .key(settings.key.clone())
         .namespace(settings.namespace.clone())
         .ttl(settings.ttl)
         .lease(settings.lease)
-        .concurrency(settings.concurrency)
         .fifo(settings.fifo)
         .on_store_unavailable(settings.store_unavailable)
         .deadline_margin(settings.deadline_margin)
         .answer_reserve(settings.answer_reserve);
-    match settings.handler_timeout {
-        Some(limit) => builder.handler_timeout(limit).build(),
-        None => builder.build(),
+    // Unset: what the store carries (256 for DynamoDB, the pool for PostgreSQL).
+    if let Some(n) = settings.concurrency {
+        builder = builder.concurrency(n);
     }
+    if let Some(limit) = settings.handler_timeout {
+        builder = builder.handler_timeout(limit);
+    }
+    builder
 }
 
 #[cfg(test)]
