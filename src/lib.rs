@@ -47,7 +47,7 @@
 //! ## Stores
 //!
 //! All stores keep one contract, written once in [`store`] and proven for each by
-//! [`store::conformance`] against the real server:
+//! `store::conformance` (feature `conformance`) against the real server:
 //! [`MemoryStore`] (unit tests), `DynamoDbStore` (feature `dynamodb`, the production default),
 //! `SqliteStore` (feature `sqlite`), `RedisStore` and `TieredStore` (feature `redis`),
 //! `PostgresStore` (feature `postgres`), each in its module under [`store`].
@@ -57,11 +57,11 @@
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
 //! | `dynamodb` | yes | `DynamoDbStore`, with atomic effects via `TransactWriteItems` |
-//! | `sqs` | yes | the SQS publisher |
-//! | `sqlite` | yes | the embedded SQLite store (local runs, the CLI) |
+//! | `sqs` | no | the SQS publisher |
+//! | `sqlite` | no | the embedded SQLite store (local runs, the CLI) |
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
-#![warn(missing_docs)]
+//! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 
 pub mod deadline;
 mod error;

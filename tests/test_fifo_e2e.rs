@@ -5,7 +5,6 @@
 //! Needs ministack on `SQS_CLAIM_SQS_ENDPOINT` (default `http://127.0.0.1:4566`): run
 //! `make test`, or `scripts/standins.sh up`. Every test makes its own queues (unique names), so
 //! runs and engineers sharing one ministack do not see each other's messages.
-#![cfg(feature = "sqs")]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};

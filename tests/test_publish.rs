@@ -1,7 +1,6 @@
 //! The publisher without a real queue: deduplication id derivation, the checks made before any
 //! call, and the retry logic against a scripted SQS endpoint on 127.0.0.1 (the real SDK speaks
 //! the real JSON protocol to it; the script decides each answer).
-#![cfg(feature = "sqs")]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,6 @@
 //! The embedded SQLite store keeps the store contract: the shared conformance suite on a real
 //! file, atomic effects, exactly one winner when two connections and several processes race on
 //! one file, durability across reopen, and no blocking of the async runtime.
-#![cfg(feature = "sqlite")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
