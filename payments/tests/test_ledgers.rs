@@ -14,11 +14,9 @@ mod ledger;
 mod cli;
 
 #[path = "../../tests/support/servers.rs"]
-#[allow(dead_code)]
 mod servers;
 #[cfg(feature = "postgres")]
 #[path = "../../tests/support/silent.rs"]
-#[allow(dead_code)]
 mod silent;
 
 #[path = "../../tests/support/dynamodb.rs"]

@@ -291,7 +291,10 @@ pub(crate) fn outcome_names(report: &sqs_claim::BatchReport) -> Vec<&'static str
 }
 
 /// The outcome of the message with this id.
-pub(crate) fn outcome_of<'a>(report: &'a sqs_claim::BatchReport, id: &str) -> &'a sqs_claim::Outcome {
+pub(crate) fn outcome_of<'a>(
+    report: &'a sqs_claim::BatchReport,
+    id: &str,
+) -> &'a sqs_claim::Outcome {
     &report
         .items()
         .iter()
@@ -301,7 +304,10 @@ pub(crate) fn outcome_of<'a>(report: &'a sqs_claim::BatchReport, id: &str) -> &'
 }
 
 /// The failure of the message with this id (panics if it did not fail).
-pub(crate) fn failure_of<'a>(report: &'a sqs_claim::BatchReport, id: &str) -> &'a sqs_claim::Failure {
+pub(crate) fn failure_of<'a>(
+    report: &'a sqs_claim::BatchReport,
+    id: &str,
+) -> &'a sqs_claim::Failure {
     match outcome_of(report, id) {
         sqs_claim::Outcome::Failed(f) => f,
         other => panic!("{id}: expected a failure, got {other:?}"),
