@@ -525,7 +525,8 @@ async fn failed_batch_entry_is_surfaced_with_sqs_code_and_message() {
         vec![OutputLabel::Position(0), OutputLabel::Position(2)]
     );
     // The error an on-call engineer reads names the output, the code and SQS's message.
-    let text = err.to_string();
+    // The whole chain (`{:#}`): `Display` alone is the error's own message.
+    let text = format!("{err:#}");
     assert!(
         text.contains("output #1 InvalidParameterValue") && text.contains("1024"),
         "{text}"

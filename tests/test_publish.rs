@@ -423,8 +423,8 @@ async fn sender_faults_are_not_retried_and_are_reported() {
     assert!(f.failed()[0].sender_fault);
     assert_eq!(f.sent().len(), 2);
     assert!(
-        err.to_string().contains("InvalidParameterValue for o1"),
-        "{err}"
+        format!("{err:#}").contains("InvalidParameterValue for o1"),
+        "{err:#}"
     );
     assert_eq!(
         sqs.requests.lock().unwrap().len(),
@@ -492,7 +492,7 @@ async fn whole_call_server_errors_are_left_to_the_sdk_and_reported() {
             .all(|e| e.code == "InternalError" && !e.sender_fault),
         "{f:?}"
     );
-    assert!(err.to_string().contains("we broke"), "{err}");
+    assert!(format!("{err:#}").contains("we broke"), "{err:#}");
     // Without SDK retries: one call.
     sqs.requests.lock().unwrap().clear();
     send(client(&sqs.url)).await.unwrap_err();

@@ -352,8 +352,8 @@ async fn broken_effect_is_store_rejected() {
         .expect_err("an invalid statement must fail the completion");
     assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
     assert!(
-        err.to_string().contains("no_such_table"),
-        "the cause must be named: {err}"
+        format!("{err:#}").contains("no_such_table"),
+        "the cause must be named: {err:#}"
     );
     assert!(
         matches!(

@@ -284,7 +284,7 @@ impl GroupFailure {
         let e = classify(e, what);
         GroupFailure {
             kind: e.kind(),
-            message: e.to_string(),
+            message: format!("{e:#}"),
         }
     }
 

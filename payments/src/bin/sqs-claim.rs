@@ -212,7 +212,7 @@ fn parse_args(raw: Vec<OsString>) -> Result<Args, CliError> {
 fn store_url(args: &Args, settings: &Settings) -> Result<StoreUrl, CliError> {
     let url = match (&args.store, &settings.store) {
         (Some(s), _) => {
-            StoreUrl::parse(s).map_err(|e| CliError::failed(format!("--store: {e}")))?
+            StoreUrl::parse(s).map_err(|e| CliError::failed(format!("--store: {e:#}")))?
         }
         (None, Some(url)) => url.clone(),
         // Created on demand by StoreUrl::open.
@@ -287,7 +287,7 @@ impl LedgerTask for Invoke {
         let report = processor
             .process(event)
             .await
-            .map_err(|e| CliError::failed(format!("the batch was refused: {e}")))?;
+            .map_err(|e| CliError::failed(format!("the batch was refused: {e:#}")))?;
         let out = if self.json_report {
             report.to_json()
         } else {
@@ -344,7 +344,7 @@ impl LedgerTask for Balances {
 
     async fn run<L: Ledger + Clone>(self, ledger: L) -> Self::Output {
         let store = &self.store;
-        let fail = |e: sqs_claim::Error| CliError::failed(format!("store {store}: {e}"));
+        let fail = |e: sqs_claim::Error| CliError::failed(format!("store {store}: {e:#}"));
         let balances = ledger.balances().await.map_err(fail)?;
         if balances.is_empty() {
             eprintln!("no accounts yet (store {store})");
@@ -368,7 +368,7 @@ impl LedgerTask for Init {
         ledger
             .init()
             .await
-            .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+            .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
         eprintln!("initialized {store}");
         Ok(())
     }
@@ -390,7 +390,7 @@ impl LedgerTask for Prune {
         let pruned = ledger
             .prune_expired(std::time::SystemTime::now(), self.limit)
             .await
-            .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+            .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
         match pruned {
             Some(n) => {
                 println!("{n}");
@@ -465,7 +465,7 @@ async fn run(args: Args) -> Result<(), CliError> {
         }
         Command::Help => return Ok(()),
     };
-    opened.map_err(|e| CliError::failed(format!("cannot open store {store}: {e}")))?
+    opened.map_err(|e| CliError::failed(format!("cannot open store {store}: {e:#}")))?
 }
 
 fn main() -> ExitCode {
