@@ -161,12 +161,25 @@ pub fn deduplication_id(key: &str, output: &OutputLabel) -> String {
 }
 
 /// One message to publish: a body, and optionally a group id, a name and string attributes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Outgoing {
     body: String,
     group_id: Option<String>,
     name: Option<String>,
     attributes: Vec<(String, String)>,
+}
+
+// By hand: a body (and attribute values) never goes into `Debug` output, only its length.
+impl fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attributes: Vec<&str> = self.attributes.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Outgoing")
+            .field("body_len", &self.body.len())
+            .field("group_id", &self.group_id)
+            .field("name", &self.name)
+            .field("attributes", &attributes)
+            .finish()
+    }
 }
 
 impl Outgoing {
