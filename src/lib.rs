@@ -81,9 +81,7 @@ pub use message::Message;
 pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
-pub use processor::{
-    Config, FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
-};
+pub use processor::{FifoMode, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable};
 pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};
 
@@ -106,8 +104,25 @@ pub mod events {
     pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 }
 
+/// The DynamoDB SDK `DynamoDbStore` is built on, re-exported so a store can be given a client of
+/// the same version.
 #[cfg(feature = "dynamodb")]
 pub use aws_sdk_dynamodb;
+
+/// The Redis client `RedisStore` is built on, re-exported so a store can be given a connection
+/// of the same version.
+#[cfg(feature = "redis")]
+pub use redis;
+
+/// The PostgreSQL client `PostgresStore` is built on (its `ToSql` binds [`PgEffect`]
+/// parameters), re-exported so callers use the same version.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
+
+/// The connection pool `PostgresStore` is built on, re-exported for building a pool of the same
+/// version.
+#[cfg(feature = "postgres")]
+pub use deadpool_postgres;
 
 /// The SQS SDK this crate's publisher is built on, re-exported so a `Publisher` can be given a
 /// client of the same version.

@@ -1005,9 +1005,11 @@ fn sqs_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// A `MessageGroupId` (or deduplication id): 1 to 128 ASCII letters, digits or punctuation.
 /// Whether SQS accepts `s` as a `MessageGroupId` (or `MessageDeduplicationId`): 1 to 128
 /// printable ASCII characters. Derive one (a hash, say) from values that may not pass.
+///
+/// Public so a handler can check a group id it builds from message data before pushing the
+/// output (the payments example does), instead of learning it from a refused batch.
 pub fn is_valid_group_id(s: &str) -> bool {
     valid_id(s)
 }

@@ -34,7 +34,8 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::info;
 
-pub use config::{Config, FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
+pub(crate) use config::Config;
+pub use config::{FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
 
 use crate::deadline::Budget;
 use crate::message::Message;
