@@ -231,6 +231,8 @@ impl Outgoing {
     }
 }
 
+/// A publisher's settings, shared by its clones.
+#[derive(Clone)]
 struct Inner {
     client: aws_sdk_sqs::Client,
     queue_url: String,
@@ -279,23 +281,8 @@ impl Publisher {
     }
 
     fn update(mut self, f: impl FnOnce(&mut Inner)) -> Self {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => f(inner),
-            None => {
-                // Configured after a clone: copy so the clones keep their settings.
-                let i = &self.inner;
-                let mut copy = Inner {
-                    client: i.client.clone(),
-                    queue_url: i.queue_url.clone(),
-                    fifo: i.fifo,
-                    max_message_bytes: i.max_message_bytes,
-                    policy: i.policy,
-                    id_attribute: i.id_attribute.clone(),
-                };
-                f(&mut copy);
-                self.inner = Arc::new(copy);
-            }
-        }
+        // Configured after a clone, this copies the settings first, so the clones keep theirs.
+        f(Arc::make_mut(&mut self.inner));
         self
     }
 
