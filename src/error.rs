@@ -68,7 +68,19 @@ impl fmt::Display for ErrorKind {
 }
 
 /// The crate's error: a [`kind`](Error::kind), a message, and optionally the underlying cause.
+///
+/// `Display` prints the error's own message only, and [`source`](std::error::Error::source)
+/// gives the cause, so reporters that walk the chain (`anyhow`, `eyre`, `tracing-error`) name
+/// each cause once. For the whole chain on one line, use the alternate form, `{:#}` (as with
+/// `anyhow`): `"claim failed: dispatch failure: connection refused"`. `Debug` is that line with
+/// the kind in front.
+///
+/// One pointer wide: the error travels in every `Result` of the crate's hot path.
 pub struct Error {
+    inner: Box<Inner>,
+}
+
+struct Inner {
     kind: ErrorKind,
     message: String,
     source: Option<BoxError>,
@@ -78,9 +90,11 @@ impl Error {
     /// A new error of `kind` with a human-readable message.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
-            kind,
-            message: message.into(),
-            source: None,
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                source: None,
+            }),
         }
     }
 
@@ -91,25 +105,27 @@ impl Error {
         source: impl Into<BoxError>,
     ) -> Self {
         Error {
-            kind,
-            message: message.into(),
-            source: Some(source.into()),
+            inner: Box::new(Inner {
+                kind,
+                message: message.into(),
+                source: Some(source.into()),
+            }),
         }
     }
 
     /// What went wrong.
     pub fn kind(&self) -> ErrorKind {
-        self.kind
+        self.inner.kind
     }
 
     /// The message, without the chain of causes.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.inner.message
     }
 
     /// Whether retrying the same call later may succeed.
     pub fn is_transient(&self) -> bool {
-        self.kind == ErrorKind::StoreUnavailable
+        self.inner.kind == ErrorKind::StoreUnavailable
     }
 
     pub(crate) fn lost_claim(key: &str) -> Self {
@@ -118,25 +134,29 @@ impl Error {
             format!("claim on key {key:?} is no longer held by this token"),
         )
     }
-}
 
-impl fmt::Debug for Error {
-    // Readable rather than structural: `lambda_runtime` logs a handler's error with `{:?}`, and
-    // that line is what an on-call engineer reads first.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "[{}] {self}", self.kind)
+    /// The kind of the first [`Error`] in `err`'s chain (`err` itself included), if any: a
+    /// handler's error may be this crate's error, boxed, or wrapped by the handler's own type.
+    pub(crate) fn kind_in_chain(err: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
+        let mut next = Some(err);
+        while let Some(e) = next {
+            if let Some(ours) = e.downcast_ref::<Error>() {
+                return Some(ours.kind());
+            }
+            next = e.source();
+        }
+        None
     }
 }
 
-impl fmt::Display for Error {
+/// Any error and its causes on one line (`outer: cause: root cause`), each text once.
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)?;
-        // Show the chain inline: a one-line log at 3 a.m. should name the root cause.
-        let mut source = self
-            .source
-            .as_deref()
-            .map(|s| s as &(dyn std::error::Error + 'static));
-        let mut last = String::new();
+        let mut last = self.0.to_string();
+        f.write_str(&last)?;
+        let mut source = self.0.source();
         while let Some(s) = source {
             // Many errors already print their cause in their own message (`redis`,
             // `tokio-postgres`): print each text once, not "refused: refused".
@@ -151,9 +171,28 @@ impl fmt::Display for Error {
     }
 }
 
+impl fmt::Debug for Error {
+    // Readable rather than structural: `lambda_runtime` logs a handler's error with `{:?}`, and
+    // that line is what an on-call engineer reads first, so it names the root cause.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] {self:#}", self.inner.kind)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            Chain(self).fmt(f)
+        } else {
+            f.write_str(&self.inner.message)
+        }
+    }
+}
+
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
+        self.inner
+            .source
             .as_deref()
             .map(|s| s as &(dyn std::error::Error + 'static))
     }
@@ -178,17 +217,90 @@ mod tests {
         }
     }
 
+    fn io_refused() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused")
+    }
+
     #[test]
-    fn display_names_each_cause_once() {
-        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
-        let e = Error::with_source(ErrorKind::StoreUnavailable, "store down", Wrapper(io));
+    fn display_is_the_own_message_and_source_is_the_chain() {
+        let e = Error::with_source(
+            ErrorKind::StoreUnavailable,
+            "store down",
+            Wrapper(io_refused()),
+        );
+        assert_eq!(e.to_string(), "store down");
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "client error: Connection refused");
+        let root = source.source().expect("the root cause");
+        assert_eq!(root.to_string(), "Connection refused");
+        assert!(root.source().is_none());
+    }
+
+    #[test]
+    fn a_chain_reporter_prints_each_cause_once() {
+        // What `anyhow`'s `{:#}` and `{:?}` reports do: each link's Display, joined. (`Wrapper`
+        // would repeat its cause itself; ours must not.)
+        let e = Error::with_source(ErrorKind::StoreUnavailable, "store down", io_refused());
+        let mut links = Vec::new();
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(link) = next {
+            links.push(link.to_string());
+            next = link.source();
+        }
+        let report = links.join(": ");
+        assert_eq!(report, "store down: Connection refused");
+        assert_eq!(report.matches("Connection refused").count(), 1, "{report}");
+    }
+
+    #[test]
+    fn alternate_and_debug_name_each_cause_once() {
+        let e = Error::with_source(
+            ErrorKind::StoreUnavailable,
+            "store down",
+            Wrapper(io_refused()),
+        );
         assert_eq!(
-            e.to_string(),
+            format!("{e:#}"),
             "store down: client error: Connection refused"
         );
         assert_eq!(
             format!("{e:?}"),
             "[store_unavailable] store down: client error: Connection refused"
         );
+        // An error of ours caused by another of ours: each prints its own message once.
+        let outer = Error::with_source(ErrorKind::Publish, "outer", e);
+        assert_eq!(
+            format!("{outer:#}"),
+            "outer: store down: client error: Connection refused"
+        );
+    }
+
+    #[test]
+    fn is_one_pointer_wide() {
+        assert_eq!(std::mem::size_of::<Error>(), std::mem::size_of::<usize>());
+        assert_eq!(
+            std::mem::size_of::<Result<(), Error>>(),
+            std::mem::size_of::<usize>()
+        );
+    }
+
+    #[test]
+    fn kind_in_chain_finds_ours_behind_a_wrapper() {
+        #[derive(Debug)]
+        struct HandlerError(Error);
+        impl fmt::Display for HandlerError {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("handler failed")
+            }
+        }
+        impl std::error::Error for HandlerError {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let boxed: BoxError = Box::new(HandlerError(Error::new(ErrorKind::BadBody, "bad")));
+        assert_eq!(Error::kind_in_chain(&*boxed), Some(ErrorKind::BadBody));
+        let plain: BoxError = "just text".into();
+        assert_eq!(Error::kind_in_chain(&*plain), None);
     }
 }

@@ -142,7 +142,11 @@ pub(crate) fn namespaced(namespace: &str, raw: &str) -> String {
     format!("{namespace}#{raw}")
 }
 
-/// Lowercase hex SHA-256.
+/// Lowercase hex SHA-256, as the processor computes [`KeySource::BodySha256`] keys and payload
+/// fingerprints.
+///
+/// Public so an app can compute, outside the processor, the key or fingerprint the processor
+/// will use (the payments example also hashes an account id into a message group id with it).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex_lower(&Sha256::digest(bytes))
 }

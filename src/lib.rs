@@ -48,7 +48,7 @@
 //! ## Stores
 //!
 //! All stores keep one contract, written once in [`store`] and proven for each by
-//! [`store::conformance`] against the real server:
+//! `store::conformance` (feature `conformance`) against the real server:
 //! [`MemoryStore`] (unit tests), `DynamoDbStore` (feature `dynamodb`, the production default),
 //! `SqliteStore` (feature `sqlite`), `RedisStore` and `TieredStore` (feature `redis`),
 //! `PostgresStore` (feature `postgres`), each in its module under [`store`].
@@ -58,11 +58,11 @@
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
 //! | `dynamodb` | yes | `DynamoDbStore`, with atomic effects via `TransactWriteItems` |
-//! | `sqs` | yes | the SQS publisher |
-//! | `sqlite` | yes | the embedded SQLite store (local runs, the CLI) |
+//! | `sqs` | no | the SQS publisher |
+//! | `sqlite` | no | the embedded SQLite store (local runs, the CLI) |
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
-#![warn(missing_docs)]
+//! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod deadline;
@@ -86,7 +86,7 @@ pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
 pub use processor::{
-    Config, FifoMode, OneShot, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
+    FifoMode, OneShot, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
 };
 pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};
@@ -125,8 +125,25 @@ pub mod events {
     pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
 }
 
+/// The DynamoDB SDK `DynamoDbStore` is built on, re-exported so a store can be given a client of
+/// the same version.
 #[cfg(feature = "dynamodb")]
 pub use aws_sdk_dynamodb;
+
+/// The Redis client `RedisStore` is built on, re-exported so a store can be given a connection
+/// of the same version.
+#[cfg(feature = "redis")]
+pub use redis;
+
+/// The PostgreSQL client `PostgresStore` is built on (its `ToSql` binds [`PgEffect`]
+/// parameters), re-exported so callers use the same version.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
+
+/// The connection pool `PostgresStore` is built on, re-exported for building a pool of the same
+/// version.
+#[cfg(feature = "postgres")]
+pub use deadpool_postgres;
 
 /// The SQS SDK this crate's publisher is built on, re-exported so a `Publisher` can be given a
 /// client of the same version.

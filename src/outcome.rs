@@ -11,6 +11,8 @@ use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse};
 use serde::Serialize;
 use serde::ser::SerializeStruct;
 
+use crate::ErrorKind;
+
 /// What happened to one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -105,7 +107,11 @@ impl Outcome {
         match self {
             Outcome::Processed | Outcome::Duplicate => None,
             Outcome::HeldElsewhere { .. } => Some("another worker holds a live claim".into()),
-            Outcome::Failed(f) => Some(format!("{}: {}", f.kind.as_str(), f.message)),
+            Outcome::Failed(f) => Some(match f.error_kind {
+                // After the category, so scripts reading the `kind:` prefix see no change.
+                Some(error_kind) => format!("{}: [{error_kind}] {}", f.kind.as_str(), f.message),
+                None => format!("{}: {}", f.kind.as_str(), f.message),
+            }),
             Outcome::NotStarted(r) => Some(r.as_str().into()),
             Outcome::CutOff(step) => Some(format!("{}: {}", step.as_str(), step.explain())),
         }
@@ -114,11 +120,17 @@ impl Outcome {
 
 /// Why a message failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Failure {
     /// The category.
     pub kind: FailureKind,
     /// A human-readable explanation (never the body).
     pub message: String,
+    /// For a [`FailureKind::Handler`] failure, the handler's own [`ErrorKind`] when its error
+    /// is (or was caused by) a [`crate::Error`]: a [`ErrorKind::BadBody`] from
+    /// [`Message::json`](crate::Message::json) tells a poison message from a downstream outage.
+    /// The report's `detail` shows it in brackets: `handler_error: [bad_body] ...`.
+    pub error_kind: Option<ErrorKind>,
 }
 
 impl Failure {
@@ -126,7 +138,13 @@ impl Failure {
         Failure {
             kind,
             message: message.into(),
+            error_kind: None,
         }
+    }
+
+    pub(crate) fn with_error_kind(mut self, error_kind: Option<ErrorKind>) -> Self {
+        self.error_kind = error_kind;
+        self
     }
 }
 
@@ -134,7 +152,8 @@ impl Failure {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum FailureKind {
-    /// The handler returned an error. The claim was released.
+    /// The handler returned an error. The claim was released. The handler's own
+    /// [`ErrorKind`], if it returned a [`crate::Error`], is in [`Failure::error_kind`].
     Handler,
     /// The handler panicked. The panic was caught, the claim released.
     Panic,

@@ -161,12 +161,25 @@ pub fn deduplication_id(key: &str, output: &OutputLabel) -> String {
 }
 
 /// One message to publish: a body, and optionally a group id, a name and string attributes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Outgoing {
     body: String,
     group_id: Option<String>,
     name: Option<String>,
     attributes: Vec<(String, String)>,
+}
+
+// By hand: a body (and attribute values) never goes into `Debug` output, only its length.
+impl fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attributes: Vec<&str> = self.attributes.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Outgoing")
+            .field("body_len", &self.body.len())
+            .field("group_id", &self.group_id)
+            .field("name", &self.name)
+            .field("attributes", &attributes)
+            .finish()
+    }
 }
 
 impl Outgoing {
@@ -218,6 +231,8 @@ impl Outgoing {
     }
 }
 
+/// A publisher's settings, shared by its clones.
+#[derive(Clone)]
 struct Inner {
     client: aws_sdk_sqs::Client,
     queue_url: String,
@@ -266,23 +281,8 @@ impl Publisher {
     }
 
     fn update(mut self, f: impl FnOnce(&mut Inner)) -> Self {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => f(inner),
-            None => {
-                // Configured after a clone: copy so the clones keep their settings.
-                let i = &self.inner;
-                let mut copy = Inner {
-                    client: i.client.clone(),
-                    queue_url: i.queue_url.clone(),
-                    fifo: i.fifo,
-                    max_message_bytes: i.max_message_bytes,
-                    policy: i.policy,
-                    id_attribute: i.id_attribute.clone(),
-                };
-                f(&mut copy);
-                self.inner = Arc::new(copy);
-            }
-        }
+        // Configured after a clone, this copies the settings first, so the clones keep theirs.
+        f(Arc::make_mut(&mut self.inner));
         self
     }
 
@@ -992,9 +992,11 @@ fn sqs_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// A `MessageGroupId` (or deduplication id): 1 to 128 ASCII letters, digits or punctuation.
 /// Whether SQS accepts `s` as a `MessageGroupId` (or `MessageDeduplicationId`): 1 to 128
 /// printable ASCII characters. Derive one (a hash, say) from values that may not pass.
+///
+/// Public so a handler can check a group id it builds from message data before pushing the
+/// output (the payments example does), instead of learning it from a refused batch.
 pub fn is_valid_group_id(s: &str) -> bool {
     valid_id(s)
 }

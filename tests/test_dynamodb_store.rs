@@ -1,6 +1,5 @@
 //! The store contract against DynamoDB Local (AWS's own implementation), started by
 //! `scripts/standins.sh up` (`make test` does it).
-#![cfg(feature = "dynamodb")]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -5,7 +5,6 @@
 //! Needs ministack on `SQS_CLAIM_SQS_ENDPOINT` (default `http://127.0.0.1:4566`): run
 //! `make test`, or `scripts/standins.sh up`. Every test makes its own queues (unique names), so
 //! runs and engineers sharing one ministack do not see each other's messages.
-#![cfg(feature = "sqs")]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -526,7 +525,8 @@ async fn failed_batch_entry_is_surfaced_with_sqs_code_and_message() {
         vec![OutputLabel::Position(0), OutputLabel::Position(2)]
     );
     // The error an on-call engineer reads names the output, the code and SQS's message.
-    let text = err.to_string();
+    // The whole chain (`{:#}`): `Display` alone is the error's own message.
+    let text = format!("{err:#}");
     assert!(
         text.contains("output #1 InvalidParameterValue") && text.contains("1024"),
         "{text}"

@@ -1,7 +1,6 @@
 //! The PostgreSQL store against the real server on 127.0.0.1:5432, database `test`
 //! (`SQS_CLAIM_POSTGRES_URL`): the shared conformance suite, transactional effects, migration,
 //! pruning, long keys and error mapping. Every test uses a table of its own.
-#![cfg(feature = "postgres")]
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -58,13 +57,13 @@ async fn race_timings() {
 
 /// Effects insert markers into a side table; inserting the pre-existing marker `taken` is the
 /// refused effect (a unique violation).
-pub struct Probe {
+struct Probe {
     store: PostgresStore,
     table: String,
 }
 
 impl Probe {
-    pub async fn new(store: &PostgresStore) -> Probe {
+    async fn new(store: &PostgresStore) -> Probe {
         let table = format!("{}_effects", store.table());
         sql(
             store,

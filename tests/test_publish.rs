@@ -1,7 +1,6 @@
 //! The publisher without a real queue: deduplication id derivation, the checks made before any
 //! call, and the retry logic against a scripted SQS endpoint on 127.0.0.1 (the real SDK speaks
 //! the real JSON protocol to it; the script decides each answer).
-#![cfg(feature = "sqs")]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -424,8 +423,8 @@ async fn sender_faults_are_not_retried_and_are_reported() {
     assert!(f.failed()[0].sender_fault);
     assert_eq!(f.sent().len(), 2);
     assert!(
-        err.to_string().contains("InvalidParameterValue for o1"),
-        "{err}"
+        format!("{err:#}").contains("InvalidParameterValue for o1"),
+        "{err:#}"
     );
     assert_eq!(
         sqs.requests.lock().unwrap().len(),
@@ -493,7 +492,7 @@ async fn whole_call_server_errors_are_left_to_the_sdk_and_reported() {
             .all(|e| e.code == "InternalError" && !e.sender_fault),
         "{f:?}"
     );
-    assert!(err.to_string().contains("we broke"), "{err}");
+    assert!(format!("{err:#}").contains("we broke"), "{err:#}");
     // Without SDK retries: one call.
     sqs.requests.lock().unwrap().clear();
     send(client(&sqs.url)).await.unwrap_err();

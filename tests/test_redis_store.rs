@@ -1,6 +1,5 @@
 //! The Redis store against the real server on 127.0.0.1:6379 (`SQS_CLAIM_REDIS_URL`): the
 //! shared conformance suite, atomic effects, TTLs, clock independence and error mapping.
-#![cfg(feature = "redis")]
 
 use std::time::{Duration, Instant, SystemTime};
 

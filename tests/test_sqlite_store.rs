@@ -1,7 +1,6 @@
 //! The embedded SQLite store keeps the store contract: the shared conformance suite on a real
 //! file, atomic effects, exactly one winner when two connections and several processes race on
 //! one file, durability across reopen, and no blocking of the async runtime.
-#![cfg(feature = "sqlite")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,28 +14,27 @@ use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
 use sqs_claim::store::{Claim, ClaimStore, Effects};
 
-/// A database file in the temp dir, removed (with its WAL and shared-memory files) on drop.
-struct TempDb(PathBuf);
+/// A database file in a temp dir of its own, removed with the dir (and so with the WAL and
+/// shared-memory files SQLite puts beside it) on drop.
+struct TempDb {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
 
 impl TempDb {
     fn new(name: &str) -> Self {
-        TempDb(
-            std::env::temp_dir().join(format!("sqs-claim-test-{name}-{}.db", uuid::Uuid::new_v4())),
-        )
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("sqs-claim-test-{name}-"))
+            .tempdir()
+            .expect("create a temp dir");
+        TempDb {
+            path: dir.path().join("claims.db"),
+            _dir: dir,
+        }
     }
 
     fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDb {
-    fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut p = self.0.clone().into_os_string();
-            p.push(suffix);
-            let _ = std::fs::remove_file(p);
-        }
+        &self.path
     }
 }
 
@@ -356,8 +354,8 @@ async fn broken_effect_is_store_rejected() {
         .expect_err("an invalid statement must fail the completion");
     assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
     assert!(
-        err.to_string().contains("no_such_table"),
-        "the cause must be named: {err}"
+        format!("{err:#}").contains("no_such_table"),
+        "the cause must be named: {err:#}"
     );
     assert!(
         matches!(

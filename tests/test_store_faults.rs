@@ -25,7 +25,6 @@
 //!
 //! A `process` that has not returned [`GRACE`] after its deadline is abandoned and reported, so
 //! an engine that does not bound steps in flight fails these tests instead of hanging them.
-#![cfg(all(feature = "dynamodb", feature = "redis", feature = "postgres"))]
 
 mod common;
 #[path = "support/dynamodb.rs"]

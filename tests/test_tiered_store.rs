@@ -1,7 +1,6 @@
 //! The tiered store: Redis (127.0.0.1:6379) in front of PostgreSQL (127.0.0.1:5432, db `test`).
 //! The conformance suite with Redis up and with Redis down, duplicates answered from Redis
 //! without touching the durable store, and backfill.
-#![cfg(all(feature = "redis", feature = "postgres"))]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,11 @@ use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects};
 
 /// The Powertools batch loop, the baseline: claim, handle, complete, one message after another
 /// (two store round trips per message, none overlapping). `handle` gets each body.
-pub async fn sequential_baseline<S: ClaimStore>(store: &S, ev: &SqsEvent, handle: impl Fn(&str)) {
+pub(crate) async fn sequential_baseline<S: ClaimStore>(
+    store: &S,
+    ev: &SqsEvent,
+    handle: impl Fn(&str),
+) {
     for m in &ev.records {
         let now = SystemTime::now();
         let key = format!("seq#{}", m.message_id.as_deref().unwrap_or_default());
@@ -33,7 +37,7 @@ pub async fn sequential_baseline<S: ClaimStore>(store: &S, ev: &SqsEvent, handle
 }
 
 /// The median of some timings.
-pub fn median(mut v: Vec<Duration>) -> Duration {
+pub(crate) fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }

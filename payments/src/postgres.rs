@@ -23,7 +23,7 @@ fn quoted(name: &str) -> String {
 fn db_err(store: &PostgresStore, what: &str, e: tokio_postgres::Error) -> Error {
     let table = accounts_table(store);
     let inner = check_error(&table, e);
-    Error::new(inner.kind(), format!("{what}: {inner}"))
+    Error::new(inner.kind(), format!("{what}: {inner:#}"))
 }
 
 /// A [`PostgresStore`] plus its accounts table ([`accounts_table`]). Cheap to clone (clones

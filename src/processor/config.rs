@@ -72,9 +72,10 @@ pub enum FifoMode {
     WholeBatch,
 }
 
-/// Processor settings. Every field has a documented default; see [`ProcessorBuilder`].
+/// Processor settings. Every field has a documented default; see [`ProcessorBuilder`], the only
+/// way to set them (so it is not public: a new setting is not a breaking change).
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     pub(super) key: KeySource,
     pub(super) namespace: Option<String>,
     pub(super) missing_key: MissingKey,

@@ -35,7 +35,8 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::info;
 
-pub use config::{Config, FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
+pub(crate) use config::Config;
+pub use config::{FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
 pub use one_shot::OneShot;
 
 use crate::deadline::Budget;

@@ -24,6 +24,7 @@ use super::Inner;
 use super::config::{FifoMode, StoreUnavailable};
 use super::plan::{Action, Meta, Plan, Work};
 use crate::deadline::{self, Budget, OutOfTime};
+use crate::error::Chain;
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::retry::RetryPolicy;
@@ -335,7 +336,7 @@ where
             }
             Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
                 if config.on_store_unavailable == StoreUnavailable::FailOpen {
-                    warn!(message_id = %id, key, error = %e, "store unavailable: fail-open, running without a claim");
+                    warn!(message_id = %id, key, error = %format_args!("{e:#}"), "store unavailable: fail-open, running without a claim");
                     return Box::pin(self.run_unclaimed(
                         message,
                         budget,
@@ -347,13 +348,13 @@ where
                 }
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreUnavailable,
-                    format!("claim failed, nothing ran: {e}"),
+                    format!("claim failed, nothing ran: {e:#}"),
                 ));
             }
             Err(e) => {
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreRejected,
-                    format!("claim refused by the store, nothing ran: {e}"),
+                    format!("claim refused by the store, nothing ran: {e:#}"),
                 ));
             }
         };
@@ -432,7 +433,7 @@ where
                 } else {
                     "one-shot write failed, nothing was committed"
                 };
-                Outcome::Failed(Failure::new(kind, format!("{what}: {e}")))
+                Outcome::Failed(Failure::new(kind, format!("{what}: {e:#}")))
             }
         }
     }
@@ -503,7 +504,10 @@ where
             Ok(Ok(response)) => Ok(response.into()),
             Ok(Err(e)) => {
                 let e: BoxError = e;
-                Err(Failure::new(FailureKind::Handler, e.to_string()))
+                let e: &(dyn std::error::Error + 'static) = &*e;
+                // The whole chain: the handler's own message may not name the root cause.
+                Err(Failure::new(FailureKind::Handler, Chain(e).to_string())
+                    .with_error_kind(Error::kind_in_chain(e)))
             }
             Err(panic) => {
                 let what = panic
@@ -557,7 +561,7 @@ where
             budget.hard_stop(),
             attempt,
             Error::is_transient,
-            |retry, e| warn!(message_id = %id, key, retry, error = %e, "completion failed; retrying"),
+            |retry, e| warn!(message_id = %id, key, retry, error = %format_args!("{e:#}"), "completion failed; retrying"),
         );
         match budget.bounded(retried).await {
             Ok(Ok(())) => Outcome::Processed,
@@ -593,7 +597,7 @@ where
             // again on redelivery. Report success and shout; the claim stays in progress and
             // its lease lapses at the deadline.
             error!(
-                message_id = %id, key, error = %e,
+                message_id = %id, key, error = %format_args!("{e:#}"),
                 "handler succeeded but its completion could not be recorded; reporting success, \
                  a later redelivery of this key could run the handler again"
             );
@@ -617,7 +621,7 @@ where
         } else {
             "completion with effects failed, nothing was committed"
         };
-        Outcome::Failed(Failure::new(kind, format!("{what}: {e}")))
+        Outcome::Failed(Failure::new(kind, format!("{what}: {e:#}")))
     }
 
     async fn release(&self, id: &str, key: &str, token: &ClaimToken, budget: &Budget) {
@@ -626,7 +630,7 @@ where
         match budget.bounded(self.store.release(key, token)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                warn!(message_id = %id, key, error = %e, "could not release the claim; it will lapse with its lease");
+                warn!(message_id = %id, key, error = %format_args!("{e:#}"), "could not release the claim; it will lapse with its lease");
             }
             Err(OutOfTime) => {
                 warn!(message_id = %id, key, "release cut off by the time budget; the claim will lapse with its lease");
@@ -649,13 +653,16 @@ fn follow(
             id,
             &format!("message {leader_name} of this batch"),
         ),
-        Outcome::Failed(f) => Outcome::Failed(Failure::new(
-            f.kind,
-            format!(
-                "same key as message {leader_name} of this batch, which failed: {}",
-                f.message
-            ),
-        )),
+        Outcome::Failed(f) => Outcome::Failed(
+            Failure::new(
+                f.kind,
+                format!(
+                    "same key as message {leader_name} of this batch, which failed: {}",
+                    f.message
+                ),
+            )
+            .with_error_kind(f.error_kind),
+        ),
         // The copy never started: the leader ran out of time.
         Outcome::CutOff(_) => Outcome::NotStarted(NotStarted::Deadline),
         other => other,

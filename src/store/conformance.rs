@@ -1,5 +1,10 @@
 //! The shared conformance suite: the store contract, as executable checks.
 //!
+//! Available with the `conformance` feature: the store contract's test suite, for your own
+//! [`ClaimStore`]. Enable it in your `[dev-dependencies]`
+//! (`sqs-claim = { version = "…", features = ["conformance"] }`) and call [`run_all`] from a test
+//! against your backend.
+//!
 //! Every store's integration test calls [`run_all`] (and [`atomic_effects`] where the store
 //! supports effects) against the real server. The checks panic with a message naming the broken
 //! rule, so they read as test failures. Keys are prefixed with a fresh UUID, so the suite can run

@@ -49,6 +49,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::client::Waiters;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
@@ -59,6 +60,7 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
     TimeToLiveStatus, TransactWriteItem, Update,
 };
+use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaiterError;
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
@@ -847,17 +849,60 @@ pub async fn create_table_with_key(client: &Client, table: &str, key: &str) -> R
         Err(e) if e.code() == Some("ResourceInUseException") => {}
         Err(e) => return Err(classify("CreateTable", e)),
     }
-    for _ in 0..120 {
-        if table_status(client, table).await? == Some(TableStatus::Active) {
-            return Ok(());
+    // The SDK's own waiter (DynamoDB's `TableExists`: ACTIVE succeeds, not found retries),
+    // bounded as before. Its polls are 20 s apart after the first, as AWS specifies it: a new
+    // table on AWS is ready after one or two; DynamoDB Local answers ACTIVE at once.
+    match client
+        .wait_until_table_exists()
+        .table_name(table)
+        .wait(TABLE_ACTIVE_WITHIN)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(WaiterError::ExceededMaxWait(_)) => Err(Error::new(
+            ErrorKind::StoreUnavailable,
+            format!(
+                "table {table} did not become ACTIVE within {} s",
+                TABLE_ACTIVE_WITHIN.as_secs()
+            ),
+        )),
+        Err(WaiterError::OperationFailed(failed)) => {
+            Err(classify("DescribeTable", failed.into_error()))
         }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        Err(WaiterError::FailureState(state)) => match state.into_final_poll().into_result() {
+            Err(e) => {
+                // A modeled error no acceptor takes: only `InternalServerError` is worth a retry.
+                let kind = if e.code() == Some("InternalServerError") {
+                    ErrorKind::StoreUnavailable
+                } else {
+                    ErrorKind::StoreRejected
+                };
+                let code = e.code().unwrap_or("an unnamed error").to_owned();
+                Err(Error::with_source(
+                    kind,
+                    format!(
+                        "waiting for table {table} to become ACTIVE: DescribeTable failed with {code}"
+                    ),
+                    e,
+                ))
+            }
+            Ok(_) => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "table {table} did not become ACTIVE: DescribeTable answered a state the waiter does not accept"
+                ),
+            )),
+        },
+        Err(e) => Err(Error::with_source(
+            ErrorKind::StoreRejected,
+            format!("cannot wait for table {table} to become ACTIVE"),
+            e,
+        )),
     }
-    Err(Error::new(
-        ErrorKind::StoreUnavailable,
-        format!("table {table} did not become ACTIVE within 60 s"),
-    ))
 }
+
+/// How long [`create_table_with_key`] waits for a new table to become ACTIVE.
+const TABLE_ACTIVE_WITHIN: Duration = Duration::from_secs(60);
 
 /// The table's status, `None` if it does not exist.
 pub async fn table_status(client: &Client, table: &str) -> Result<Option<TableStatus>, Error> {

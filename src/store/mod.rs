@@ -2,7 +2,7 @@
 //!
 //! Every store (memory, DynamoDB, SQLite, Redis, PostgreSQL) implements [`ClaimStore`], and the
 //! semantics below are the whole of what the processor relies on. They are proven for each store
-//! by the shared [`conformance`] suite, run against the real server.
+//! by the shared `conformance` suite (feature `conformance`), run against the real server.
 //!
 //! # The record
 //!
@@ -72,6 +72,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod memory;
 

@@ -252,9 +252,27 @@ return 0
 /// ];
 /// # let _ = effects;
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisEffect {
     op: Op,
+}
+
+// By hand: values, amounts and hash fields are business data and `?effect` lands in logs;
+// the command and the key (as the code names it) stay, to tell effects apart.
+impl std::fmt::Debug for RedisEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (command, key) = match &self.op {
+            Op::IncrBy { key, .. } => ("INCRBY", key),
+            Op::HIncrBy { key, .. } => ("HINCRBY", key),
+            Op::HIncrByWithin { key, .. } => ("HINCRBY within bounds", key),
+            Op::Set { key, .. } => ("SET", key),
+            Op::SetNx { key, .. } => ("SET NX", key),
+        };
+        f.debug_struct("RedisEffect")
+            .field("command", &command)
+            .field("key", key)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -222,7 +222,7 @@ impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
 /// .expect_rows(1);
 /// # let _ = debit;
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct SqlEffect {
     sql: String,
     params: Vec<SqlValue>,
@@ -256,6 +256,18 @@ impl SqlEffect {
     }
 }
 
+// By hand: parameter values are business data (amounts, account ids) and `?effect` lands in
+// logs; the statement text is the code's own, so it stays.
+impl std::fmt::Debug for SqlEffect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlEffect")
+            .field("sql", &self.sql)
+            .field("params", &self.params.len())
+            .field("expect_rows", &self.expect_rows)
+            .finish()
+    }
+}
+
 /// Work for the connection thread: run inside the group's transaction, then answer the caller
 /// once the transaction's fate is known.
 trait Job: Send {
@@ -284,7 +296,7 @@ impl GroupFailure {
         let e = classify(e, what);
         GroupFailure {
             kind: e.kind(),
-            message: e.to_string(),
+            message: format!("{e:#}"),
         }
     }
 

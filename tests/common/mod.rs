@@ -14,14 +14,14 @@ use sqs_claim::Clock;
 use sqs_claim::events::SqsEvent;
 
 /// The ARN of the standard test queue.
-pub const STANDARD_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:q";
+pub(crate) const STANDARD_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:q";
 /// The ARN of the FIFO test queue.
-pub const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:q.fifo";
+pub(crate) const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:q.fifo";
 
 /// One SQS record in the Lambda wire shape. Build with [`rec`], adjust with the methods, and
 /// turn a list into an event with [`event`].
 #[derive(Debug, Clone)]
-pub struct Rec {
+pub(crate) struct Rec {
     id: Option<String>,
     body: String,
     arn: String,
@@ -31,7 +31,7 @@ pub struct Rec {
 }
 
 /// A standard-queue record with this message id and body.
-pub fn rec(id: &str, body: &str) -> Rec {
+pub(crate) fn rec(id: &str, body: &str) -> Rec {
     Rec {
         id: Some(id.to_owned()),
         body: body.to_owned(),
@@ -43,37 +43,37 @@ pub fn rec(id: &str, body: &str) -> Rec {
 }
 
 /// A FIFO record: FIFO source ARN, group, deduplication id (the message id) and a sequence number.
-pub fn fifo(id: &str, group: &str, body: &str) -> Rec {
+pub(crate) fn fifo(id: &str, group: &str, body: &str) -> Rec {
     rec(id, body).arn(FIFO_ARN).group(group).dedup(id)
 }
 
 impl Rec {
     /// Without a `messageId` field at all.
-    pub fn no_id(mut self) -> Self {
+    pub(crate) fn no_id(mut self) -> Self {
         self.id = None;
         self
     }
 
     /// A different source ARN.
-    pub fn arn(mut self, arn: &str) -> Self {
+    pub(crate) fn arn(mut self, arn: &str) -> Self {
         self.arn = arn.to_owned();
         self
     }
 
     /// A `MessageGroupId` attribute.
-    pub fn group(mut self, group: &str) -> Self {
+    pub(crate) fn group(mut self, group: &str) -> Self {
         self.group = Some(group.to_owned());
         self
     }
 
     /// A `MessageDeduplicationId` attribute.
-    pub fn dedup(mut self, dedup: &str) -> Self {
+    pub(crate) fn dedup(mut self, dedup: &str) -> Self {
         self.dedup = Some(dedup.to_owned());
         self
     }
 
     /// A string message attribute (`messageAttributes.NAME`).
-    pub fn attr(mut self, name: &str, value: &str) -> Self {
+    pub(crate) fn attr(mut self, name: &str, value: &str) -> Self {
         self.msg_attrs.insert(
             name.to_owned(),
             json!({
@@ -87,7 +87,7 @@ impl Rec {
     }
 
     /// The record as Lambda sends it.
-    pub fn to_json(&self, seq: usize) -> Value {
+    pub(crate) fn to_json(&self, seq: usize) -> Value {
         let mut attributes = serde_json::Map::new();
         attributes.insert("ApproximateReceiveCount".into(), json!("1"));
         attributes.insert("SentTimestamp".into(), json!("1732000000000"));
@@ -125,7 +125,7 @@ impl Rec {
 }
 
 /// The event JSON for these records.
-pub fn event_json(records: &[Rec]) -> Value {
+pub(crate) fn event_json(records: &[Rec]) -> Value {
     let records: Vec<Value> = records
         .iter()
         .enumerate()
@@ -135,12 +135,12 @@ pub fn event_json(records: &[Rec]) -> Value {
 }
 
 /// The event, parsed from its wire JSON, with a default context (no deadline).
-pub fn event(records: &[Rec]) -> LambdaEvent<SqsEvent> {
+pub(crate) fn event(records: &[Rec]) -> LambdaEvent<SqsEvent> {
     event_with_deadline(records, 0)
 }
 
 /// The event with `Context::deadline` set to `deadline_ms` (epoch milliseconds, 0 = none).
-pub fn event_with_deadline(records: &[Rec], deadline_ms: u64) -> LambdaEvent<SqsEvent> {
+pub(crate) fn event_with_deadline(records: &[Rec], deadline_ms: u64) -> LambdaEvent<SqsEvent> {
     let payload: SqsEvent =
         serde_json::from_value(event_json(records)).expect("test event must parse as SqsEvent");
     let mut context = Context::default();
@@ -149,14 +149,14 @@ pub fn event_with_deadline(records: &[Rec], deadline_ms: u64) -> LambdaEvent<Sqs
 }
 
 /// A deadline `after` from now on `clock`, in epoch milliseconds (as `Context::deadline`).
-pub fn deadline_in(clock: &Clock, after: Duration) -> u64 {
+pub(crate) fn deadline_in(clock: &Clock, after: Duration) -> u64 {
     let at = clock.now() + after;
     u64::try_from(sqs_claim::store::epoch_millis(at)).expect("deadline after the epoch")
 }
 
 /// The ids of the batch response, in order. Checks on the way that none is empty: an empty
 /// `itemIdentifier` makes Lambda fail (and redeliver) the whole batch.
-pub fn failed_ids(response: &sqs_claim::events::SqsBatchResponse) -> Vec<String> {
+pub(crate) fn failed_ids(response: &sqs_claim::events::SqsBatchResponse) -> Vec<String> {
     response
         .batch_item_failures
         .iter()
@@ -172,72 +172,72 @@ pub fn failed_ids(response: &sqs_claim::events::SqsBatchResponse) -> Vec<String>
 
 /// What a handler saw: every message id, in the order the handler was entered.
 #[derive(Debug, Clone, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     ids: Arc<Mutex<Vec<String>>>,
     calls: Arc<AtomicUsize>,
 }
 
 impl Seen {
     /// A new, empty record.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Records a call.
-    pub fn saw(&self, id: &str) {
+    pub(crate) fn saw(&self, id: &str) {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.ids.lock().unwrap().push(id.to_owned());
     }
 
     /// How many handler calls.
-    pub fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.calls.load(Ordering::SeqCst)
     }
 
     /// The ids seen, in call order.
-    pub fn ids(&self) -> Vec<String> {
+    pub(crate) fn ids(&self) -> Vec<String> {
         self.ids.lock().unwrap().clone()
     }
 
     /// How many times `id` was seen.
-    pub fn count(&self, id: &str) -> usize {
+    pub(crate) fn count(&self, id: &str) -> usize {
         self.ids.lock().unwrap().iter().filter(|s| *s == id).count()
     }
 }
 
 /// Tracks how many handlers run at once, and the most that ever did.
 #[derive(Debug, Clone, Default)]
-pub struct Gauge {
+pub(crate) struct Gauge {
     current: Arc<AtomicUsize>,
     max: Arc<AtomicUsize>,
 }
 
 impl Gauge {
     /// A new gauge at zero.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// One more running; returns a guard that counts it out when dropped (even on panic).
-    pub fn enter(&self) -> GaugeGuard {
+    pub(crate) fn enter(&self) -> GaugeGuard {
         let now = self.current.fetch_add(1, Ordering::SeqCst) + 1;
         self.max.fetch_max(now, Ordering::SeqCst);
         GaugeGuard(Arc::clone(&self.current))
     }
 
     /// The most that ever ran at once.
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max.load(Ordering::SeqCst)
     }
 
     /// How many run now.
-    pub fn current(&self) -> usize {
+    pub(crate) fn current(&self) -> usize {
         self.current.load(Ordering::SeqCst)
     }
 }
 
 /// Counts one running handler out of its [`Gauge`] on drop.
-pub struct GaugeGuard(Arc<AtomicUsize>);
+pub(crate) struct GaugeGuard(Arc<AtomicUsize>);
 
 impl Drop for GaugeGuard {
     fn drop(&mut self) {
@@ -246,7 +246,7 @@ impl Drop for GaugeGuard {
 }
 
 /// Installs a test log subscriber once (respects `RUST_LOG`), so failures can be read with logs.
-pub fn init_logs() {
+pub(crate) fn init_logs() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -258,7 +258,7 @@ pub fn init_logs() {
 
 /// A handler that records each call and acts on the body: a body containing `FAIL` returns an
 /// error, one containing `PANIC` panics, anything else succeeds.
-pub fn scripted(
+pub(crate) fn scripted(
     seen: &Seen,
 ) -> impl tower::Service<
     sqs_claim::Message,
@@ -286,12 +286,15 @@ pub fn scripted(
 }
 
 /// The outcome names of a report, in batch order (`processed`, `duplicate`, ...).
-pub fn outcome_names(report: &sqs_claim::BatchReport) -> Vec<&'static str> {
+pub(crate) fn outcome_names(report: &sqs_claim::BatchReport) -> Vec<&'static str> {
     report.items().iter().map(|i| i.outcome.name()).collect()
 }
 
 /// The outcome of the message with this id.
-pub fn outcome_of<'a>(report: &'a sqs_claim::BatchReport, id: &str) -> &'a sqs_claim::Outcome {
+pub(crate) fn outcome_of<'a>(
+    report: &'a sqs_claim::BatchReport,
+    id: &str,
+) -> &'a sqs_claim::Outcome {
     &report
         .items()
         .iter()
@@ -301,7 +304,10 @@ pub fn outcome_of<'a>(report: &'a sqs_claim::BatchReport, id: &str) -> &'a sqs_c
 }
 
 /// The failure of the message with this id (panics if it did not fail).
-pub fn failure_of<'a>(report: &'a sqs_claim::BatchReport, id: &str) -> &'a sqs_claim::Failure {
+pub(crate) fn failure_of<'a>(
+    report: &'a sqs_claim::BatchReport,
+    id: &str,
+) -> &'a sqs_claim::Failure {
     match outcome_of(report, id) {
         sqs_claim::Outcome::Failed(f) => f,
         other => panic!("{id}: expected a failure, got {other:?}"),

@@ -3,13 +3,13 @@
 #![allow(dead_code)]
 
 /// `SQS_CLAIM_DYNAMODB_ENDPOINT`, default the machine's DynamoDB Local.
-pub fn dynamodb_endpoint() -> String {
+pub(crate) fn dynamodb_endpoint() -> String {
     std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
 }
 
 /// A DynamoDB client for `endpoint` (DynamoDB Local, or a proxy in front of it) with test
 /// credentials and the SDK's default retry and timeout settings.
-pub fn dynamodb_client(endpoint: &str) -> sqs_claim::aws_sdk_dynamodb::Client {
+pub(crate) fn dynamodb_client(endpoint: &str) -> sqs_claim::aws_sdk_dynamodb::Client {
     use sqs_claim::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
     let config = sqs_claim::aws_sdk_dynamodb::Config::builder()
         .behavior_version(BehaviorVersion::latest())
@@ -21,7 +21,7 @@ pub fn dynamodb_client(endpoint: &str) -> sqs_claim::aws_sdk_dynamodb::Client {
 }
 
 /// A DynamoDB store on a fresh table `{prefix}-<uuid>`, created on DynamoDB Local.
-pub async fn dynamodb_store(prefix: &str) -> sqs_claim::DynamoDbStore {
+pub(crate) async fn dynamodb_store(prefix: &str) -> sqs_claim::DynamoDbStore {
     let endpoint = dynamodb_endpoint();
     let table = format!("{prefix}-{}", uuid::Uuid::new_v4());
     let store = sqs_claim::DynamoDbStore::new(dynamodb_client(&endpoint), table);

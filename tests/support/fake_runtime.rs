@@ -28,7 +28,7 @@ use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
 /// The ARN the fake hands out as the invoked function.
-pub const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:consumer";
+pub(crate) const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:consumer";
 
 /// Bodies larger than this are refused: Lambda's own payload cap is 6 MB, and a runaway read
 /// must fail the test rather than eat the machine.
@@ -36,7 +36,7 @@ const MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// One event waiting for the function's next `GET .../invocation/next`.
 #[derive(Debug, Clone)]
-pub struct Invocation {
+pub(crate) struct Invocation {
     /// `Lambda-Runtime-Aws-Request-Id`.
     pub request_id: String,
     /// The event JSON, sent as the body.
@@ -47,7 +47,7 @@ pub struct Invocation {
 
 /// Something the function posted to the fake.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Posted {
+pub(crate) enum Posted {
     /// `POST /2018-06-01/runtime/invocation/{request_id}/response`.
     Response {
         /// The id from the path.
@@ -84,7 +84,7 @@ pub enum Posted {
 }
 
 /// The fake Runtime API. Dropping it stops the server (the accept loop and its connections).
-pub struct FakeRuntime {
+pub(crate) struct FakeRuntime {
     addr: SocketAddr,
     queue: mpsc::UnboundedSender<Invocation>,
     posts: mpsc::UnboundedReceiver<Posted>,
@@ -94,7 +94,7 @@ pub struct FakeRuntime {
 
 impl FakeRuntime {
     /// Binds a random port on 127.0.0.1 and starts serving.
-    pub async fn start() -> std::io::Result<FakeRuntime> {
+    pub(crate) async fn start() -> std::io::Result<FakeRuntime> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (queue, queued) = mpsc::unbounded_channel::<Invocation>();
@@ -126,13 +126,13 @@ impl FakeRuntime {
     }
 
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
-    pub fn address(&self) -> String {
+    pub(crate) fn address(&self) -> String {
         self.addr.to_string()
     }
 
     /// Queues `event` for the function's next `next` call, with a fresh request id and a
     /// deadline `budget` from now. Returns the request id.
-    pub fn queue(&self, event: impl Into<String>, budget: Duration) -> String {
+    pub(crate) fn queue(&self, event: impl Into<String>, budget: Duration) -> String {
         let request_id = uuid::Uuid::new_v4().to_string();
         let deadline_ms = (SystemTime::now() + budget)
             .duration_since(UNIX_EPOCH)
@@ -152,12 +152,12 @@ impl FakeRuntime {
     /// function that polls one invocation at a time, N for `lambda_runtime::run_concurrent`
     /// with `AWS_LAMBDA_MAX_CONCURRENCY=N`.
     #[allow(dead_code)] // only the library's tests/test_lambda_run.rs asks
-    pub fn polling(&self) -> usize {
+    pub(crate) fn polling(&self) -> usize {
         self.polling.load(Ordering::SeqCst)
     }
 
     /// The next thing the function posted, waiting at most `timeout`. `None` on timeout.
-    pub async fn next_post(&mut self, timeout: Duration) -> Option<Posted> {
+    pub(crate) async fn next_post(&mut self, timeout: Duration) -> Option<Posted> {
         tokio::time::timeout(timeout, self.posts.recv())
             .await
             .ok()

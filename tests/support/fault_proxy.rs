@@ -48,16 +48,16 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 /// The most connections the proxy keeps open at once; the next ones are reset on accept.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 
 /// How long a connection to the upstream server may take before the client is reset.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 const BUFFER: usize = 16 * 1024;
 
 /// What the proxy does to traffic. See the [module documentation](self) for the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Forward both ways.
     Pass,
     /// Read from both sides, forward nothing, answer nothing, keep every socket open.
@@ -143,20 +143,20 @@ impl Shared {
 
 /// A clonable switch for a running [`FaultProxy`] (to flip it from a handler, say).
 #[derive(Clone)]
-pub struct FaultHandle {
+pub(crate) struct FaultHandle {
     shared: Arc<Shared>,
 }
 
 impl FaultHandle {
     /// Switches to `fault` now, and cancels any switch armed with
     /// [`set_after_bytes`](Self::set_after_bytes) or [`set_after`](Self::set_after).
-    pub fn set(&self, fault: Fault) {
+    pub(crate) fn set(&self, fault: Fault) {
         self.shared.disarm();
         self.shared.fault.send_replace(fault);
     }
 
     /// The fault in force.
-    pub fn fault(&self) -> Fault {
+    pub(crate) fn fault(&self) -> Fault {
         *self.shared.fault.borrow()
     }
 
@@ -164,7 +164,7 @@ impl FaultHandle {
     /// (counted across connections, from this call). The byte that completes the count is the
     /// last one forwarded: the rest of its chunk already meets `fault`, so a fault can land in
     /// the middle of a request. Replaces an earlier byte trigger; `0` switches now.
-    pub fn set_after_bytes(&self, bytes: u64, fault: Fault) {
+    pub(crate) fn set_after_bytes(&self, bytes: u64, fault: Fault) {
         if bytes == 0 {
             *lock(&self.shared.trigger) = None;
             self.shared.fault.send_replace(fault);
@@ -178,7 +178,7 @@ impl FaultHandle {
 
     /// Switches to `fault` after `delay` (a timer task, stopped with the proxy or by
     /// [`set`](Self::set)).
-    pub fn set_after(&self, delay: Duration, fault: Fault) {
+    pub(crate) fn set_after(&self, delay: Duration, fault: Fault) {
         let shared = Arc::downgrade(&self.shared);
         let timer = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -192,29 +192,29 @@ impl FaultHandle {
     }
 
     /// Client bytes forwarded to the server so far.
-    pub fn bytes_up(&self) -> u64 {
+    pub(crate) fn bytes_up(&self) -> u64 {
         self.shared.bytes_up.load(Ordering::SeqCst)
     }
 
     /// Server bytes forwarded to clients so far (discarded answers are not counted).
-    pub fn bytes_down(&self) -> u64 {
+    pub(crate) fn bytes_down(&self) -> u64 {
         self.shared.bytes_down.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.
-    pub fn accepted(&self) -> usize {
+    pub(crate) fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
     }
 
     /// Connections open now.
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
     }
 }
 
 /// The proxy: a listener on an ephemeral port of 127.0.0.1 in front of `upstream`. Dropping it
 /// stops it (see the [module documentation](self)).
-pub struct FaultProxy {
+pub(crate) struct FaultProxy {
     addr: SocketAddr,
     upstream: SocketAddr,
     handle: FaultHandle,
@@ -224,7 +224,7 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Binds 127.0.0.1 on an ephemeral port and starts forwarding to `upstream`
     /// ([`Fault::Pass`]). Must be called inside a tokio runtime.
-    pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
+    pub(crate) async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (fault, _) = watch::channel(Fault::Pass);
@@ -247,29 +247,29 @@ impl FaultProxy {
     }
 
     /// The proxy's address (`127.0.0.1:<port>`).
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The proxy's port.
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.addr.port()
     }
 
     /// The server behind it.
-    pub fn upstream(&self) -> SocketAddr {
+    pub(crate) fn upstream(&self) -> SocketAddr {
         self.upstream
     }
 
     /// A clonable switch.
-    pub fn handle(&self) -> FaultHandle {
+    pub(crate) fn handle(&self) -> FaultHandle {
         self.handle.clone()
     }
 
     /// A proxy in front of the server a URL names (`scheme://[user[:password]@]host[:port]/...`,
     /// as `postgres://`, `redis://`, `http://`; the port defaults by scheme), and the same URL
     /// pointing at the proxy instead.
-    pub async fn in_front_of(url: &str) -> io::Result<(FaultProxy, String)> {
+    pub(crate) async fn in_front_of(url: &str) -> io::Result<(FaultProxy, String)> {
         let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, why.to_owned());
         let (scheme, rest) = url
             .split_once("://")

@@ -3,19 +3,19 @@
 #![allow(dead_code)]
 
 /// `SQS_CLAIM_REDIS_URL`, default the machine's Redis.
-pub fn redis_url() -> String {
+pub(crate) fn redis_url() -> String {
     std::env::var("SQS_CLAIM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
 }
 
 /// `SQS_CLAIM_POSTGRES_URL`, default the machine's PostgreSQL, database `test`.
-pub fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     std::env::var("SQS_CLAIM_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
 /// A Redis store with a prefix of its own, so parallel tests and runs never share keys.
 #[cfg(feature = "redis")]
-pub async fn redis_store() -> sqs_claim::RedisStore {
+pub(crate) async fn redis_store() -> sqs_claim::RedisStore {
     let url = redis_url();
     match sqs_claim::RedisStore::connect(&url).await {
         Ok(s) => s.with_prefix(format!("test:{}:", uuid::Uuid::new_v4())),
@@ -27,7 +27,7 @@ pub async fn redis_store() -> sqs_claim::RedisStore {
 
 /// Deletes every key under `prefix` (records expire by themselves; effect keys would not).
 #[cfg(feature = "redis")]
-pub async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
+pub(crate) async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
     use redis::AsyncCommands;
     let mut conn = conn.clone();
     let mut cursor: u64 = 0;
@@ -53,7 +53,7 @@ pub async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
 
 /// A migrated PostgreSQL store on a fresh table named `{prefix}_<uuid>`.
 #[cfg(feature = "postgres")]
-pub async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
+pub(crate) async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
     let url = pg_url();
     let table = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     let store = sqs_claim::PostgresStore::connect(&url)
@@ -69,7 +69,7 @@ pub async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
 
 /// Runs SQL statements on the store's pool.
 #[cfg(feature = "postgres")]
-pub async fn sql(store: &sqs_claim::PostgresStore, statement: &str) {
+pub(crate) async fn sql(store: &sqs_claim::PostgresStore, statement: &str) {
     let client = store.pool().get().await.expect("pool");
     client.batch_execute(statement).await.expect(statement);
 }

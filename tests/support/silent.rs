@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 /// What a fake endpoint does once a client is connected (and, for [`FakePg`], past the
 /// handshake).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
+pub(crate) enum Then {
     /// Read everything, answer nothing, keep the connection open.
     Silent,
     /// Read the first request, then close the connection.
@@ -25,19 +25,19 @@ pub enum Then {
 
 /// A listener serving every connection with one behaviour. Dropping it stops the server and
 /// closes the connections.
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     addr: SocketAddr,
     server: JoinHandle<()>,
 }
 
 impl Endpoint {
     /// `127.0.0.1:PORT`.
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn http_url(&self) -> String {
+    pub(crate) fn http_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 }
@@ -77,18 +77,18 @@ async fn behave(mut stream: TcpStream, then: Then) {
 }
 
 /// A port that accepts connections and never answers.
-pub async fn silent() -> Endpoint {
+pub(crate) async fn silent() -> Endpoint {
     serve(|s| behave(s, Then::Silent)).await
 }
 
 /// A port that accepts, reads the first request, and closes the connection.
-pub async fn closing() -> Endpoint {
+pub(crate) async fn closing() -> Endpoint {
     serve(|s| behave(s, Then::Close)).await
 }
 
 /// A PostgreSQL server that accepts any start-up (no TLS, no password: `AuthenticationOk`,
 /// `ReadyForQuery`) and then does `then` with the first query.
-pub async fn fake_pg(then: Then) -> Endpoint {
+pub(crate) async fn fake_pg(then: Then) -> Endpoint {
     serve(move |s| pg_connection(s, then)).await
 }
 

@@ -8,7 +8,7 @@ use sqs_claim::events::SqsMessage;
 
 /// `cases` cases, without a failure-persistence file (a failure prints its minimal input; it
 /// becomes a plain regression test here).
-pub fn config(cases: u32) -> ProptestConfig {
+pub(crate) fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
         failure_persistence: None,
@@ -17,14 +17,14 @@ pub fn config(cases: u32) -> ProptestConfig {
 }
 
 /// A marker put into bodies; no error may ever contain it.
-pub const SECRET: &str = "S3CR3T";
+pub(crate) const SECRET: &str = "S3CR3T";
 
 // ---------------------------------------------------------------------------------------------
 // Generators
 
 /// Strings with the characters that matter: JSON and pointer syntax, escapes, unicode (wide,
 /// combining, astral, controls), and the marker.
-pub fn text() -> impl Strategy<Value = String> {
+pub(crate) fn text() -> impl Strategy<Value = String> {
     prop::collection::vec(
         prop_oneof![
             4 => prop::char::range('a', 'z').prop_map(String::from),
@@ -42,7 +42,7 @@ pub fn text() -> impl Strategy<Value = String> {
 }
 
 /// Any JSON value, a few levels deep.
-pub fn json_value() -> impl Strategy<Value = Value> {
+pub(crate) fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
@@ -63,7 +63,7 @@ pub fn json_value() -> impl Strategy<Value = Value> {
 
 /// An object that looks like an SQS record: the real field names (and some others), each with
 /// any JSON value.
-pub fn record_ish() -> impl Strategy<Value = Value> {
+pub(crate) fn record_ish() -> impl Strategy<Value = Value> {
     let name = prop_oneof![
         4 => prop::sample::select(vec![
             "messageId", "receiptHandle", "body", "md5OfBody", "md5OfMessageAttributes",
@@ -77,7 +77,7 @@ pub fn record_ish() -> impl Strategy<Value = Value> {
 }
 
 /// A well-formed record: every field of the right type, any content.
-pub fn valid_record() -> impl Strategy<Value = Value> {
+pub(crate) fn valid_record() -> impl Strategy<Value = Value> {
     (
         prop::option::of(text()),
         prop::option::of(text()),
@@ -111,7 +111,7 @@ pub fn valid_record() -> impl Strategy<Value = Value> {
         })
 }
 
-pub fn message(body: Option<String>) -> SqsMessage {
+pub(crate) fn message(body: Option<String>) -> SqsMessage {
     let mut m = SqsMessage::default();
     m.message_id = Some("m-1".into());
     m.body = body;
@@ -119,13 +119,13 @@ pub fn message(body: Option<String>) -> SqsMessage {
 }
 
 /// `s` as one RFC 6901 reference token.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
 /// Bodies: valid JSON (objects most of all), JSON cut short, and text that is not JSON, all
 /// carrying the marker somewhere.
-pub fn body() -> impl Strategy<Value = String> {
+pub(crate) fn body() -> impl Strategy<Value = String> {
     prop_oneof![
         3 => json_value().prop_map(|v| v.to_string()),
         2 => (json_value(), text()).prop_map(|(v, k)| {
@@ -143,7 +143,7 @@ pub fn body() -> impl Strategy<Value = String> {
     ]
 }
 
-pub fn pointer() -> impl Strategy<Value = String> {
+pub(crate) fn pointer() -> impl Strategy<Value = String> {
     prop_oneof![
         Just("/order_id".to_owned()),
         Just("/secret".to_owned()),

@@ -85,7 +85,7 @@ async fn main() -> ExitCode {
         Err(e) => {
             // One JSON line that says what to fix; Lambda reports the init failure and
             // retries the batch later.
-            tracing::error!(error = %e, "the consumer stopped");
+            tracing::error!(error = %format_args!("{e:#}"), "the consumer stopped");
             ExitCode::FAILURE
         }
     }

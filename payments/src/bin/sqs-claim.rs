@@ -164,9 +164,11 @@ impl CliError {
         }
     }
 
+    /// Exit 1 with `message`, its causes included (`{:#}`: a `sqs_claim::Error` prints its
+    /// chain that way; for other types it is their plain message).
     fn failed(message: impl fmt::Display) -> Self {
         CliError {
-            message: message.to_string(),
+            message: format!("{message:#}"),
             code: 1,
         }
     }
@@ -259,12 +261,13 @@ fn usage_error(e: &clap::Error) -> CliError {
 /// `SQS_CLAIM_TABLE`. Errors name the flag.
 fn apply_flags(settings: &mut Settings, flags: StoreFlags) -> Result<(), CliError> {
     if let Some(store) = flags.store {
-        let url = StoreUrl::parse(&store).map_err(|e| CliError::failed(format!("--store: {e}")))?;
+        let url =
+            StoreUrl::parse(&store).map_err(|e| CliError::failed(format!("--store: {e:#}")))?;
         settings.store = Some(url);
         settings.table = None;
     } else if let Some(table) = flags.table {
         StoreUrl::parse(&format!("dynamodb:{table}"))
-            .map_err(|e| CliError::failed(format!("--table: {e}")))?;
+            .map_err(|e| CliError::failed(format!("--table: {e:#}")))?;
         settings.store = None;
         settings.table = Some(table.trim().to_owned());
     }
@@ -348,7 +351,7 @@ async fn invoke_on<L: Ledger>(
     processor
         .process(LambdaEvent::new(event, Context::default()))
         .await
-        .map_err(|e| CliError::failed(format!("the batch was refused: {e}")))
+        .map_err(|e| CliError::failed(format!("the batch was refused: {e:#}")))
 }
 
 fn summary(report: &BatchReport, store: &str) -> String {
@@ -391,7 +394,7 @@ async fn balances(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
     let balances = ledger
         .balances()
         .await
-        .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
     if balances.is_empty() {
         eprintln!("no accounts yet (store {store})");
     }
@@ -406,7 +409,7 @@ async fn init(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
     ledger
         .init()
         .await
-        .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
     eprintln!("initialized {store}");
     Ok(())
 }
@@ -416,7 +419,7 @@ async fn prune(ledger: &AnyLedger, store: &str, limit: u32) -> Result<(), CliErr
     let pruned = ledger
         .prune_expired(std::time::SystemTime::now(), limit)
         .await
-        .map_err(|e| CliError::failed(format!("store {store}: {e}")))?;
+        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
     match pruned {
         Some(n) => {
             println!("{n}");
@@ -444,7 +447,7 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
     apply_flags(&mut settings, flags)?;
     let url = settings.cli_store().map_err(CliError::failed)?;
     let store = url.to_string();
-    let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e}"));
+    let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e:#}"));
     // Opening the store and its readiness check are bounded (SQS_CLAIM_STARTUP_TIMEOUT_MS).
     let startup = settings.startup_timeout;
     match command {
