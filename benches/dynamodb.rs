@@ -44,6 +44,8 @@ struct Args {
     imp: String,
     events: String,
     table: String,
+    /// A what-if: replaces the processor's default concurrency (both implementations).
+    concurrency: Option<usize>,
 }
 
 fn args() -> Option<Args> {
@@ -58,6 +60,7 @@ fn args() -> Option<Args> {
         imp: get("--impl")?,
         events: get("--events")?,
         table: get("--table")?,
+        concurrency: get("--concurrency").and_then(|v| v.parse().ok()),
     })
 }
 
@@ -128,16 +131,19 @@ fn wait_for_go() {
     let _ = std::io::stdin().read_line(&mut line);
 }
 
-async fn run_sqs_claim(input: Input, table: &str) -> Result<(), String> {
+async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
     let store = DynamoDbStore::from_env(table).await;
     store
         .create_table()
         .await
         .map_err(|e| format!("create table: {e}"))?;
-    let processor = Processor::builder(store, trivial_handler())
+    let mut builder = Processor::builder(store, trivial_handler())
         .key(KeySource::JsonPointer("/order_id".into()))
-        .namespace("bench")
-        .build();
+        .namespace("bench");
+    if let Some(n) = what_if {
+        builder = builder.concurrency(n);
+    }
+    let processor = builder.build();
     let config = format!("{processor:?}");
     let _ = processor
         .process(LambdaEvent::new(input.warmup, Context::default()))
@@ -270,7 +276,7 @@ async fn bare_batch(client: &Client, table: &str, event: &SqsEvent, concurrency:
     tally
 }
 
-async fn run_bare(input: Input, table: &str) -> Result<(), String> {
+async fn run_bare(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
     let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
     let client = Client::new(&sdk);
     let created = client
@@ -303,7 +309,7 @@ async fn run_bare(input: Input, table: &str) -> Result<(), String> {
     }
     let probe = Processor::builder(DynamoDbStore::new(client.clone(), table), trivial_handler());
     let debug = format!("{probe:?}");
-    let concurrency = default_concurrency(&debug);
+    let concurrency = what_if.or_else(|| default_concurrency(&debug));
     let width = concurrency.unwrap_or(usize::MAX);
     bare_batch(&client, table, &input.warmup, width).await;
     wait_for_go();
@@ -362,8 +368,8 @@ fn main() {
     };
     let result = rt.block_on(async {
         match args.imp.as_str() {
-            "sqs-claim" => run_sqs_claim(input, &args.table).await,
-            "bare" => run_bare(input, &args.table).await,
+            "sqs-claim" => run_sqs_claim(input, &args.table, args.concurrency).await,
+            "bare" => run_bare(input, &args.table, args.concurrency).await,
             other => {
                 eprintln!("unknown --impl {other} (sqs-claim | bare)");
                 std::process::exit(2);

@@ -118,7 +118,16 @@ class Proxy:
             self.p.wait()
 
 
+def label(impl):
+    base, _, c = impl.partition("@")
+    return LABEL[base] + (f" (concurrency {c})" if c else "")
+
+
 def worker_cmd(impl, args, events, table):
+    base, _, c = impl.partition("@")
+    if c:
+        # A what-if (`--impls sqs-claim@1000`): the processor with another concurrency.
+        return worker_cmd(base, args, events, table) + ["--concurrency", c]
     if impl == "sqs-claim":
         return [args.rust_worker, "--impl", "sqs-claim", "--events", events, "--table", table]
     if impl == "bare-sdk":
@@ -178,7 +187,11 @@ def main():
     ap.add_argument("--out-dir", default=os.path.join(ROOT, ".bench"))
     ap.add_argument("--ns", default="10,100,1000")
     ap.add_argument("--latencies", default="0,100")
-    ap.add_argument("--impls", default=",".join(IMPLS))
+    ap.add_argument(
+        "--impls",
+        default=",".join(IMPLS),
+        help="comma-separated; sqs-claim@N or bare-sdk@N adds a what-if with concurrency N",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="timed batches per run at 0 ms")
     ap.add_argument(
         "--py-slow-max-n",
@@ -216,7 +229,7 @@ def main():
     )
     for k in ("RUST_LOG", "POWERTOOLS_LOG_LEVEL", "AWS_LAMBDA_LOG_LEVEL"):
         env.pop(k, None)
-    tables = {impl: f"bench-{run_id}-{impl}" for impl in impls}
+    tables = {impl: f"bench-{run_id}-{impl.replace('@', '-c')}" for impl in impls}
 
     def events_file(name, warm_tag, batch_tags, n):
         path = os.path.join(args.out_dir, "events", f"{name}.json")
@@ -403,11 +416,11 @@ def render(rows, meta, impls):
     for r in rows:
         if "wall_s" not in r:
             why = r.get("error") or r.get("skipped")
-            lines.append(f"| {LABEL[r['impl']]} | {r['n']} | {r['mode']} | {r['latency_ms']} ms | — ({why}) | | | | |")
+            lines.append(f"| {label(r['impl'])} | {r['n']} | {r['mode']} | {r['latency_ms']} ms | — ({why}) | | | | |")
             continue
         rt = f"{r['crit_round_trips']:.1f}" if r["crit_round_trips"] is not None else "—"
         lines.append(
-            f"| {LABEL[r['impl']]} | {r['n']} | {r['mode']} | {r['latency_ms']} ms | {fmt_s(r['wall_s'])} | {rt} | "
+            f"| {label(r['impl'])} | {r['n']} | {r['mode']} | {r['latency_ms']} ms | {fmt_s(r['wall_s'])} | {rt} | "
             f"{r['cpu_us_per_msg']:.0f} µs | {r['maxrss_mib']:.1f} MiB | {r['requests_per_msg']:.2f} |"
         )
     lines.append("")
@@ -416,7 +429,7 @@ def render(rows, meta, impls):
         lines.append("#### Ratios: the other implementation's figure / sqs-claim's (above 1: sqs-claim is better)")
         lines.append("")
         head = "| N | batch | +latency | " + " | ".join(
-            f"wall vs {LABEL[o]} | CPU vs {LABEL[o]}" for o in others
+            f"wall vs {label(o)} | CPU vs {label(o)}" for o in others
         ) + " | RSS vs Powertools TS |"
         lines.append(head)
         lines.append("|---:|---|---:|" + "---:|" * (2 * len(others) + 1))
