@@ -98,12 +98,13 @@ fuzz-check: ## Type-check the fuzz targets on the stable toolchain (no cargo-fuz
 
 # make bench: the in-process overhead (benches/processor.rs), then sqs-claim, Powertools-Python,
 # Powertools-TypeScript and a bare SDK loop side by side on DynamoDB Local with 0 and 100 ms per
-# round trip (scripts/bench/; Powertools is installed into .bench/ on first use). About 12 min.
+# round trip (scripts/bench/; Powertools is installed into .bench/ on first use). About 11 min.
+# BENCH_ARGS passes compare.py flags, e.g. BENCH_ARGS="--impls sqs-claim,sqs-claim@100,powertools-ts".
 bench: standins-up ## Side-by-side benchmark vs Powertools and a bare SDK loop, N = 10, 100, 1000 (ratios; .bench/results.md)
-	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh
+	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh $(BENCH_ARGS)
 
 bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
-	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick
+	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick $(BENCH_ARGS)
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	PATH="$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" cargo lambda watch -A 127.0.0.1 --bin consumer
