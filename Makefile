@@ -16,7 +16,7 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        bench watch standins-up standins-down services deploy clean-state fuzz fuzz-check
+        bench bench-quick watch standins-up standins-down services deploy clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -96,9 +96,15 @@ fuzz: ## Run each cargo-fuzz target in fuzz/ for FUZZ_TIME seconds (default 60; 
 fuzz-check: ## Type-check the fuzz targets on the stable toolchain (no cargo-fuzz needed)
 	$(CARGO) check --manifest-path fuzz/Cargo.toml --bins
 
-bench: standins-up ## Benchmarks (print ratios against a baseline measured in the same run)
-	$(CARGO) bench --no-default-features --bench processor
-	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) bench --bench dynamodb
+# make bench: the in-process overhead (benches/processor.rs), then sqs-claim, Powertools-Python,
+# Powertools-TypeScript and a bare SDK loop side by side on DynamoDB Local with 0 and 100 ms per
+# round trip (scripts/bench/; Powertools is installed into .bench/ on first use). About 11 min.
+# BENCH_ARGS passes compare.py flags, e.g. BENCH_ARGS="--impls sqs-claim,sqs-claim@100,powertools-ts".
+bench: standins-up ## Side-by-side benchmark vs Powertools and a bare SDK loop, N = 10, 100, 1000 (ratios; .bench/results.md)
+	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh $(BENCH_ARGS)
+
+bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
+	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick $(BENCH_ARGS)
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	PATH="$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" cargo lambda watch -A 127.0.0.1 --bin consumer

@@ -1,4 +1,4 @@
-//! What both benchmarks share: the baseline loop and the median.
+//! What `benches/processor.rs` uses: the baseline loop and the median.
 
 use std::time::{Duration, SystemTime};
 
