@@ -79,19 +79,6 @@ fn cpu_seconds() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// The processor's default concurrency, read from the builder's `Debug` output (the config is
-/// not public). If a later version changes the field so it no longer reads as a number, the
-/// bare loop runs the whole batch at once and says so.
-fn default_concurrency(debug: &str) -> Option<usize> {
-    let rest = &debug[debug.find("concurrency:")? + "concurrency:".len()..];
-    let digits: String = rest
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    digits.parse().ok()
-}
-
 fn trivial_handler() -> impl tower::Service<
     Message,
     Response = (),
@@ -129,6 +116,57 @@ fn wait_for_go() {
     println!("ready");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
+}
+
+/// The processor in one-shot mode: the same trivial handler (it parses the body) as a function
+/// with no effects, then one write per message.
+async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
+    let store = DynamoDbStore::from_env(table).await;
+    store
+        .create_table()
+        .await
+        .map_err(|e| format!("create table: {e}"))?;
+    let mut builder = Processor::one_shot(store, |m: &Message| {
+        let _: serde_json::Value = m.json()?;
+        Ok(sqs_claim::Effects::none())
+    })
+    .key(KeySource::JsonPointer("/order_id".into()))
+    .namespace("bench");
+    if let Some(n) = what_if {
+        builder = builder.concurrency(n);
+    }
+    let processor = builder.build();
+    let concurrency = processor.concurrency();
+    let config = format!("{processor:?}");
+    let _ = processor
+        .process(LambdaEvent::new(input.warmup, Context::default()))
+        .await
+        .map_err(|e| e.to_string())?;
+    wait_for_go();
+    let (mut walls, mut ok, mut failed, mut duplicate) = (Vec::new(), 0, 0, 0);
+    let cpu0 = cpu_seconds();
+    for event in input.batches {
+        let start = Instant::now();
+        let report = processor
+            .process(LambdaEvent::new(event, Context::default()))
+            .await
+            .map_err(|e| e.to_string())?;
+        let response = report.response();
+        walls.push(start.elapsed().as_secs_f64());
+        let c = report.counts();
+        ok += c.processed + c.duplicate;
+        duplicate += c.duplicate;
+        failed += response.batch_item_failures.len();
+    }
+    let cpu = cpu_seconds() - cpu0;
+    report(
+        &walls,
+        cpu,
+        ok,
+        failed,
+        serde_json::json!({ "duplicate": duplicate, "config": config, "concurrency": concurrency }),
+    );
+    Ok(())
 }
 
 async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
@@ -307,9 +345,11 @@ async fn run_bare(input: Input, table: &str, what_if: Option<usize>) -> Result<(
             return Err(format!("create table: {e}"));
         }
     }
-    let probe = Processor::builder(DynamoDbStore::new(client.clone(), table), trivial_handler());
+    // The processor's own bound, so the floor runs as wide as sqs-claim does.
+    let probe =
+        Processor::builder(DynamoDbStore::new(client.clone(), table), trivial_handler()).build();
+    let concurrency = Some(what_if.unwrap_or_else(|| probe.concurrency()));
     let debug = format!("{probe:?}");
-    let concurrency = what_if.or_else(|| default_concurrency(&debug));
     let width = concurrency.unwrap_or(usize::MAX);
     bare_batch(&client, table, &input.warmup, width).await;
     wait_for_go();
@@ -369,9 +409,10 @@ fn main() {
     let result = rt.block_on(async {
         match args.imp.as_str() {
             "sqs-claim" => run_sqs_claim(input, &args.table, args.concurrency).await,
+            "sqs-claim-one-shot" => run_one_shot(input, &args.table, args.concurrency).await,
             "bare" => run_bare(input, &args.table, args.concurrency).await,
             other => {
-                eprintln!("unknown --impl {other} (sqs-claim | bare)");
+                eprintln!("unknown --impl {other} (sqs-claim | sqs-claim-one-shot | bare)");
                 std::process::exit(2);
             }
         }

@@ -65,6 +65,8 @@
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod deadline;
 mod error;
 pub mod key;

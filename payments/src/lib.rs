@@ -393,7 +393,7 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
     }
     let mut handler = PaymentHandler::new(ledger);
     if let Some(url) = &settings.output_queue_url {
-        let config = sqs_claim::aws_config::load_from_env().await;
+        let config = sqs_claim::aws::load_config().await;
         let publisher = sqs_claim::publish::Publisher::new(sqs_client(&config), url.clone());
         handler = handler.with_output(publisher);
     }

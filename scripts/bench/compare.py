@@ -29,9 +29,10 @@ import urllib.request
 import uuid
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-IMPLS = ["sqs-claim", "bare-sdk", "powertools-ts", "powertools-py"]
+IMPLS = ["sqs-claim", "sqs-claim-one-shot", "bare-sdk", "powertools-ts", "powertools-py"]
 LABEL = {
     "sqs-claim": "sqs-claim",
+    "sqs-claim-one-shot": "sqs-claim one-shot",
     "bare-sdk": "bare SDK loop",
     "powertools-ts": "Powertools TS",
     "powertools-py": "Powertools Py",
@@ -128,8 +129,8 @@ def worker_cmd(impl, args, events, table):
     if c:
         # A what-if (`--impls sqs-claim@1000`): the processor with another concurrency.
         return worker_cmd(base, args, events, table) + ["--concurrency", c]
-    if impl == "sqs-claim":
-        return [args.rust_worker, "--impl", "sqs-claim", "--events", events, "--table", table]
+    if impl in ("sqs-claim", "sqs-claim-one-shot"):
+        return [args.rust_worker, "--impl", impl, "--events", events, "--table", table]
     if impl == "bare-sdk":
         return [args.rust_worker, "--impl", "bare", "--events", events, "--table", table]
     if impl == "powertools-ts":
@@ -424,9 +425,11 @@ def render(rows, meta, impls):
             f"{r['cpu_us_per_msg']:.0f} µs | {r['maxrss_mib']:.1f} MiB | {r['requests_per_msg']:.2f} |"
         )
     lines.append("")
-    others = [i for i in impls if i != "sqs-claim"]
-    if "sqs-claim" in impls and others:
-        lines.append("#### Ratios: the other implementation's figure / sqs-claim's (above 1: sqs-claim is better)")
+    for us in [i for i in ("sqs-claim", "sqs-claim-one-shot") if i in impls]:
+        others = [i for i in impls if not i.startswith("sqs-claim")]
+        if not others:
+            continue
+        lines.append(f"#### Ratios: the other implementation's figure / {label(us)}'s (above 1: {label(us)} is better)")
         lines.append("")
         head = "| N | batch | +latency | " + " | ".join(
             f"wall vs {label(o)} | CPU vs {label(o)}" for o in others
@@ -435,7 +438,7 @@ def render(rows, meta, impls):
         lines.append("|---:|---|---:|" + "---:|" * (2 * len(others) + 1))
         keys = sorted({(r["n"], r["mode"], r["latency_ms"]) for r in ok}, key=lambda k: (k[2], k[0], k[1] != "fresh"))
         for n, mode, lat in keys:
-            ours = by.get(("sqs-claim", n, mode, lat))
+            ours = by.get((us, n, mode, lat))
             if not ours:
                 continue
             cells = []
@@ -467,10 +470,18 @@ def render(rows, meta, impls):
 
 
 def goals(by, meta):
-    out = ["#### Issue 10 goals", ""]
+    out = []
+    for us in ("sqs-claim-one-shot", "sqs-claim"):
+        if any(k[0] == us for k in by):
+            out += goals_of(us, by, meta)
+    return out
+
+
+def goals_of(us, by, meta):
+    out = [f"#### Issue 10 goals: {label(us)}", ""]
     walls, cpus, rss = [], [], []
     for (impl, n, mode, lat), r in by.items():
-        if impl != "sqs-claim":
+        if impl != us:
             continue
         ts = by.get(("powertools-ts", n, mode, lat))
         rss.append(r["maxrss_mib"])
@@ -490,11 +501,11 @@ def goals(by, meta):
     if rss:
         state = "met" if max(rss) <= 16 else "MISSED"
         out.append(f"- max RSS ≤ 16 MiB: {state}; largest {max(rss):.1f} MiB")
-    fresh = [r for (i, n, m, l), r in by.items() if i == "sqs-claim" and m == "fresh"]
+    fresh = [r for (i, n, m, l), r in by.items() if i == us and m == "fresh"]
     if fresh:
         req = max(r["requests_per_msg"] for r in fresh)
         state = "met" if req <= 1.0 else "MISSED"
-        out.append(f"- 1 request per fresh message: {state}; sqs-claim sends up to {req:.2f}")
+        out.append(f"- 1 request per fresh message: {state}; {label(us)} sends up to {req:.2f}")
     p = meta.get("processor_overhead")
     if p and p.get("us_per_msg_added") is not None:
         state = "met" if p["us_per_msg_added"] <= 1.0 else "MISSED"

@@ -104,6 +104,13 @@ where
         &self.inner.store
     }
 
+    /// How many messages of a standard-queue batch run at once: the builder's
+    /// [`concurrency`](ProcessorBuilder::concurrency), else what the store carries
+    /// ([`ClaimStore::max_in_flight`]).
+    pub fn concurrency(&self) -> usize {
+        self.inner.concurrency()
+    }
+
     /// Processes one invocation's batch and reports every message's outcome.
     ///
     /// With a deadline in the context, it returns by `deadline - answer_reserve` whatever

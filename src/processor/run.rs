@@ -158,12 +158,7 @@ where
                     .collect();
                 (group.index, outcome, copies)
             })
-            .buffered(
-                self.config
-                    .concurrency
-                    .unwrap_or_else(|| self.store.max_in_flight())
-                    .max(1),
-            )
+            .buffered(self.concurrency())
             .collect()
             .await;
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
@@ -256,6 +251,14 @@ where
             .into_iter()
             .map(|done| done.outcome)
             .collect()
+    }
+
+    /// See [`Processor::concurrency`](super::Processor::concurrency).
+    pub(super) fn concurrency(&self) -> usize {
+        self.config
+            .concurrency
+            .unwrap_or_else(|| self.store.max_in_flight())
+            .max(1)
     }
 
     /// One item's own work.

@@ -292,7 +292,8 @@ impl DynamoDbStore {
     /// environment says (`AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`): the store's bounds are part of
     /// the invocation's time budget, and must not change with a variable nobody remembers.
     pub async fn from_env_with(table: impl Into<String>, settings: DynamoDbSettings) -> Self {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        // The standard environment, with the HTTPS client on bundled roots (`crate::aws`).
+        let config = crate::aws::load_config().await;
         Self::from_sdk_config(&config, table, settings)
     }
 
