@@ -333,10 +333,10 @@ fn key_schema(facts: &Facts) -> Finding {
             t.table
         ),
     )
-    .fix(format!(
+    .fix(
         "point the store at the claims table, or create one with `sqs-claim init --store \
-         dynamodb:NEW_TABLE` (a table's key cannot be changed)"
-    ))
+         dynamodb:NEW_TABLE` (a table's key cannot be changed)",
+    )
 }
 
 fn fifo_settings(facts: &Facts) -> Finding {
