@@ -11,7 +11,7 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-readonly DENY=(rusqlite libsqlite3-sys tracing-subscriber clap redis tokio-postgres deadpool-postgres)
+readonly DENY=(rusqlite libsqlite3-sys tracing-subscriber clap saphyr aws-sdk-lambda redis tokio-postgres deadpool-postgres)
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

@@ -27,6 +27,7 @@
 //! | the body, and its validation | [`Payment`] |
 //! | the handler | [`PaymentHandler`] |
 //! | settings from the environment, store URLs | [`config`] |
+//! | `sqs-claim doctor`: the queue, mapping and table checked against the protocol's rules | [`doctor`] |
 
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -38,6 +39,7 @@ use sqs_claim::store::{ClaimStore, Effects};
 use sqs_claim::{BoxError, Error, ErrorKind, Message, OneShot, Processor, ProcessorBuilder};
 
 pub mod config;
+pub mod doctor;
 pub mod dynamodb;
 pub mod ledgers;
 pub mod memory;

@@ -7,6 +7,7 @@
 //! sqs-claim balances [--store URL] [--accounts-table NAME]
 //! sqs-claim init [--store URL] [--accounts-table NAME]
 //! sqs-claim prune [--store URL] [--limit N]
+//! sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json] [--strict]
 //! ```
 //!
 //! Bad input (a missing file, not JSON, not an SQS event, an unknown store URL, a store that
@@ -32,6 +33,7 @@ sqs-claim invoke EVENT.json [--store URL] [--report json]
        sqs-claim balances [--store URL]
        sqs-claim init [--store URL]
        sqs-claim prune [--store URL] [--limit N]
+       sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json]
        sqs-claim help [COMMAND]";
 
 const AFTER_HELP: &str = "\
@@ -136,6 +138,16 @@ enum Command {
         )]
         limit: u32,
     },
+
+    /// Checks the queue, the event source mapping and the claims table against the rules
+    /// the claim protocol needs
+    ///
+    /// One line per rule on stdout (ok, warn, fail or skip, the values seen, what to
+    /// change), a summary on stderr. Exits 1 if a rule fails (with --strict, also if one
+    /// warns). A value no API, flag or template gives is a skip line saying how to give it.
+    /// SQS, Lambda and DynamoDB endpoints come from the standard AWS environment
+    /// (AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_LAMBDA, AWS_ENDPOINT_URL_DYNAMODB).
+    Doctor(payments::doctor::DoctorArgs),
 }
 
 /// `invoke --report`: the one report format.
@@ -238,7 +250,7 @@ fn usage_error(e: &clap::Error) -> CliError {
         // clap's derive answers a bare `sqs-claim` with its help (and exit code 2); the old
         // parser said what was missing, in one line.
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            "missing command: invoke, balances, init or prune".into()
+            "missing command: invoke, balances, init, prune or doctor".into()
         }
         ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
             "invoke needs an event file: sqs-claim invoke EVENT.json".into()
@@ -472,6 +484,9 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
             let ledger = AnyLedger::open(&url).await.map_err(cannot_open)?;
             prune(&ledger, &store, limit).await
         }
+        Command::Doctor(args) => payments::doctor::run(&args, &settings, &url)
+            .await
+            .map_err(CliError::failed),
     }
 }
 
