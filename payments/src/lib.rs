@@ -27,6 +27,7 @@
 //! | the body, and its validation | [`Payment`] |
 //! | the handler | [`PaymentHandler`] |
 //! | settings from the environment, store URLs | [`config`] |
+//! | the CLI's commands for one key (`inspect`, `release`, `forget`) | [`operator`] |
 
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -41,6 +42,7 @@ pub mod config;
 pub mod dynamodb;
 pub mod ledgers;
 pub mod memory;
+pub mod operator;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]

@@ -7,6 +7,7 @@
 //! sqs-claim balances [--store URL] [--accounts-table NAME]
 //! sqs-claim init [--store URL] [--accounts-table NAME]
 //! sqs-claim prune [--store URL] [--limit N]
+//! sqs-claim inspect|release|forget KEY [--namespace NS] [--store URL]
 //! ```
 //!
 //! Bad input (a missing file, not JSON, not an SQS event, an unknown store URL, a store that
@@ -32,6 +33,8 @@ sqs-claim invoke EVENT.json [--store URL] [--report json]
        sqs-claim balances [--store URL]
        sqs-claim init [--store URL]
        sqs-claim prune [--store URL] [--limit N]
+       sqs-claim inspect KEY [--namespace NS] [--report json]
+       sqs-claim release|forget KEY [--namespace NS] [--yes]
        sqs-claim help [COMMAND]";
 
 const AFTER_HELP: &str = "\
@@ -136,6 +139,10 @@ enum Command {
         )]
         limit: u32,
     },
+
+    /// The operator's commands for one key: inspect, release, forget
+    #[command(flatten)]
+    Operator(payments::operator::OperatorCommand),
 }
 
 /// `invoke --report`: the one report format.
@@ -238,10 +245,14 @@ fn usage_error(e: &clap::Error) -> CliError {
         // clap's derive answers a bare `sqs-claim` with its help (and exit code 2); the old
         // parser said what was missing, in one line.
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            "missing command: invoke, balances, init or prune".into()
+            "missing command: invoke, balances, init, prune, inspect, release or forget".into()
         }
         ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
             "invoke needs an event file: sqs-claim invoke EVENT.json".into()
+        }
+        // clap puts the missing argument on a second line, which one line would drop.
+        ErrorKind::MissingRequiredArgument if !arg.is_empty() => {
+            format!("missing argument {arg}")
         }
         ErrorKind::InvalidValue if context(ContextKind::InvalidValue).as_deref() == Some("") => {
             let flag = arg.split_whitespace().next().unwrap_or(&arg);
@@ -471,6 +482,17 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
         Command::Prune { limit } => {
             let ledger = AnyLedger::open(&url).await.map_err(cannot_open)?;
             prune(&ledger, &store, limit).await
+        }
+        Command::Operator(command) => {
+            let ledger = AnyLedger::open_prepared(&url, startup)
+                .await
+                .map_err(cannot_open)?;
+            payments::operator::run(command, &ledger, &settings.namespace, &store)
+                .await
+                .map_err(|e| match e.usage {
+                    true => CliError::usage(e.message),
+                    false => CliError::failed(e.message),
+                })
         }
     }
 }
