@@ -262,6 +262,12 @@ impl Publisher {
         self.update(|i| i.id_attribute = Some(name))
     }
 
+    /// The size limit of one message, body plus attributes (see
+    /// [`max_message_bytes`](Self::max_message_bytes)).
+    pub fn message_bytes_limit(&self) -> usize {
+        self.inner.max_message_bytes
+    }
+
     /// The queue URL.
     pub fn queue_url(&self) -> &str {
         &self.inner.queue_url
