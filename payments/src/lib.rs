@@ -429,6 +429,16 @@ pub enum Consumer<L: Ledger> {
     OneShot(Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>>),
 }
 
+// By hand: a derive would ask for `CreditFn<L>: Clone`; a processor clones as an `Arc`.
+impl<L: Ledger> Clone for Consumer<L> {
+    fn clone(&self) -> Self {
+        match self {
+            Consumer::Claimed(p) => Consumer::Claimed(p.clone()),
+            Consumer::OneShot(p) => Consumer::OneShot(p.clone()),
+        }
+    }
+}
+
 impl<L: Ledger> std::fmt::Debug for Consumer<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
