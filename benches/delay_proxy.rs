@@ -239,10 +239,10 @@ fn main() {
             };
             let (upstream, stats) = (upstream.clone(), Arc::clone(&stats));
             tokio::spawn(async move {
-                if let Err(e) = connection(client, upstream, stats).await {
-                    if e.kind() != std::io::ErrorKind::ConnectionReset {
-                        eprintln!("delay_proxy: {e}");
-                    }
+                if let Err(e) = connection(client, upstream, stats).await
+                    && e.kind() != std::io::ErrorKind::ConnectionReset
+                {
+                    eprintln!("delay_proxy: {e}");
                 }
             });
         }

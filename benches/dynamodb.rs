@@ -348,9 +348,9 @@ async fn run_bare(input: Input, table: &str, what_if: Option<usize>) -> Result<(
     // The processor's own bound, so the floor runs as wide as sqs-claim does.
     let probe =
         Processor::builder(DynamoDbStore::new(client.clone(), table), trivial_handler()).build();
-    let concurrency = Some(what_if.unwrap_or_else(|| probe.concurrency()));
+    let width = what_if.unwrap_or_else(|| probe.concurrency());
+    let concurrency = Some(width);
     let debug = format!("{probe:?}");
-    let width = concurrency.unwrap_or(usize::MAX);
     bare_batch(&client, table, &input.warmup, width).await;
     wait_for_go();
 

@@ -97,6 +97,8 @@ pub use store::{ClaimStore, Effects, MemoryStore};
 pub use store::{DynamoDbSettings, DynamoDbStore};
 
 #[cfg(feature = "sqs")]
+pub use processor::FailureDestination;
+#[cfg(feature = "sqs")]
 pub use publish::{Outgoing, Publisher};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgEffect, PostgresStore};

@@ -36,6 +36,11 @@ pub enum Outcome {
     /// The invocation's time budget ran out while this message was at `step`; it is reported
     /// for redelivery. What that means for its claim depends on the step (see [`Step`]).
     CutOff(Step),
+    /// The message failed on its last allowed receive and was sent, with this failure as its
+    /// reason, to the processor's failure destination (feature `sqs`,
+    /// `ProcessorBuilder::failure_destination`). Reported handled: Lambda deletes it from the
+    /// source queue, and the failure queue holds it.
+    DeadLettered(Failure),
 }
 
 /// Where a message was when the invocation's time budget ran out.
@@ -84,13 +89,17 @@ impl Step {
 }
 
 impl Outcome {
-    /// Whether Lambda should delete the message (processed or duplicate).
+    /// Whether Lambda should delete the message: processed, duplicate, or sent to the failure
+    /// destination.
     pub fn is_success(&self) -> bool {
-        matches!(self, Outcome::Processed | Outcome::Duplicate)
+        matches!(
+            self,
+            Outcome::Processed | Outcome::Duplicate | Outcome::DeadLettered(_)
+        )
     }
 
     /// The stable name used in reports: `processed`, `duplicate`, `held_elsewhere`, `failed`,
-    /// `not_started`.
+    /// `not_started`, `cut_off`, `dead_lettered`.
     pub fn name(&self) -> &'static str {
         match self {
             Outcome::Processed => "processed",
@@ -99,6 +108,7 @@ impl Outcome {
             Outcome::Failed(_) => "failed",
             Outcome::NotStarted(_) => "not_started",
             Outcome::CutOff(_) => "cut_off",
+            Outcome::DeadLettered(_) => "dead_lettered",
         }
     }
 
@@ -114,6 +124,10 @@ impl Outcome {
             }),
             Outcome::NotStarted(r) => Some(r.as_str().into()),
             Outcome::CutOff(step) => Some(format!("{}: {}", step.as_str(), step.explain())),
+            Outcome::DeadLettered(f) => Some(format!(
+                "sent to the failure destination after its last allowed receive; {}",
+                Outcome::Failed(f.clone()).detail().unwrap_or_default()
+            )),
         }
     }
 }
@@ -259,6 +273,10 @@ pub struct Counts {
     /// zero, so reports of batches that finished in time keep the shape scripts already read.
     #[serde(skip_serializing_if = "is_zero")]
     pub cut_off: usize,
+    /// Handled: failed on its last allowed receive and sent to the failure destination.
+    /// Serialized only when not zero, like `cut_off`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub dead_lettered: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -292,6 +310,7 @@ impl BatchReport {
                 Outcome::Failed(_) => c.failed += 1,
                 Outcome::NotStarted(_) => c.not_started += 1,
                 Outcome::CutOff(_) => c.cut_off += 1,
+                Outcome::DeadLettered(_) => c.dead_lettered += 1,
             }
         }
         c

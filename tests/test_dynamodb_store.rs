@@ -49,6 +49,11 @@ async fn conformance_suite() {
     conformance::run_all(&store).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_admin_operations() {
+    conformance::admin_operations(&fresh_store("admin").await).await;
+}
+
 /// The races alone, timed (`-- --nocapture` prints the figures quoted in docs/stores.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_timings() {

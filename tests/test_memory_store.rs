@@ -68,6 +68,11 @@ async fn conformance_suite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_admin_operations() {
+    conformance::admin_operations(&MemoryStore::new()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_races_on_a_multi_thread_runtime() {
     let store = MemoryStore::new();
     conformance::race(&store, 100, 32).await;

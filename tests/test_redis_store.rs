@@ -24,6 +24,13 @@ async fn conformance_run_all() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_admin_operations() {
+    let store = store().await;
+    conformance::admin_operations(&store).await;
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_timings() {
     let store = store().await;
     let started = Instant::now();

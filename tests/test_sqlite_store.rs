@@ -120,12 +120,14 @@ async fn conformance_on_a_file() {
     conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;
     conformance::atomic_effects(&store, &ConstraintProbe(store.clone())).await;
     conformance::one_shot_effects(&store, &ConstraintProbe(store.clone())).await;
+    conformance::admin_operations(&store).await;
 }
 
 #[tokio::test]
 async fn conformance_in_memory() {
     let store = SqliteStore::open_in_memory().expect("open in memory");
     conformance::run_all(&store).await;
+    conformance::admin_operations(&store).await;
     probe_table(&store).await;
     conformance::atomic_effects(&store, &RowCountProbe(store.clone())).await;
     conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;

@@ -55,6 +55,77 @@ async fn conformance_redis_and_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_admin_operations() {
+    let pg = postgres().await;
+    let store = TieredStore::new(cache().await, pg.clone());
+    conformance::admin_operations(&store).await;
+    drop_tables(&pg).await;
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// `forget` deletes both tiers: a marker left in Redis would keep answering "completed" for a
+/// key whose durable record is gone, and the message would never run again.
+#[tokio::test]
+async fn forget_deletes_the_marker_too() {
+    let cache = cache().await;
+    let store = TieredStore::new(cache.clone(), MemoryStore::new());
+    let now = SystemTime::now();
+    let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
+        panic!("fresh key");
+    };
+    store
+        .complete("k", &token, now + Duration::from_secs(600), Effects::none())
+        .await
+        .unwrap();
+    let mut conn = cache.connection().clone();
+    let marker: bool = conn.exists(store.marker_key("k")).await.unwrap();
+    assert!(marker, "a completion writes the marker");
+    assert!(store.forget("k").await.unwrap(), "forget deletes");
+    let marker: bool = conn.exists(store.marker_key("k")).await.unwrap();
+    assert!(!marker, "forget must delete the marker");
+    assert!(store.get_ref().is_empty(), "and the durable record");
+    assert!(matches!(
+        store.claim(request("k", now)).await,
+        Ok(Claim::Acquired(_))
+    ));
+
+    // A marker without a durable record (left by an earlier forget whose Redis call failed)
+    // is deleted by forgetting again.
+    let _: () = conn
+        .set(store.marker_key("orphan"), "99999999999999")
+        .await
+        .unwrap();
+    assert!(
+        store.forget("orphan").await.unwrap(),
+        "the orphan marker counts"
+    );
+    assert!(matches!(
+        store.claim(request("orphan", now)).await,
+        Ok(Claim::Acquired(_))
+    ));
+
+    // Redis down: the durable record is deleted, and the error says the marker may remain.
+    let down = TieredStore::new(dead_cache(), MemoryStore::new());
+    let Ok(Claim::Acquired(token)) = down.claim(request("k", now)).await else {
+        panic!("fresh key");
+    };
+    down.complete("k", &token, now + Duration::from_secs(600), Effects::none())
+        .await
+        .unwrap();
+    let err = down
+        .forget("k")
+        .await
+        .expect_err("the marker could not be deleted");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreUnavailable);
+    assert!(err.to_string().contains("run forget again"), "{err}");
+    assert!(
+        down.get_ref().is_empty(),
+        "the durable record is gone all the same"
+    );
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn race_timings() {
     let pg = postgres().await;
     let store = TieredStore::new(cache().await, pg.clone());

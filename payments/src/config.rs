@@ -19,6 +19,8 @@
 //! | `SQS_CLAIM_STORE_UNAVAILABLE` | `fail-closed` | `fail-closed` or `fail-open` |
 //! | `SQS_CLAIM_DEADLINE_MARGIN_MS` | `2000` | no message starts later than this before the deadline |
 //! | `SQS_CLAIM_OUTPUT_QUEUE_URL` | none | publish a `credited` notice per credit to this queue |
+//! | `SQS_CLAIM_FAILURE_QUEUE_URL` | none | send a message failing on its last allowed receive here, with its reason |
+//! | `SQS_CLAIM_MAX_RECEIVES` | `5` | the receive count from which a failed message goes to the failure queue |
 //! | `SQS_CLAIM_ANSWER_RESERVE_MS` | `250` | every step still in flight is cut off this long before the deadline, so the answer is sent in time |
 //! | `SQS_CLAIM_HANDLER_TIMEOUT_MS` | none | the longest one handler call may take (it is cancelled past it, and its claim kept until its lease lapses) |
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
@@ -75,6 +77,10 @@ pub struct Settings {
     pub answer_reserve: Duration,
     /// `SQS_CLAIM_HANDLER_TIMEOUT_MS`.
     pub handler_timeout: Option<Duration>,
+    /// `SQS_CLAIM_FAILURE_QUEUE_URL`.
+    pub failure_queue_url: Option<String>,
+    /// `SQS_CLAIM_MAX_RECEIVES`.
+    pub max_receives: u32,
 }
 
 impl Default for Settings {
@@ -95,6 +101,8 @@ impl Default for Settings {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             answer_reserve: Duration::from_millis(250),
             handler_timeout: None,
+            failure_queue_url: None,
+            max_receives: 5,
         }
     }
 }
@@ -210,13 +218,24 @@ impl Settings {
             )?);
         }
         s.output_queue_url = get("SQS_CLAIM_OUTPUT_QUEUE_URL").map(|v| v.trim().to_owned());
-        if let Some(url) = &s.output_queue_url {
-            if !(url.starts_with("https://") || url.starts_with("http://")) {
+        s.failure_queue_url = get("SQS_CLAIM_FAILURE_QUEUE_URL").map(|v| v.trim().to_owned());
+        for (var, url) in [
+            ("SQS_CLAIM_OUTPUT_QUEUE_URL", &s.output_queue_url),
+            ("SQS_CLAIM_FAILURE_QUEUE_URL", &s.failure_queue_url),
+        ] {
+            if let Some(url) = url
+                && !(url.starts_with("https://") || url.starts_with("http://"))
+            {
                 return Err(invalid(
-                    "SQS_CLAIM_OUTPUT_QUEUE_URL",
+                    var,
                     "expected a queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)",
                 ));
             }
+        }
+        if let Some(v) = get("SQS_CLAIM_MAX_RECEIVES") {
+            let n = whole_number("SQS_CLAIM_MAX_RECEIVES", &v, "receives", 1)?;
+            s.max_receives = u32::try_from(n)
+                .map_err(|_| invalid("SQS_CLAIM_MAX_RECEIVES", format!("{v:?} is too large")))?;
         }
         Ok(s)
     }
@@ -484,6 +503,11 @@ mod tests {
                 "SQS_CLAIM_OUTPUT_QUEUE_URL",
                 "https://sqs.us-east-1.amazonaws.com/1/q.fifo",
             ),
+            (
+                "SQS_CLAIM_FAILURE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/failures",
+            ),
+            ("SQS_CLAIM_MAX_RECEIVES", "3"),
         ])
         .expect("valid");
         assert_eq!(s.store, Some(StoreUrl::Sqlite("/tmp/x.db".into())));
@@ -499,6 +523,8 @@ mod tests {
         assert_eq!(s.answer_reserve, Duration::from_millis(400));
         assert_eq!(s.handler_timeout, Some(Duration::from_secs(5)));
         assert!(s.output_queue_url.is_some());
+        assert!(s.failure_queue_url.is_some());
+        assert_eq!(s.max_receives, 3);
     }
 
     #[test]
@@ -518,6 +544,9 @@ mod tests {
             ("SQS_CLAIM_ANSWER_RESERVE_MS", "-1"),
             ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "5s"),
             ("SQS_CLAIM_OUTPUT_QUEUE_URL", "my-queue"),
+            ("SQS_CLAIM_FAILURE_QUEUE_URL", "failures"),
+            ("SQS_CLAIM_MAX_RECEIVES", "0"),
+            ("SQS_CLAIM_MAX_RECEIVES", "5x"),
         ] {
             let err = settings(&[(var, value)]).expect_err(var);
             assert_eq!(err.kind(), ErrorKind::Config);

@@ -28,6 +28,7 @@
 //! | the handler | [`PaymentHandler`] |
 //! | settings from the environment, store URLs | [`config`] |
 //! | `sqs-claim doctor`: the queue, mapping and table checked against the protocol's rules | [`doctor`] |
+//! | the CLI's commands for one key (`inspect`, `release`, `forget`) | [`operator`] |
 
 use std::future::Future;
 use std::task::{Context, Poll};
@@ -43,6 +44,7 @@ pub mod doctor;
 pub mod dynamodb;
 pub mod ledgers;
 pub mod memory;
+pub mod operator;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -387,19 +389,34 @@ pub fn processor<L: Ledger>(
 /// output queue the notice is an external side effect and must run under a held claim, and
 /// with `SQS_CLAIM_STORE_UNAVAILABLE=fail-open` a message may run without a claim at all:
 /// both keep claim, handler, completion.
+///
+/// With `SQS_CLAIM_FAILURE_QUEUE_URL`, in either mode, a message that fails on its
+/// `SQS_CLAIM_MAX_RECEIVES`-th receive goes to that queue with its reason
+/// ([`sqs_claim::FailureDestination`]), through an SQS client like the output queue's.
 pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer<L>, Error> {
+    let sqs = match (&settings.output_queue_url, &settings.failure_queue_url) {
+        (None, None) => None,
+        _ => Some(sqs_client(&sqs_claim::aws::load_config().await)),
+    };
+    let failures = settings
+        .failure_queue_url
+        .as_ref()
+        .zip(sqs.as_ref())
+        .map(|(url, client)| {
+            sqs_claim::FailureDestination::sqs(client.clone(), url.clone())
+                .after_receives(settings.max_receives)
+        });
     if settings.output_queue_url.is_none()
         && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed
     {
-        return Ok(Consumer::OneShot(one_shot(ledger, settings)));
+        return Ok(Consumer::OneShot(one_shot_to(ledger, settings, failures)));
     }
     let mut handler = PaymentHandler::new(ledger);
-    if let Some(url) = &settings.output_queue_url {
-        let config = sqs_claim::aws::load_config().await;
-        let publisher = sqs_claim::publish::Publisher::new(sqs_client(&config), url.clone());
+    if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
+        let publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
         handler = handler.with_output(publisher);
     }
-    Ok(Consumer::Claimed(processor_with_handler(handler, settings)))
+    Ok(Consumer::Claimed(processor_to(handler, settings, failures)))
 }
 
 /// The one-shot handler of the reference consumer: the credit, computed from the body.
@@ -412,6 +429,16 @@ pub enum Consumer<L: Ledger> {
     Claimed(Processor<L::Store, PaymentHandler<L>>),
     /// One write per message: the claim, completed, with the credit.
     OneShot(Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>>),
+}
+
+// By hand: a derive would ask for `CreditFn<L>: Clone`; a processor clones as an `Arc`.
+impl<L: Ledger> Clone for Consumer<L> {
+    fn clone(&self) -> Self {
+        match self {
+            Consumer::Claimed(p) => Consumer::Claimed(p.clone()),
+            Consumer::OneShot(p) => Consumer::OneShot(p.clone()),
+        }
+    }
 }
 
 impl<L: Ledger> std::fmt::Debug for Consumer<L> {
@@ -466,6 +493,14 @@ pub fn one_shot<L: Ledger>(
     ledger: L,
     settings: &Settings,
 ) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
+    one_shot_to(ledger, settings, None)
+}
+
+fn one_shot_to<L: Ledger>(
+    ledger: L,
+    settings: &Settings,
+    failures: Option<sqs_claim::FailureDestination>,
+) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
     let store = ledger.store().clone();
     let credit: CreditFn<L> = Box::new(move |msg: &Message| {
         let payment = Payment::parse(msg.body())?;
@@ -474,7 +509,7 @@ pub fn one_shot<L: Ledger>(
         ))
     });
     let builder = Processor::one_shot(store, credit);
-    configure(builder, settings).build()
+    configure(builder, settings, failures).build()
 }
 
 /// The output queue's SQS client, with its retries and timeouts set here rather than left to
@@ -509,12 +544,24 @@ pub fn processor_with_handler<L: Ledger>(
     handler: PaymentHandler<L>,
     settings: &Settings,
 ) -> Processor<L::Store, PaymentHandler<L>> {
+    processor_to(handler, settings, None)
+}
+
+fn processor_to<L: Ledger>(
+    handler: PaymentHandler<L>,
+    settings: &Settings,
+    failures: Option<sqs_claim::FailureDestination>,
+) -> Processor<L::Store, PaymentHandler<L>> {
     let store = handler.ledger().store().clone();
-    configure(Processor::builder(store, handler), settings).build()
+    configure(Processor::builder(store, handler), settings, failures).build()
 }
 
 /// The settings every mode shares.
-fn configure<S, H>(builder: ProcessorBuilder<S, H>, settings: &Settings) -> ProcessorBuilder<S, H> {
+fn configure<S, H>(
+    builder: ProcessorBuilder<S, H>,
+    settings: &Settings,
+    failures: Option<sqs_claim::FailureDestination>,
+) -> ProcessorBuilder<S, H> {
     let mut builder = builder
         .key(settings.key.clone())
         .namespace(settings.namespace.clone())
@@ -530,6 +577,9 @@ fn configure<S, H>(builder: ProcessorBuilder<S, H>, settings: &Settings) -> Proc
     }
     if let Some(limit) = settings.handler_timeout {
         builder = builder.handler_timeout(limit);
+    }
+    if let Some(failures) = failures {
+        builder = builder.failure_destination(failures);
     }
     builder
 }

@@ -143,11 +143,10 @@ proptest! {
         .into_iter()
         .filter_map(|(name, f)| f.token().map(|t| (json!(name).to_string(), t)))
         .collect();
-        if let Some((name, value)) = &extra {
-            if !["order_id", "account", "amount_cents"].contains(&name.as_str()) {
+        if let Some((name, value)) = &extra
+            && !["order_id", "account", "amount_cents"].contains(&name.as_str()) {
                 fields.push((json!(name).to_string(), value.to_string()));
             }
-        }
         if shuffle {
             fields.reverse();
         }

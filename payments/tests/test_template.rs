@@ -116,10 +116,11 @@ fn candidates(t: &Value, param: &str) -> Result<Vec<Value>, String> {
 fn refs(expr: &Value, out: &mut Vec<String>) {
     match expr {
         Value::Object(m) => {
-            if let Some(Value::String(r)) = m.get("Ref") {
-                if !r.starts_with("AWS::") && !out.contains(r) {
-                    out.push(r.clone());
-                }
+            if let Some(Value::String(r)) = m.get("Ref")
+                && !r.starts_with("AWS::")
+                && !out.contains(r)
+            {
+                out.push(r.clone());
             }
             m.values().for_each(|v| refs(v, out));
         }
@@ -633,12 +634,12 @@ fn check_ttl_covers_redelivery(t: &Value) -> Vec<String> {
             continue;
         };
         for s in all {
-            if let Ok(vis) = eval_number(t, &visibility, &s) {
-                if ttl < vis * count {
-                    problems.push(format!(
-                        "{qid}: TTL {ttl} s < visibility {vis} s x maxReceiveCount {count} ({s:?})"
-                    ));
-                }
+            if let Ok(vis) = eval_number(t, &visibility, &s)
+                && ttl < vis * count
+            {
+                problems.push(format!(
+                    "{qid}: TTL {ttl} s < visibility {vis} s x maxReceiveCount {count} ({s:?})"
+                ));
             }
         }
     }

@@ -90,6 +90,8 @@ pub(crate) struct Config {
     pub(super) fifo: FifoMode,
     pub(super) completion_retry: RetryPolicy,
     pub(super) clock: Clock,
+    #[cfg(feature = "sqs")]
+    pub(super) failure_destination: Option<super::FailureDestination>,
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
@@ -112,6 +114,8 @@ impl Default for Config {
             fifo: FifoMode::PerGroup,
             completion_retry: RetryPolicy::default(),
             clock: Clock::system(),
+            #[cfg(feature = "sqs")]
+            failure_destination: None,
             one_shot: false,
         }
     }
@@ -248,6 +252,19 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// The clock. Default: [`Clock::system`]. Tests use [`Clock::tokio`] with paused time.
     pub fn clock(mut self, clock: Clock) -> Self {
         self.config.clock = clock;
+        self
+    }
+
+    /// Sends a message that fails on its last allowed receive to `destination`, with its
+    /// failure kind and reason as message attributes, and reports it handled
+    /// ([`Outcome::DeadLettered`]) instead of letting the DLQ take it without its reason. A
+    /// failed send leaves it reported for retry, as without a destination. Default: none.
+    /// See [`FailureDestination`](super::FailureDestination).
+    ///
+    /// *Feature `sqs`.*
+    #[cfg(feature = "sqs")]
+    pub fn failure_destination(mut self, destination: super::FailureDestination) -> Self {
+        self.config.failure_destination = Some(destination);
         self
     }
 

@@ -14,6 +14,7 @@
 //! | `config.rs` | the policies ([`StoreUnavailable`], [`PayloadCheck`], [`FifoMode`]) and [`ProcessorBuilder`] |
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
 //! | `run.rs` | the standard and FIFO schedulers, and the steps of one message under the budget |
+//! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive sent, with their reason, to a failure queue (feature `sqs`) |
 //!
 //! Where a duplicate is detected: when the claim finds the key completed (`run.rs`,
 //! `Claim::Completed`), or, for copies inside one batch, at planning (`plan.rs`: a later copy
@@ -21,6 +22,8 @@
 //! (`Budget::bounded`), called for every step in `run.rs`.
 
 mod config;
+#[cfg(feature = "sqs")]
+mod failure_destination;
 mod one_shot;
 mod plan;
 mod run;
@@ -37,6 +40,8 @@ use tracing::info;
 
 pub(crate) use config::Config;
 pub use config::{FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
+#[cfg(feature = "sqs")]
+pub use failure_destination::FailureDestination;
 pub use one_shot::OneShot;
 
 use crate::deadline::Budget;
@@ -134,9 +139,24 @@ where
             config.answer_reserve,
             config.lease,
         );
+        #[cfg(feature = "sqs")]
+        let poison = config
+            .failure_destination
+            .as_ref()
+            .map(|d| (d, d.candidates(&payload.records)));
         let plan = Plan::new(payload.records, config, &namespace, budget.hard_stop())?;
         let fifo = plan.lanes.is_some();
-        let report = BatchReport::new(self.inner.run(plan, &budget).await);
+        let items = self.inner.run(plan, &budget).await;
+        #[cfg(feature = "sqs")]
+        let items = match poison {
+            // Boxed: the SDK's send future is large, and rare here; inline it would grow every
+            // invocation's future.
+            Some((destination, candidates)) if !candidates.is_empty() => {
+                Box::pin(destination.divert(items, candidates, &budget)).await
+            }
+            _ => items,
+        };
+        let report = BatchReport::new(items);
         let c = report.counts();
         info!(
             records = report.items().len(),

@@ -705,6 +705,8 @@ fn log_outcome(meta: &Meta, outcome: &Outcome) {
         Outcome::NotStarted(r) => {
             tracing::info!(message_id = %id, key, outcome = "not_started", reason = r.as_str(), "message not started")
         }
+        // Only set after the run (the failure destination), which logs it itself.
+        Outcome::DeadLettered(_) => {}
         Outcome::CutOff(step) => {
             warn!(message_id = %id, key, outcome = "cut_off", step = step.as_str(), "message cut off by the time budget; reported for retry")
         }

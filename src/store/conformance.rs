@@ -6,7 +6,8 @@
 //! against your backend.
 //!
 //! Every store's integration test calls [`run_all`] (and [`atomic_effects`] where the store
-//! supports effects) against the real server. The checks panic with a message naming the broken
+//! supports effects, and [`admin_operations`] for the operator's optional methods) against the
+//! real server. The checks panic with a message naming the broken
 //! rule, so they read as test failures. Keys are prefixed with a fresh UUID, so the suite can run
 //! against a shared server and in parallel with itself.
 //!
@@ -90,6 +91,164 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     takeover_race(store, 50, 32).await;
     one_shot_claims_completed(store).await;
     one_shot_race(store, 50, 16).await;
+}
+
+/// The operator's methods ([`ClaimStore::inspect`], [`ClaimStore::force_release`],
+/// [`ClaimStore::forget`]): each reads or deletes exactly what the contract says, never a record
+/// of the other status, and a force release racing the owner's completion leaves one
+/// consistent outcome. Not part of [`run_all`]: the methods are optional.
+pub async fn admin_operations<S: ClaimStore>(store: &S) {
+    let p = prefix("admin");
+    let now = base_time();
+
+    // Absent: nothing to read, nothing deleted.
+    let key = format!("{p}#absent");
+    assert_eq!(inspect(store, &key).await, None, "inspect of an absent key");
+    assert!(
+        !force_release(store, &key).await,
+        "force_release of an absent key"
+    );
+    assert!(!forget(store, &key).await, "forget of an absent key");
+
+    // In progress: read back as written; forget leaves it; force_release frees it.
+    let key = format!("{p}#stuck");
+    let mut req = request(&key, now);
+    req.fingerprint = Some("fp-1");
+    let first = must_acquire(store, req, "claim to inspect").await;
+    let seen = inspect(store, &key)
+        .await
+        .expect("inspect must find an in-progress record");
+    assert_eq!(seen.record.status, Status::InProgress, "inspected status");
+    assert_eq!(
+        seen.record.lease_until,
+        Some(now + LEASE),
+        "inspected lease"
+    );
+    assert_eq!(seen.record.expires_at, now + TTL, "inspected expiry");
+    assert_eq!(
+        seen.record.fingerprint.as_deref(),
+        Some("fp-1"),
+        "inspected fingerprint"
+    );
+    assert_eq!(seen.token.as_ref(), Some(&first), "inspected token");
+    assert!(
+        !forget(store, &key).await,
+        "forget must not delete an in-progress record"
+    );
+    assert_eq!(
+        inspect(store, &key).await.map(|i| i.token),
+        Some(Some(first.clone())),
+        "forget of an in-progress record must change nothing"
+    );
+    assert!(
+        force_release(store, &key).await,
+        "force_release must delete an in-progress record"
+    );
+    assert_eq!(inspect(store, &key).await, None, "after force_release");
+    let second = must_acquire(store, request(&key, now), "claim after force_release").await;
+    let err = store
+        .complete(&key, &first, now + TTL, Effects::none())
+        .await
+        .expect_err("the released claimant must not complete the next claim");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
+
+    // Completed: force_release leaves it; forget deletes it, and the key runs again.
+    store
+        .complete(&key, &second, now + TTL * 2, Effects::none())
+        .await
+        .expect("the new owner completes");
+    let seen = inspect(store, &key)
+        .await
+        .expect("inspect must find a completed record");
+    assert_eq!(seen.record.status, Status::Completed, "inspected status");
+    assert_eq!(
+        seen.record.lease_until, None,
+        "a completed record has no lease"
+    );
+    assert_eq!(seen.record.expires_at, now + TTL * 2, "inspected expiry");
+    assert_eq!(seen.token.as_ref(), Some(&second), "inspected token");
+    assert!(
+        !force_release(store, &key).await,
+        "force_release must not delete a completed record"
+    );
+    match store.claim(request(&key, now)).await {
+        Ok(Claim::Completed(_)) => {}
+        other => panic!("force_release of a completed record must change nothing, got {other:?}"),
+    }
+    assert!(
+        forget(store, &key).await,
+        "forget must delete a completed record"
+    );
+    assert_eq!(inspect(store, &key).await, None, "after forget");
+    assert!(!forget(store, &key).await, "forget of a forgotten key");
+    must_acquire(store, request(&key, now), "claim after forget").await;
+
+    // Long and odd keys are found under the same stored id the claim used.
+    for key in [
+        format!("{p}#ünïcødé 🚀 with spaces:and/slashes"),
+        format!("{p}#{}", "a".repeat(5000)),
+    ] {
+        let token = must_acquire(store, request(&key, now), "odd key").await;
+        let seen = inspect(store, &key).await.expect("inspect of an odd key");
+        assert_eq!(seen.token.as_ref(), Some(&token), "odd key's token");
+        assert!(
+            force_release(store, &key).await,
+            "force_release of an odd key"
+        );
+        let token = must_acquire(store, request(&key, now), "odd key again").await;
+        store
+            .complete(&key, &token, now + TTL, Effects::none())
+            .await
+            .expect("complete odd key");
+        assert!(forget(store, &key).await, "forget of an odd key");
+        assert_eq!(inspect(store, &key).await, None, "odd key after forget");
+    }
+
+    // A force release racing the owner's completion: one of the two wins, and the record says
+    // which. Never both (a completed record deleted), never neither.
+    let outcomes = join_all((0..20).map(|k| {
+        let key = format!("{p}#race#{k}");
+        async move {
+            let token = must_acquire(store, request(&key, now), "race claim").await;
+            let (completed, released) = futures::join!(
+                store.complete(&key, &token, now + TTL, Effects::none()),
+                store.force_release(&key)
+            );
+            let released = released.expect("force_release during a completion");
+            let after = inspect(store, &key).await.map(|i| i.record.status);
+            match (&completed, released, after) {
+                (Ok(()), false, Some(Status::Completed)) => "completed",
+                (Err(e), true, None) if e.kind() == ErrorKind::LostClaim => "released",
+                _ => panic!(
+                    "force_release vs completion of {key:?}: completion {completed:?}, \
+                     released {released}, record now {after:?}"
+                ),
+            }
+        }
+    }))
+    .await;
+    assert_eq!(outcomes.len(), 20);
+}
+
+async fn inspect<S: ClaimStore>(store: &S, key: &str) -> Option<super::Inspected> {
+    store
+        .inspect(key)
+        .await
+        .unwrap_or_else(|e| panic!("inspect of {key:?} failed: {e:#}"))
+}
+
+async fn force_release<S: ClaimStore>(store: &S, key: &str) -> bool {
+    store
+        .force_release(key)
+        .await
+        .unwrap_or_else(|e| panic!("force_release of {key:?} failed: {e:#}"))
+}
+
+async fn forget<S: ClaimStore>(store: &S, key: &str) -> bool {
+    store
+        .forget(key)
+        .await
+        .unwrap_or_else(|e| panic!("forget of {key:?} failed: {e:#}"))
 }
 
 /// A key never seen is acquired, and tokens are unique per claim.

@@ -30,6 +30,8 @@
 //!   the handler's writes (at most 99), all or nothing. A cancelled transaction is reported
 //!   with the reason of every refused action.
 //! * release: one `DeleteItem` conditional on the token and `INPROGRESS`.
+//! * the operator's methods: `inspect` is one strongly consistent `GetItem`; `force_release`
+//!   and `forget` are one `DeleteItem` conditional on the status (`INPROGRESS`, `COMPLETED`).
 //!
 //! # Timeouts and retries
 //!
@@ -63,8 +65,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaiterError;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
-    epoch_millis, from_epoch_millis, from_epoch_seconds,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
+    Status, epoch_millis, from_epoch_millis, from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
 
@@ -695,6 +697,49 @@ impl ClaimStore for DynamoDbStore {
         }
     }
 
+    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        let result = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_value(key)))
+            // An operator acting on what they read must read the latest write.
+            .consistent_read(true)
+            .send()
+            .await;
+        let out = match result {
+            Ok(out) => out,
+            Err(e) => return Err(classify("GetItem (inspect)", e)),
+        };
+        let Some(item) = out.item() else {
+            return Ok(None);
+        };
+        match self.parse_record(item) {
+            Some(p) => Ok(Some(Inspected::new(
+                p.record,
+                p.token.map(ClaimToken::from_string),
+            ))),
+            None => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "the item for key {key:?} in table {:?} has no {:?} attribute this store \
+                     can read (INPROGRESS or COMPLETED): it was not written by sqs-claim",
+                    self.table, self.attrs.status
+                ),
+            )),
+        }
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.delete_if(key, Status::InProgress, "DeleteItem (force release)")
+            .await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        self.delete_if(key, Status::Completed, "DeleteItem (forget)")
+            .await
+    }
+
     /// The SDK retries throttling, server errors and lost connections by itself (with the
     /// `RetryConfig` of [`DynamoDbSettings`] when built by `from_env`): a loop of ours on top
     /// would multiply the attempts.
@@ -707,6 +752,31 @@ impl ClaimStore for DynamoDbStore {
     /// a provisioned one may throttle (the SDK then backs off and retries).
     fn max_in_flight(&self) -> usize {
         256
+    }
+}
+
+impl DynamoDbStore {
+    /// Deletes `key`'s item only if its status is `status`: the condition travels with the
+    /// delete, so a record that changed status since the operator read it is left alone.
+    async fn delete_if(&self, key: &str, status: Status, op: &str) -> Result<bool, Error> {
+        let result = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_value(key)))
+            .condition_expression("#status = :status")
+            .expression_attribute_names("#status", &self.attrs.status)
+            .expression_attribute_values(":status", s(status.as_str()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                DeleteItemError::ConditionalCheckFailedException(_) => Ok(false),
+                _ => Err(classify(op, SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(classify(op, e)),
+        }
     }
 }
 

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
+    Status,
 };
 use crate::{Error, ErrorKind};
 
@@ -247,6 +248,45 @@ impl ClaimStore for MemoryStore {
                 Ok(())
             }
             _ => Err(Error::lost_claim(key)),
+        }
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        self.check_up()?;
+        Ok(self.records().get(key).map(|e| {
+            Inspected::new(
+                ClaimRecord {
+                    status: e.status,
+                    expires_at: e.expires_at,
+                    lease_until: e.lease_until,
+                    fingerprint: e.fingerprint.clone(),
+                },
+                Some(e.token.clone()),
+            )
+        }))
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.check_up()?;
+        Ok(self.remove_if(key, Status::InProgress))
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        self.check_up()?;
+        Ok(self.remove_if(key, Status::Completed))
+    }
+}
+
+impl MemoryStore {
+    /// Removes `key`'s record if it has `status`, under the one lock: the check and the delete
+    /// cannot be split by another call.
+    fn remove_if(&self, key: &str, status: Status) -> bool {
+        let mut records = self.records();
+        if records.get(key).is_some_and(|e| e.status == status) {
+            records.remove(key);
+            true
+        } else {
+            false
         }
     }
 }

@@ -119,8 +119,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
-    epoch_millis, from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
+    Status, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -304,6 +304,8 @@ struct Statements {
     completed_by: String,
     lock: String,
     release: String,
+    inspect: String,
+    delete_if: String,
     prune: String,
     migrate: String,
 }
@@ -350,6 +352,12 @@ impl Statements {
             release: format!(
                 "DELETE FROM {quoted} WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
             ),
+            inspect: format!(
+                "SELECT status, token, lease_until, expires_at, fingerprint FROM {quoted} \
+                 WHERE id = $1"
+            ),
+            // The operator's force_release and forget: the status is checked by the delete.
+            delete_if: format!("DELETE FROM {quoted} WHERE id = $1 AND status = $2"),
             // The outer `expires_at <= $1` is re-checked on the row's latest version if a claim
             // took the row over meanwhile, so a live claim is never deleted.
             prune: format!(
@@ -912,9 +920,81 @@ impl ClaimStore for PostgresStore {
     fn one_shot_is_atomic(&self) -> bool {
         true
     }
+
+    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        self.bounded("inspect", self.inspect_unbounded(key)).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.bounded("force release", self.delete_if(key, Status::InProgress))
+            .await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        self.bounded("forget", self.delete_if(key, Status::Completed))
+            .await
+    }
 }
 
 impl PostgresStore {
+    async fn inspect_unbounded(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        let id = stored_id(key);
+        let client = self.client().await?;
+        let err = |e| self.pg_err("inspect of", key, e);
+        let stmt = client
+            .prepare_cached(&self.sql.inspect)
+            .await
+            .map_err(err)?;
+        let Some(row) = client
+            .query_opt(&stmt, &[&id.as_ref()])
+            .await
+            .map_err(err)?
+        else {
+            return Ok(None);
+        };
+        let bad = |e| bad_row(key, &self.sql.table, e);
+        let status: String = row.try_get(0).map_err(bad)?;
+        let token: String = row.try_get(1).map_err(bad)?;
+        let lease_until: Option<i64> = row.try_get(2).map_err(bad)?;
+        let expires_at: i64 = row.try_get(3).map_err(bad)?;
+        let fingerprint: Option<String> = row.try_get(4).map_err(bad)?;
+        let Some(status) = Status::parse(&status) else {
+            return Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "unknown status {status:?} for key {:?} in table {:?}",
+                    short(key),
+                    self.sql.table
+                ),
+            ));
+        };
+        Ok(Some(Inspected::new(
+            ClaimRecord {
+                status,
+                expires_at: from_epoch_millis(expires_at),
+                lease_until: lease_until.map(from_epoch_millis),
+                fingerprint,
+            },
+            Some(ClaimToken::from_string(token)),
+        )))
+    }
+
+    /// Deletes `key`'s row only if its status is `status`, in one statement.
+    async fn delete_if(&self, key: &str, status: Status) -> Result<bool, Error> {
+        let id = stored_id(key);
+        let client = self.client().await?;
+        let err = |e| self.pg_err("delete of", key, e);
+        let stmt = client
+            .prepare_cached(&self.sql.delete_if)
+            .await
+            .map_err(err)?;
+        let deleted = client
+            .execute(&stmt, &[&id.as_ref(), &status.as_str()])
+            .await
+            .map_err(err)?;
+        Ok(deleted == 1)
+    }
+
     async fn claim_unbounded(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         let client = self.client().await?;
         self.claim_on(

@@ -14,9 +14,10 @@
 //! | `n`   | the claimant's `now` at claim time, epoch ms (to size the key's TTL, see below) |
 //! | `f`   | payload fingerprint, if any |
 //!
-//! Claim, completion and release are each **one** server-side Lua script (sent as `EVALSHA`,
-//! falling back to `EVAL`/`SCRIPT LOAD` after a restart flushed the script cache), so no other
-//! command can run between the read and the write: of 32 concurrent claimers exactly one wins
+//! Claim, completion and release (and the operator's conditional deletes, `force_release` and
+//! `forget`) are each **one** server-side Lua script (sent as `EVALSHA`, falling back to
+//! `EVAL`/`SCRIPT LOAD` after a restart flushed the script cache), so no other command can run
+//! between the read and the write: of 32 concurrent claimers exactly one wins
 //! because Redis runs scripts one at a time. Every decision compares the caller's `now` with the
 //! stored times, never the server clock.
 //!
@@ -80,8 +81,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, ServerErrorKind};
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status, epoch_millis,
-    from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, Status,
+    epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -230,6 +231,20 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local rec = redis.call('HMGET', KEYS[1], 's', 't')
 if rec[1] == 'INPROGRESS' and rec[2] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+// The operator's conditional delete (force_release, forget). ARGV: the status the record must
+// have. Returns 1 if deleted, 0 otherwise: the check and the delete run as one script.
+static DELETE_IF: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('HGET', KEYS[1], 's') == ARGV[1] then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -737,5 +752,55 @@ impl ClaimStore for RedisStore {
         } else {
             Err(Error::lost_claim(key))
         }
+    }
+    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        let mut conn = self.conn.clone();
+        let reply: Vec<Option<String>> = redis::cmd("HMGET")
+            .arg(self.record_key(key))
+            .arg(&["s", "t", "l", "e", "f"][..])
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| map_err("inspect of", key, e))?;
+        let field = |i: usize| reply.get(i).cloned().flatten();
+        let Some(status) = field(0) else {
+            return Ok(None);
+        };
+        let (Some(status), Some(expires)) = (
+            Status::parse(&status),
+            parse_millis(reply.get(3).and_then(Option::as_ref)),
+        ) else {
+            return Err(bad_reply("inspect of", key, &reply));
+        };
+        Ok(Some(Inspected::new(
+            ClaimRecord {
+                status,
+                expires_at: from_epoch_millis(expires),
+                lease_until: parse_millis(reply.get(2).and_then(Option::as_ref))
+                    .map(from_epoch_millis),
+                fingerprint: field(4),
+            },
+            field(1).map(ClaimToken::from_string),
+        )))
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.delete_if(key, Status::InProgress).await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        self.delete_if(key, Status::Completed).await
+    }
+}
+
+impl RedisStore {
+    async fn delete_if(&self, key: &str, status: Status) -> Result<bool, Error> {
+        let mut conn = self.conn.clone();
+        let deleted: i64 = DELETE_IF
+            .key(self.record_key(key))
+            .arg(status.as_str())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_err("delete of", key, e))?;
+        Ok(deleted == 1)
     }
 }

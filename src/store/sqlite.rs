@@ -16,6 +16,8 @@
 //!   marks the row completed, in one transaction: all or nothing. A row already completed by
 //!   the same token is a no-op success (effects are not run again).
 //! * **release** is one `DELETE ... WHERE id = ? AND token = ? AND status = 'INPROGRESS'`.
+//! * the operator's **force_release** and **forget** are one `DELETE ... WHERE id = ? AND
+//!   status = ?` each; **inspect** one `SELECT`.
 //!
 //! # Threads and group commit
 //!
@@ -60,8 +62,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status,
-    epoch_millis, from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
+    Status, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -930,6 +932,72 @@ impl ClaimStore for SqliteStore {
             } else {
                 Err(Error::lost_claim(&key))
             }
+        })
+        .await
+    }
+    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        let key = key.to_owned();
+        self.run_direct(move |conn| {
+            let fail = |e| classify(e, format!("inspect of key {key:?} failed"));
+            let row = conn
+                .query_row(
+                    "SELECT status, token, lease_until_ms, expires_at_ms, fingerprint \
+                     FROM claims WHERE id = ?1",
+                    [&key],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, String>(1)?,
+                            r.get::<_, Option<i64>>(2)?,
+                            r.get::<_, i64>(3)?,
+                            r.get::<_, Option<String>>(4)?,
+                        ))
+                    },
+                )
+                .optional()
+                .map_err(fail)?;
+            let Some((status, token, lease, expires, fingerprint)) = row else {
+                return Ok(None);
+            };
+            let Some(status) = Status::parse(&status) else {
+                return Err(Error::new(
+                    ErrorKind::StoreRejected,
+                    format!("record for key {key:?} has an unknown status {status:?}"),
+                ));
+            };
+            Ok(Some(Inspected::new(
+                ClaimRecord {
+                    status,
+                    expires_at: from_epoch_millis(expires),
+                    lease_until: lease.map(from_epoch_millis),
+                    fingerprint,
+                },
+                Some(ClaimToken::from_string(token)),
+            )))
+        })
+        .await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.delete_if(key, Status::InProgress).await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        self.delete_if(key, Status::Completed).await
+    }
+}
+
+impl SqliteStore {
+    /// Deletes `key`'s row only if its status is `status`, in one statement.
+    async fn delete_if(&self, key: &str, status: Status) -> Result<bool, Error> {
+        let key = key.to_owned();
+        self.run(move |conn| {
+            conn.execute(
+                "DELETE FROM claims WHERE id = ?1 AND status = ?2",
+                params![key, status.as_str()],
+            )
+            .map(|changed| changed == 1)
+            .map_err(|e| classify(e, format!("delete of key {key:?} failed")))
         })
         .await
     }

@@ -27,7 +27,11 @@
 //! can then outlive the durable record by the time between the two attempts (normally
 //! milliseconds), extending the dedup window by as much for that key. And an operator who
 //! deletes a durable record by hand, to have a message processed again, must delete its marker
-//! too ([`TieredStore::marker_key`]).
+//! too ([`TieredStore::marker_key`]); [`ClaimStore::forget`] does both (the durable record
+//! first, so a claim in between cannot backfill a marker for a record already gone), and fails
+//! if Redis does not answer, because a marker left behind would keep the message "completed".
+//! `inspect` and `force_release` are the durable store's (a marker is never written for an
+//! in-progress record).
 //!
 //! # When Redis is down, or silent
 //!
@@ -58,8 +62,8 @@ use redis::AsyncCommands;
 
 use super::redis::RedisStore;
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Status, epoch_millis,
-    from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, Status,
+    epoch_millis, from_epoch_millis,
 };
 use crate::Error;
 
@@ -287,6 +291,36 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
             self.pending().remove(token);
         }
         result
+    }
+
+    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
+        self.durable.inspect(key).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.durable.force_release(key).await
+    }
+
+    /// Both tiers: the durable record, then the marker, whatever the cool-down says (a marker
+    /// left behind would answer "completed" for the forgotten key until it expires). Forgetting
+    /// again after a Redis error retries the marker.
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        let durable = self.durable.forget(key).await?;
+        let mut conn = self.cache.connection().clone();
+        match conn.del::<_, i64>(self.marker_key(key)).await {
+            Ok(markers) => Ok(durable || markers > 0),
+            Err(e) => Err(Error::with_source(
+                crate::ErrorKind::StoreUnavailable,
+                format!(
+                    "the durable record of {key:?} was {}, but its Redis marker {:?} could not \
+                     be deleted, so the key still reads as completed; run forget again once \
+                     Redis answers (or delete the marker by hand)",
+                    if durable { "deleted" } else { "already absent" },
+                    self.marker_key(key)
+                ),
+                e,
+            )),
+        }
     }
 
     /// The durable store decides every claim, completion and release (Redis errors are

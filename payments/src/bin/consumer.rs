@@ -19,7 +19,14 @@ use tracing_subscriber::prelude::*;
 /// Runs the Lambda runtime loop on `ledger`, once it is open and ready.
 async fn serve_on<L: Ledger>(ledger: L, settings: &Settings) -> Result<(), lambda_runtime::Error> {
     let processor = payments::build(ledger, settings).await?;
-    lambda_runtime::run(processor).await
+    // Lambda Managed Instances set AWS_LAMBDA_MAX_CONCURRENCY: `run` would only warn and serve
+    // one invocation at a time; `run_concurrent` polls with that many workers (the same switch
+    // as `sqs_claim::lambda::run`). A clone of the consumer is an `Arc` bump.
+    if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
+        lambda_runtime::run_concurrent(processor).await
+    } else {
+        lambda_runtime::run(processor).await
+    }
 }
 
 /// `lambda_runtime` panics on a missing runtime variable; say what is wrong instead.

@@ -8,6 +8,7 @@
 //! sqs-claim init [--store URL] [--accounts-table NAME]
 //! sqs-claim prune [--store URL] [--limit N]
 //! sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json] [--strict]
+//! sqs-claim inspect|release|forget KEY [--namespace NS] [--store URL]
 //! ```
 //!
 //! Bad input (a missing file, not JSON, not an SQS event, an unknown store URL, a store that
@@ -34,6 +35,8 @@ sqs-claim invoke EVENT.json [--store URL] [--report json]
        sqs-claim init [--store URL]
        sqs-claim prune [--store URL] [--limit N]
        sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json]
+       sqs-claim inspect KEY [--namespace NS] [--report json]
+       sqs-claim release|forget KEY [--namespace NS] [--yes]
        sqs-claim help [COMMAND]";
 
 const AFTER_HELP: &str = "\
@@ -148,6 +151,9 @@ enum Command {
     /// SQS, Lambda and DynamoDB endpoints come from the standard AWS environment
     /// (AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_LAMBDA, AWS_ENDPOINT_URL_DYNAMODB).
     Doctor(payments::doctor::DoctorArgs),
+    /// The operator's commands for one key: inspect, release, forget
+    #[command(flatten)]
+    Operator(payments::operator::OperatorCommand),
 }
 
 /// `invoke --report`: the one report format.
@@ -250,10 +256,15 @@ fn usage_error(e: &clap::Error) -> CliError {
         // clap's derive answers a bare `sqs-claim` with its help (and exit code 2); the old
         // parser said what was missing, in one line.
         ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            "missing command: invoke, balances, init, prune or doctor".into()
+            "missing command: invoke, balances, init, prune, doctor, inspect, release or forget"
+                .into()
         }
         ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
             "invoke needs an event file: sqs-claim invoke EVENT.json".into()
+        }
+        // clap puts the missing argument on a second line, which one line would drop.
+        ErrorKind::MissingRequiredArgument if !arg.is_empty() => {
+            format!("missing argument {arg}")
         }
         ErrorKind::InvalidValue if context(ContextKind::InvalidValue).as_deref() == Some("") => {
             let flag = arg.split_whitespace().next().unwrap_or(&arg);
@@ -487,6 +498,17 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
         Command::Doctor(args) => payments::doctor::run(&args, &settings, &url)
             .await
             .map_err(CliError::failed),
+        Command::Operator(command) => {
+            let ledger = AnyLedger::open_prepared(&url, startup)
+                .await
+                .map_err(cannot_open)?;
+            payments::operator::run(command, &ledger, &settings.namespace, &store)
+                .await
+                .map_err(|e| match e.usage {
+                    true => CliError::usage(e.message),
+                    false => CliError::failed(e.message),
+                })
+        }
     }
 }
 

@@ -189,16 +189,16 @@ pub(super) async fn gather(
         Some(path) => Some(template::read(path)?),
         None => None,
     };
-    if let Some(url) = &args.queue_url {
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
-            return Err(Error::new(
-                ErrorKind::Config,
-                format!(
-                    "--queue-url {url:?} is not a queue URL \
+    if let Some(url) = &args.queue_url
+        && !(url.starts_with("https://") || url.starts_with("http://"))
+    {
+        return Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "--queue-url {url:?} is not a queue URL \
                      (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
-                ),
-            ));
-        }
+            ),
+        ));
     }
     let needs_aws =
         args.queue_url.is_some() || args.function.is_some() || dynamodb_table(store).is_some();

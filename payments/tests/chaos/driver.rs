@@ -234,7 +234,7 @@ impl Run<'_> {
             Some(o) => o,
             None => {
                 let i = self.orders.len();
-                let account = if i % 2 == 0 {
+                let account = if i.is_multiple_of(2) {
                     format!("hot-{}", (i / 2) % HOT_ACCOUNTS)
                 } else {
                     format!("acct-{i}")

@@ -1,0 +1,453 @@
+//! Publishing to SQS from a handler, with deduplication ids derived from the input's key.
+//!
+//! *Feature `sqs`.*
+//!
+//! A handler that emits messages has the same problem as any other side effect: if it fails
+//! after publishing (or its completion is lost) the input is redelivered and the handler
+//! publishes again. [`Publisher`] makes those copies harmless on FIFO queues: every output gets
+//! a `MessageDeduplicationId` derived from the input's idempotency key ([`Message::key`]) and
+//! the output's position in the batch (or a name the caller gives it), so a retried handler
+//! sends the *same* ids and SQS drops the copies.
+//!
+//! ```no_run
+//! use sqs_claim::publish::{Outgoing, Publisher};
+//! use sqs_claim::{Message, MemoryStore, Processor};
+//! use tower::service_fn;
+//!
+//! # async fn run() -> Result<(), lambda_runtime::Error> {
+//! let config = aws_config::load_from_env().await;
+//! let publisher = Publisher::new(
+//!     aws_sdk_sqs::Client::new(&config),
+//!     "https://sqs.eu-west-1.amazonaws.com/123456789012/ledger.fifo", // FIFO: ends in .fifo
+//! );
+//! let handler = service_fn(move |msg: Message| {
+//!     let publisher = publisher.clone();
+//!     async move {
+//!         let mut out = publisher.batch_for(&msg)?; // the deduplication ids derive from msg.key()
+//!         out.push(Outgoing::new(r#"{"debit":10}"#).group_id("acct-42")); // position 0
+//!         out.push(Outgoing::new(r#"{"credit":10}"#).group_id("acct-43")); // position 1
+//!         out.push(Outgoing::new(r#"{"to":"a@b"}"#).group_id("acct-42").name("receipt"));
+//!         out.send().await?; // SendMessageBatch, 10 at a time, before the claim is completed
+//!         Ok::<(), sqs_claim::Error>(())
+//!     }
+//! });
+//! let processor = Processor::builder(MemoryStore::new(), handler).namespace("ledger").build();
+//! lambda_runtime::run(processor).await
+//! # }
+//! ```
+//!
+//! # Guarantees, and their limits
+//!
+//! * **Before the claim completes.** The handler publishes, then returns; the processor
+//!   records the completion only after the handler returned. If publishing fails, the handler
+//!   returns the [`ErrorKind::Publish`] error, the message fails, its claim is released, and
+//!   SQS redelivers it. Outputs are therefore never lost behind a completed claim.
+//! * **Copies dropped within 5 minutes (FIFO).** SQS remembers a deduplication id for 5
+//!   minutes, even after the first copy was received and deleted. A retry later than that (a
+//!   long visibility timeout, a redrive from a DLQ) publishes again. The claim covers the
+//!   longer windows for the *input* (a completed key is skipped for the claim's TTL), so a
+//!   duplicate publication needs a handler that published, then failed, then ran again more
+//!   than 5 minutes later.
+//! * **Standard queues have no deduplication.** The ids are not sent (SQS refuses them on a
+//!   standard queue); a retried handler publishes again, and consumers must deduplicate,
+//!   for example with sqs-claim and [`Publisher::id_attribute`] +
+//!   [`KeySource::MessageAttribute`](crate::KeySource::MessageAttribute).
+//! * **High-throughput FIFO** (`DeduplicationScope=messageGroup`): SQS compares ids within a
+//!   message group only. The derived ids stay correct as long as an output keeps its group on a
+//!   retry, which it does when the group is computed from the input.
+//! * **Order.** Outputs are sent in push order, chunk after chunk, so the order within a group
+//!   is the push order. An entry that still fails after retries stops the later outputs of
+//!   its group (on a FIFO queue) from being sent at all. What cannot be helped: later entries of
+//!   its group *in the same* `SendMessageBatch` call were already accepted, and a retried entry
+//!   lands after them.
+//!
+//! # Retries
+//!
+//! Two layers, never stacked. A whole call that fails transiently (a timeout, a connection
+//! error, HTTP 5xx, throttling) is retried by the SDK, as the client's `RetryConfig` says (the
+//! reference consumer sets it explicitly: standard mode, 3 attempts); the publisher does not
+//! retry it again, or three attempts of ours over three of the SDK's would be nine calls. What
+//! the SDK cannot see is an entry that failed inside a `200` answer with `SenderFault = false`
+//! (a server-side problem with that entry alone): those entries, and only those, are sent again
+//! under the publisher's [`RetryPolicy`] ([`Publisher::retry_policy`]; default 2 retries from
+//! 100 ms, with jitter and a cap). [`OutgoingBatch::send_by`] stops retrying when the
+//! invocation's time budget would be spent. On a FIFO queue a retried call is safe (same ids);
+//! on a standard queue, a call that timed out but did reach SQS is published twice.
+//! Entries with `SenderFault = true` are not retried: the request is wrong and will stay wrong.
+//! What still fails comes back as one [`Error`] of kind [`ErrorKind::Publish`], whose source is
+//! a [`PublishFailure`] naming every failed output with SQS's code and message.
+
+// One file per step of a send: `dedup_id.rs` derives the ids, `validate.rs` checks every output
+// before any call, `send.rs` cuts the batch into calls, retries what can be retried and
+// classifies what failed. This file holds the types a handler uses.
+mod dedup_id;
+mod send;
+mod validate;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::message::Message;
+use crate::retry::RetryPolicy;
+use crate::{Error, ErrorKind};
+
+pub use dedup_id::{OutputLabel, deduplication_id};
+pub use validate::is_valid_group_id;
+
+/// The most entries SQS takes in one `SendMessageBatch` call.
+pub const MAX_BATCH_ENTRIES: usize = 10;
+/// The default size limit of one message (body plus attributes), and of one batch: 256 KiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// The largest message size a queue can be configured for: 1 MiB.
+pub const MAX_MESSAGE_BYTES_LIMIT: usize = 1024 * 1024;
+/// The smallest `MaximumMessageSize` a queue can have: 1 KiB.
+const MIN_MESSAGE_BYTES: usize = 1024;
+
+/// One message to publish: a body, and optionally a group id, a name and string attributes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    body: String,
+    group_id: Option<String>,
+    name: Option<String>,
+    attributes: Vec<(String, String)>,
+}
+
+// By hand: a body (and attribute values) never goes into `Debug` output, only its length.
+impl fmt::Debug for Outgoing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attributes: Vec<&str> = self.attributes.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_struct("Outgoing")
+            .field("body_len", &self.body.len())
+            .field("group_id", &self.group_id)
+            .field("name", &self.name)
+            .field("attributes", &attributes)
+            .finish()
+    }
+}
+
+impl Outgoing {
+    /// A message with this body (which must not be empty).
+    pub fn new(body: impl Into<String>) -> Self {
+        Outgoing {
+            body: body.into(),
+            group_id: None,
+            name: None,
+            attributes: Vec::new(),
+        }
+    }
+
+    /// The `MessageGroupId`: required on a FIFO queue; on a standard queue it is sent only if
+    /// set (fair queues). 1 to 128 characters, ASCII letters, digits and punctuation.
+    pub fn group_id(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// Names this output: its deduplication id derives from the name instead of its position.
+    /// Name the outputs whose presence depends on data (a retry might emit a different set),
+    /// so a retry maps each output to the same id. Names must be unique within a batch.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Adds a `String` message attribute.
+    pub fn attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.attributes.push((name.into(), value.into()));
+        self
+    }
+
+    /// The body.
+    pub fn body(&self) -> &str {
+        &self.body
+    }
+
+    /// The size SQS counts against its limit: the body plus, for each attribute, its name,
+    /// its data type (`String`) and its value, in UTF-8 bytes.
+    pub fn size(&self) -> usize {
+        self.body.len()
+            + self
+                .attributes
+                .iter()
+                .map(|(n, v)| n.len() + "String".len() + v.len())
+                .sum::<usize>()
+    }
+}
+
+/// A publisher's settings, shared by its clones.
+#[derive(Clone)]
+struct Inner {
+    client: aws_sdk_sqs::Client,
+    queue_url: String,
+    fifo: bool,
+    max_message_bytes: usize,
+    policy: RetryPolicy,
+    id_attribute: Option<String>,
+}
+
+/// Publishes to one queue. Cheap to clone (an `Arc` inside): clone it into your handler.
+///
+/// *Feature `sqs`.* See the [module docs](self) for what is guaranteed.
+#[derive(Clone)]
+pub struct Publisher {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Publisher")
+            .field("queue_url", &self.inner.queue_url)
+            .field("fifo", &self.inner.fifo)
+            .field("max_message_bytes", &self.inner.max_message_bytes)
+            .field("retry_policy", &self.inner.policy)
+            .finish()
+    }
+}
+
+impl Publisher {
+    /// A publisher to `queue_url`. The queue is FIFO if and only if the URL ends in `.fifo`.
+    /// Defaults: 256 KiB size limit, entries failed server-side retried twice from 100 ms
+    /// backoff ([`RetryPolicy`]), no id attribute.
+    pub fn new(client: aws_sdk_sqs::Client, queue_url: impl Into<String>) -> Self {
+        let queue_url = queue_url.into();
+        let fifo = queue_url.trim_end_matches('/').ends_with(".fifo");
+        Publisher {
+            inner: Arc::new(Inner {
+                client,
+                queue_url,
+                fifo,
+                max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+                policy: send::default_policy(),
+                id_attribute: None,
+            }),
+        }
+    }
+
+    fn update(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        // Configured after a clone, this copies the settings first, so the clones keep theirs.
+        f(Arc::make_mut(&mut self.inner));
+        self
+    }
+
+    /// The queue's `MaximumMessageSize`, in bytes: a message (body plus attributes) over it is
+    /// refused before any call, and batches are cut so their total stays under it (SQS limits
+    /// a batch to the same total). Clamped to 1 KiB ..= 1 MiB. Default: 256 KiB.
+    pub fn max_message_bytes(self, bytes: usize) -> Self {
+        self.update(|i| {
+            i.max_message_bytes = bytes.clamp(MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES_LIMIT)
+        })
+    }
+
+    /// Attempts per entry failed server-side inside a `200` answer (1 = no retry) and the
+    /// first backoff, doubled each time (with jitter, capped at 2 s): a shorthand for
+    /// [`retry_policy`](Self::retry_policy)`(RetryPolicy::new(attempts - 1, first_backoff))`.
+    /// Default: 3 attempts from 100 ms. Values below 1 are treated as 1. Whole calls are
+    /// retried by the SDK client, not here (see "Retries" in the module docs).
+    pub fn retries(self, attempts: u32, first_backoff: Duration) -> Self {
+        self.retry_policy(RetryPolicy::new(attempts.max(1) - 1, first_backoff))
+    }
+
+    /// How entries failed server-side inside a `200` answer are retried. Default: 2 retries
+    /// from 100 ms, capped at 2 s.
+    pub fn retry_policy(self, policy: RetryPolicy) -> Self {
+        self.update(|i| i.policy = policy)
+    }
+
+    /// Also sends each output's derived id as the `String` message attribute `name`, on every
+    /// queue type. A consumer of a standard queue can then deduplicate with
+    /// `KeySource::MessageAttribute(name)`. Default: off.
+    pub fn id_attribute(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.update(|i| i.id_attribute = Some(name))
+    }
+
+    /// The size limit of one message, body plus attributes (see
+    /// [`max_message_bytes`](Self::max_message_bytes)).
+    pub fn message_bytes_limit(&self) -> usize {
+        self.inner.max_message_bytes
+    }
+
+    /// The queue URL.
+    pub fn queue_url(&self) -> &str {
+        &self.inner.queue_url
+    }
+
+    /// Whether the queue is FIFO (its URL ends in `.fifo`).
+    pub fn is_fifo(&self) -> bool {
+        self.inner.fifo
+    }
+
+    /// The SQS client.
+    pub fn client(&self) -> &aws_sdk_sqs::Client {
+        &self.inner.client
+    }
+
+    /// A batch of outputs of `msg`, whose ids derive from [`Message::key`].
+    ///
+    /// Fails with [`ErrorKind::MissingKey`] if the message has no key (it runs without
+    /// deduplication, `MissingKey::ProcessWithoutDedup`): there is nothing stable to derive ids
+    /// from. Use [`Publisher::batch`] with a key of your choice in that case.
+    pub fn batch_for(&self, msg: &Message) -> Result<OutgoingBatch, Error> {
+        match msg.key() {
+            Some(key) if !key.is_empty() => Ok(self.batch(key)),
+            _ => Err(Error::new(
+                ErrorKind::MissingKey,
+                format!(
+                    "message {} has no idempotency key, so its outputs cannot get deterministic \
+                     deduplication ids; configure a key source the message carries, or call \
+                     Publisher::batch with a key of your own",
+                    msg.id()
+                ),
+            )),
+        }
+    }
+
+    /// A batch of outputs whose ids derive from `key` (for code outside a processor handler).
+    pub fn batch(&self, key: impl Into<String>) -> OutgoingBatch {
+        OutgoingBatch {
+            publisher: self.clone(),
+            key: key.into(),
+            outputs: Vec::new(),
+        }
+    }
+}
+
+/// Outputs of one input, sent together by [`OutgoingBatch::send`].
+#[derive(Debug)]
+pub struct OutgoingBatch {
+    publisher: Publisher,
+    key: String,
+    outputs: Vec<Outgoing>,
+}
+
+/// One output that SQS accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sent {
+    /// Which output.
+    pub output: OutputLabel,
+    /// The SQS message id (on a FIFO queue, a copy dropped as a duplicate reports the id of
+    /// the first copy).
+    pub message_id: String,
+    /// The FIFO sequence number.
+    pub sequence_number: Option<String>,
+    /// The derived deduplication id (sent on FIFO queues only).
+    pub deduplication_id: String,
+}
+
+/// One output that was not published, with the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FailedOutput {
+    /// Which output.
+    pub output: OutputLabel,
+    /// SQS's error code (`InvalidParameterValue`, `AWS.SimpleQueueService.NonExistentQueue`,
+    /// ...), or one of ours:
+    /// * for a check made before any call: `MissingGroupId`, `InvalidGroupId`,
+    ///   `MessageTooLong`, `EmptyBody`, `InvalidCharacters`, `InvalidAttributeName`,
+    ///   `DuplicateName` (`InvalidAttribute`, `InvalidEntry` if the SDK's builder refuses);
+    /// * for a call that got no answer: `Timeout`, `DispatchFailure`, `ResponseError`;
+    /// * `NoResult` (SQS answered neither success nor failure for the entry);
+    /// * `NotSentAfterEarlierFailure` (a FIFO output held back because an earlier output of its
+    ///   group failed).
+    pub code: String,
+    /// SQS's message, or ours.
+    pub message: String,
+    /// Whether the request was at fault (retrying it unchanged will not help).
+    pub sender_fault: bool,
+}
+
+/// Every output of a batch that was not published, and those that were. The
+/// [`source`](std::error::Error::source) of an [`ErrorKind::Publish`] error from
+/// [`OutgoingBatch::send`]; get it with [`PublishFailure::of`].
+#[derive(Debug, Clone)]
+pub struct PublishFailure {
+    queue_url: String,
+    before_any_call: bool,
+    failed: Vec<FailedOutput>,
+    sent: Vec<Sent>,
+}
+
+impl PublishFailure {
+    /// The failure inside `err`, if `err` came from [`OutgoingBatch::send`].
+    pub fn of(err: &Error) -> Option<&PublishFailure> {
+        std::error::Error::source(err)?.downcast_ref::<PublishFailure>()
+    }
+
+    /// The outputs that were not published, in push order.
+    pub fn failed(&self) -> &[FailedOutput] {
+        &self.failed
+    }
+
+    /// The outputs that were published before the failure.
+    pub fn sent(&self) -> &[Sent] {
+        &self.sent
+    }
+
+    /// Whether the batch was refused by a check before any call to SQS (nothing was sent).
+    pub fn before_any_call(&self) -> bool {
+        self.before_any_call
+    }
+}
+
+impl fmt::Display for PublishFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} output(s) not published to {}:",
+            self.failed.len(),
+            self.queue_url
+        )?;
+        for (i, e) in self.failed.iter().enumerate() {
+            let sep = if i == 0 { " " } else { "; " };
+            let fault = if e.sender_fault {
+                "sender fault"
+            } else {
+                "server fault"
+            };
+            write!(
+                f,
+                "{sep}output {} {} ({fault}): {}",
+                e.output, e.code, e.message
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PublishFailure {}
+
+impl OutgoingBatch {
+    /// Adds an output. Its position (if unnamed) is the number of unnamed outputs before it.
+    pub fn push(&mut self, output: Outgoing) -> &mut Self {
+        self.outputs.push(output);
+        self
+    }
+
+    /// How many outputs were pushed.
+    pub fn len(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// Whether nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.outputs.is_empty()
+    }
+
+    /// The idempotency key the ids derive from.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The label and deduplication id every output will be sent with, in push order.
+    pub fn deduplication_ids(&self) -> Vec<(OutputLabel, String)> {
+        dedup_id::labels(&self.outputs)
+            .into_iter()
+            .map(|l| {
+                let id = deduplication_id(&self.key, &l);
+                (l, id)
+            })
+            .collect()
+    }
+}
