@@ -9,6 +9,7 @@ use tracing::warn;
 use super::{Inner, Processor};
 use crate::deadline::Clock;
 use crate::key::{KeySource, MissingKey};
+use crate::metrics::{MetricsSink, Sink};
 use crate::outcome::{Failure, FailureKind, Outcome};
 use crate::retry::RetryPolicy;
 
@@ -90,6 +91,7 @@ pub(crate) struct Config {
     pub(super) fifo: FifoMode,
     pub(super) completion_retry: RetryPolicy,
     pub(super) clock: Clock,
+    pub(super) metrics: Option<Sink>,
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
@@ -112,6 +114,7 @@ impl Default for Config {
             fifo: FifoMode::PerGroup,
             completion_retry: RetryPolicy::default(),
             clock: Clock::system(),
+            metrics: None,
             one_shot: false,
         }
     }
@@ -248,6 +251,15 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// The clock. Default: [`Clock::system`]. Tests use [`Clock::tokio`] with paused time.
     pub fn clock(mut self, clock: Clock) -> Self {
         self.config.clock = clock;
+        self
+    }
+
+    /// Where each batch's metrics go. Default: nowhere (and nothing is measured).
+    /// [`Emf`](crate::metrics::Emf) writes CloudWatch Embedded Metric Format lines; any
+    /// [`MetricsSink`] (a closure too) gets the [`BatchMetrics`](crate::metrics::BatchMetrics)
+    /// of every batch. See [`metrics`](crate::metrics).
+    pub fn metrics(mut self, sink: impl MetricsSink) -> Self {
+        self.config.metrics = Some(Sink(Arc::new(sink)));
         self
     }
 
