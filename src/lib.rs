@@ -44,6 +44,7 @@
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
+//! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
 //!
 //! ## Stores
@@ -64,6 +65,7 @@
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
+//! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //!
 //! ## Observability
 //!
@@ -77,6 +79,9 @@ pub mod deadline;
 mod error;
 pub mod key;
 pub mod lambda;
+#[cfg(feature = "logging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
+pub mod logging;
 pub mod message;
 pub mod metrics;
 pub mod outcome;
