@@ -39,12 +39,13 @@ use std::str::FromStr;
 
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
+use tracing::subscriber::Interest;
 use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::filter::{EnvFilter, FilterFn, LevelFilter};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter};
-use tracing_subscriber::layer::{Layer, SubscriberExt};
+use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -220,16 +221,16 @@ impl Logging {
                 .fmt_fields(JsonFields::new())
                 .event_format(FlatJson)
                 .with_writer(writer)
-                .with_filter(env)
+                .with_filter(KeepInfoSpans(env))
                 .with_filter(no_raw_events())
-                .with_filter(ceiling)
+                .with_filter(KeepInfoSpans(ceiling))
                 .boxed(),
             LogFormat::Text => tracing_subscriber::fmt::layer()
                 .with_ansi(self.ansi)
                 .with_writer(writer)
-                .with_filter(env)
+                .with_filter(KeepInfoSpans(env))
                 .with_filter(no_raw_events())
-                .with_filter(ceiling)
+                .with_filter(KeepInfoSpans(ceiling))
                 .boxed(),
         }
     }
@@ -253,6 +254,70 @@ impl Logging {
             tracing::warn!("{note}");
         }
         Ok(())
+    }
+}
+
+/// A level filter that lets spans at INFO and above through whatever it says of events: under
+/// `AWS_LAMBDA_LOG_LEVEL=WARN` a warning inside a handler must still carry its `message` and
+/// `batch` spans' fields (those spans are INFO), or the one line written loses what names the
+/// message. DEBUG and TRACE spans (the SDKs' and hyper's) stay filtered: they are many, and
+/// their fields would crowd every line.
+struct KeepInfoSpans<F>(F);
+
+fn is_kept_span(meta: &Metadata<'_>) -> bool {
+    meta.is_span() && *meta.level() <= tracing::Level::INFO
+}
+
+impl<S, F: Filter<S>> Filter<S> for KeepInfoSpans<F> {
+    fn enabled(&self, meta: &Metadata<'_>, cx: &Context<'_, S>) -> bool {
+        is_kept_span(meta) || self.0.enabled(meta, cx)
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
+        if is_kept_span(meta) {
+            Interest::always()
+        } else {
+            self.0.callsite_enabled(meta)
+        }
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, cx: &Context<'_, S>) -> bool {
+        self.0.event_enabled(event, cx)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        self.0.max_level_hint().map(|l| l.max(LevelFilter::INFO))
+    }
+
+    // Forwarded: an `EnvFilter` tracks spans for its span-field directives.
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        cx: Context<'_, S>,
+    ) {
+        self.0.on_new_span(attrs, id, cx)
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        cx: Context<'_, S>,
+    ) {
+        self.0.on_record(id, values, cx)
+    }
+
+    fn on_enter(&self, id: &tracing::span::Id, cx: Context<'_, S>) {
+        self.0.on_enter(id, cx)
+    }
+
+    fn on_exit(&self, id: &tracing::span::Id, cx: Context<'_, S>) {
+        self.0.on_exit(id, cx)
+    }
+
+    fn on_close(&self, id: tracing::span::Id, cx: Context<'_, S>) {
+        self.0.on_close(id, cx)
     }
 }
 

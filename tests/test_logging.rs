@@ -70,6 +70,7 @@ async fn run_batch(logging: &Logging) -> Capture {
         // What lambda_runtime's api_response layer does with every event.
         tracing::trace!(target: "lambda_runtime::layers::api_response", body = SECRET, "raw event");
         if msg.body().contains("FAIL") {
+            tracing::warn!("handler warning");
             return Err(sqs_claim::Error::new(
                 sqs_claim::ErrorKind::Other,
                 "refused",
@@ -164,6 +165,13 @@ async fn the_lambda_level_is_a_ceiling() {
         "{lines:#?}"
     );
     assert!(lines.iter().any(|l| l["message"] == "message failed"));
+    // The spans are INFO, and their fields still reach a warning written inside them.
+    let warning = lines
+        .iter()
+        .find(|l| l["message"] == "handler warning")
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    assert_eq!(warning["message_id"], "m2", "{warning}");
+    assert_eq!(warning["request_id"], "req-9", "{warning}");
 
     // Without RUST_LOG, Lambda's level is the filter too.
     let lines = run_batch(&settings(&[

@@ -175,10 +175,9 @@ async fn the_emf_line_counts_what_the_batch_did() {
     ];
     let mut event = event(&batch);
     event.context.request_id = "req-7".into();
-    event.context.env_config = Arc::new({
-        let mut c = lambda_runtime::Config::default();
-        c.function_name = "consumer-fn".into();
-        c
+    event.context.env_config = Arc::new(lambda_runtime::Config {
+        function_name: "consumer-fn".into(),
+        ..Default::default()
     });
     let report = p.process(event).await.unwrap();
     assert_eq!(

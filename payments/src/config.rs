@@ -22,6 +22,7 @@
 //! | `SQS_CLAIM_ANSWER_RESERVE_MS` | `250` | every step still in flight is cut off this long before the deadline, so the answer is sent in time |
 //! | `SQS_CLAIM_HANDLER_TIMEOUT_MS` | none | the longest one handler call may take (it is cancelled past it, and its claim kept until its lease lapses) |
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
+//! | `SQS_CLAIM_METRICS_NAMESPACE` | `sqs-claim` | the CloudWatch namespace of the per-batch EMF metrics line the Lambda binary writes to stdout; `off` writes none (the CLI never writes them) |
 
 use std::fmt;
 use std::path::PathBuf;
@@ -36,6 +37,10 @@ use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 /// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
 /// timeout.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The CloudWatch namespace of the consumer's metrics when `SQS_CLAIM_METRICS_NAMESPACE` is
+/// unset.
+pub const DEFAULT_METRICS_NAMESPACE: &str = "sqs-claim";
 
 /// The CLI's store when none is configured: a file under the current directory.
 pub const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
@@ -75,6 +80,8 @@ pub struct Settings {
     pub answer_reserve: Duration,
     /// `SQS_CLAIM_HANDLER_TIMEOUT_MS`.
     pub handler_timeout: Option<Duration>,
+    /// `SQS_CLAIM_METRICS_NAMESPACE`; `None` for `off`.
+    pub metrics_namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -95,6 +102,7 @@ impl Default for Settings {
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             answer_reserve: Duration::from_millis(250),
             handler_timeout: None,
+            metrics_namespace: Some(DEFAULT_METRICS_NAMESPACE.into()),
         }
     }
 }
@@ -208,6 +216,17 @@ impl Settings {
                 "milliseconds",
                 1,
             )?);
+        }
+        if let Some(v) = get("SQS_CLAIM_METRICS_NAMESPACE") {
+            let v = v.trim();
+            s.metrics_namespace = if v.eq_ignore_ascii_case("off") {
+                None
+            } else {
+                // Checked now, so a namespace CloudWatch would refuse stops the start.
+                sqs_claim::metrics::Emf::new(v)
+                    .map_err(|e| invalid("SQS_CLAIM_METRICS_NAMESPACE", e.message()))?;
+                Some(v.to_owned())
+            };
         }
         s.output_queue_url = get("SQS_CLAIM_OUTPUT_QUEUE_URL").map(|v| v.trim().to_owned());
         if let Some(url) = &s.output_queue_url {
@@ -442,6 +461,10 @@ mod tests {
         let s = settings(&[]).expect("empty env is valid");
         assert_eq!(s.key, KeySource::JsonPointer("/order_id".into()));
         assert_eq!(s.namespace, "payments");
+        assert_eq!(
+            s.metrics_namespace.as_deref(),
+            Some(DEFAULT_METRICS_NAMESPACE)
+        );
         assert!(s.lambda_store().is_err(), "Lambda needs a table or a store");
         let s = settings(&[("SQS_CLAIM_TABLE", "claims")]).expect("valid");
         assert_eq!(
@@ -499,6 +522,14 @@ mod tests {
         assert_eq!(s.answer_reserve, Duration::from_millis(400));
         assert_eq!(s.handler_timeout, Some(Duration::from_secs(5)));
         assert!(s.output_queue_url.is_some());
+        let metrics = |v: &str| {
+            settings(&[("SQS_CLAIM_METRICS_NAMESPACE", v)])
+                .expect("valid")
+                .metrics_namespace
+        };
+        assert_eq!(metrics("payments/prod").as_deref(), Some("payments/prod"));
+        assert_eq!(metrics("off"), None);
+        assert_eq!(metrics("OFF"), None);
     }
 
     #[test]
@@ -518,6 +549,8 @@ mod tests {
             ("SQS_CLAIM_ANSWER_RESERVE_MS", "-1"),
             ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "5s"),
             ("SQS_CLAIM_OUTPUT_QUEUE_URL", "my-queue"),
+            ("SQS_CLAIM_METRICS_NAMESPACE", "AWS/Lambda"),
+            ("SQS_CLAIM_METRICS_NAMESPACE", "naïve"),
         ] {
             let err = settings(&[(var, value)]).expect_err(var);
             assert_eq!(err.kind(), ErrorKind::Config);

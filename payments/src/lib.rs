@@ -529,6 +529,14 @@ fn configure<S, H>(builder: ProcessorBuilder<S, H>, settings: &Settings) -> Proc
     if let Some(limit) = settings.handler_timeout {
         builder = builder.handler_timeout(limit);
     }
+    // Validated when the settings were read; `Emf` writes to stdout inside Lambda.
+    if let Some(emf) = settings
+        .metrics_namespace
+        .as_deref()
+        .and_then(|ns| sqs_claim::metrics::Emf::new(ns).ok())
+    {
+        builder = builder.metrics(emf);
+    }
     builder
 }
 

@@ -119,12 +119,12 @@ pub(crate) fn problems(line: &str) -> Vec<String> {
             if !seen.insert(name) {
                 p.push(format!("metric {name:?} declared twice"));
             }
-            if let Some(unit) = m.get("Unit") {
-                if !unit.as_str().is_some_and(|u| UNITS.contains(&u)) {
-                    p.push(format!(
-                        "metric {name:?}: unit {unit} is not a CloudWatch unit"
-                    ));
-                }
+            if let Some(unit) = m.get("Unit")
+                && !unit.as_str().is_some_and(|u| UNITS.contains(&u))
+            {
+                p.push(format!(
+                    "metric {name:?}: unit {unit} is not a CloudWatch unit"
+                ));
             }
             match root.get(name) {
                 Some(Value::Number(_)) => {}
