@@ -199,21 +199,25 @@ impl Budget {
     }
 
     /// [`Budget::bounded`] for a store call: when measuring, a call that returns in time has
-    /// its duration recorded as `call`.
-    pub(crate) async fn timed<F: std::future::Future>(
-        &self,
+    /// its duration recorded as `call`. Not an `async fn`, which would hold a second copy of
+    /// `step` in the future: the timing is a `map` on the bounded future.
+    pub(crate) fn timed<'a, F: std::future::Future + 'a>(
+        &'a self,
         call: StoreCall,
         step: F,
-    ) -> Result<F::Output, OutOfTime> {
-        let Some(latencies) = &self.latencies else {
-            return self.bounded(step).await;
-        };
-        let started = tokio::time::Instant::now();
-        let out = self.bounded(step).await;
-        if out.is_ok() {
-            latencies.push(call, started.elapsed());
-        }
-        out
+    ) -> impl std::future::Future<Output = Result<F::Output, OutOfTime>> + 'a {
+        use futures::FutureExt;
+        // Started where the call is made, which is where it is awaited.
+        let started = self
+            .latencies
+            .as_ref()
+            .map(|latencies| (latencies, tokio::time::Instant::now()));
+        self.bounded(step).map(move |out| {
+            if let (Some((latencies, started)), Ok(_)) = (started, &out) {
+                latencies.push(call, started.elapsed());
+            }
+            out
+        })
     }
 
     /// The instant every step still in flight is cut off (`None`: no deadline).

@@ -11,6 +11,7 @@
 //!   another group can drive its leader without running it out of order: the leader still waits
 //!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
@@ -261,12 +262,20 @@ where
 
     /// One item's own work, inside the message's span: the handler's own `tracing` events and
     /// the store steps' log lines carry the message's id, key, group and receive count.
-    async fn execute(&self, work: Work, id: &str, budget: &Budget) -> Outcome {
+    ///
+    /// A plain function returning the instrumented future, not an `async fn`: that would keep a
+    /// second copy of `work` beside the future that owns it, in every message's future.
+    fn execute<'a>(
+        &'a self,
+        work: Work,
+        id: &'a str,
+        budget: &'a Budget,
+    ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
         let span = match &work {
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, budget).instrument(span).await
+        self.execute_work(work, id, budget).instrument(span)
     }
 
     async fn execute_work(&self, work: Work, id: &str, budget: &Budget) -> Outcome {
