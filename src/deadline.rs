@@ -16,9 +16,13 @@
 //! ```
 //!
 //! `Budget::bounded` races a step against the hard stop; the processor runs every step through
-//! it (claim, handler, completion with its retries, release).
+//! it (claim, handler, completion with its retries, release). When metrics are on, the store
+//! steps go through `Budget::timed`, which also records how long each took.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use crate::metrics::{Latencies, StoreCall};
 
 /// Where the processor reads the time.
 ///
@@ -105,6 +109,9 @@ pub(crate) struct Budget {
     stop: Option<Stop>,
     /// Lease used when there is no deadline.
     lease: Duration,
+    /// The batch's store latencies, when metrics are on: every store call already goes
+    /// through the budget, so this is where they are timed ([`Budget::timed`]).
+    latencies: Option<Arc<Latencies>>,
 }
 
 impl std::fmt::Debug for Budget {
@@ -172,7 +179,45 @@ impl Budget {
             hard_stop,
             stop,
             lease,
+            latencies: None,
         }
+    }
+
+    /// The same budget, timing the store calls made through [`Budget::timed`].
+    pub(crate) fn measuring(mut self) -> Self {
+        self.latencies = Some(Arc::default());
+        self
+    }
+
+    /// The claim and completion latencies measured so far, taken out (empty unless
+    /// [`Budget::measuring`]).
+    pub(crate) fn take_latencies(&self) -> (Vec<Duration>, Vec<Duration>) {
+        self.latencies
+            .as_ref()
+            .map(|l| l.take())
+            .unwrap_or_default()
+    }
+
+    /// [`Budget::bounded`] for a store call: when measuring, a call that returns in time has
+    /// its duration recorded as `call`. Not an `async fn`, which would hold a second copy of
+    /// `step` in the future: the timing is a `map` on the bounded future.
+    pub(crate) fn timed<'a, F: std::future::Future + 'a>(
+        &'a self,
+        call: StoreCall,
+        step: F,
+    ) -> impl std::future::Future<Output = Result<F::Output, OutOfTime>> + 'a {
+        use futures::FutureExt;
+        // Started where the call is made, which is where it is awaited.
+        let started = self
+            .latencies
+            .as_ref()
+            .map(|latencies| (latencies, tokio::time::Instant::now()));
+        self.bounded(step).map(move |out| {
+            if let (Some((latencies, started)), Ok(_)) = (started, &out) {
+                latencies.push(call, started.elapsed());
+            }
+            out
+        })
     }
 
     /// The instant every step still in flight is cut off (`None`: no deadline).

@@ -43,6 +43,8 @@
 //! | complete (with the handler's atomic effects, retried under one [`retry`] policy) or release, fenced by the owner token | [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
+//! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
+//! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
 //!
 //! ## Stores
@@ -63,6 +65,14 @@
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
+//! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
+//!
+//! ## Observability
+//!
+//! Every batch runs in a `batch` span (`request_id`, `records`, then the counts) and every
+//! message's work in a `message` span (`message_id`, `key`, `group`, `receive_count`; never the
+//! body), so a handler's own `tracing` events carry them. [`ProcessorBuilder::metrics`] sends
+//! each batch's [`metrics::BatchMetrics`] to a sink: [`metrics::Emf`] for CloudWatch.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[cfg(feature = "aws")]
@@ -71,7 +81,11 @@ pub mod deadline;
 mod error;
 pub mod key;
 pub mod lambda;
+#[cfg(feature = "logging")]
+#[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
+pub mod logging;
 pub mod message;
+pub mod metrics;
 pub mod outcome;
 mod pointer;
 pub mod processor;

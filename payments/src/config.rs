@@ -24,6 +24,7 @@
 //! | `SQS_CLAIM_ANSWER_RESERVE_MS` | `250` | every step still in flight is cut off this long before the deadline, so the answer is sent in time |
 //! | `SQS_CLAIM_HANDLER_TIMEOUT_MS` | none | the longest one handler call may take (it is cancelled past it, and its claim kept until its lease lapses) |
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
+//! | `SQS_CLAIM_METRICS_NAMESPACE` | `sqs-claim` | the CloudWatch namespace of the per-batch EMF metrics line the Lambda binary writes to stdout; `off` writes none (the CLI never writes them) |
 
 use std::fmt;
 use std::path::PathBuf;
@@ -38,6 +39,10 @@ use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 /// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
 /// timeout.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The CloudWatch namespace of the consumer's metrics when `SQS_CLAIM_METRICS_NAMESPACE` is
+/// unset.
+pub const DEFAULT_METRICS_NAMESPACE: &str = "sqs-claim";
 
 /// The CLI's store when none is configured: a file under the current directory.
 pub const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
@@ -81,6 +86,8 @@ pub struct Settings {
     pub failure_queue_url: Option<String>,
     /// `SQS_CLAIM_MAX_RECEIVES`.
     pub max_receives: u32,
+    /// `SQS_CLAIM_METRICS_NAMESPACE`; `None` for `off`.
+    pub metrics_namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -103,6 +110,7 @@ impl Default for Settings {
             handler_timeout: None,
             failure_queue_url: None,
             max_receives: 5,
+            metrics_namespace: Some(DEFAULT_METRICS_NAMESPACE.into()),
         }
     }
 }
@@ -216,6 +224,17 @@ impl Settings {
                 "milliseconds",
                 1,
             )?);
+        }
+        if let Some(v) = get("SQS_CLAIM_METRICS_NAMESPACE") {
+            let v = v.trim();
+            s.metrics_namespace = if v.eq_ignore_ascii_case("off") {
+                None
+            } else {
+                // Checked now, so a namespace CloudWatch would refuse stops the start.
+                sqs_claim::metrics::Emf::new(v)
+                    .map_err(|e| invalid("SQS_CLAIM_METRICS_NAMESPACE", e.message()))?;
+                Some(v.to_owned())
+            };
         }
         s.output_queue_url = get("SQS_CLAIM_OUTPUT_QUEUE_URL").map(|v| v.trim().to_owned());
         s.failure_queue_url = get("SQS_CLAIM_FAILURE_QUEUE_URL").map(|v| v.trim().to_owned());
@@ -461,6 +480,10 @@ mod tests {
         let s = settings(&[]).expect("empty env is valid");
         assert_eq!(s.key, KeySource::JsonPointer("/order_id".into()));
         assert_eq!(s.namespace, "payments");
+        assert_eq!(
+            s.metrics_namespace.as_deref(),
+            Some(DEFAULT_METRICS_NAMESPACE)
+        );
         assert!(s.lambda_store().is_err(), "Lambda needs a table or a store");
         let s = settings(&[("SQS_CLAIM_TABLE", "claims")]).expect("valid");
         assert_eq!(
@@ -525,6 +548,14 @@ mod tests {
         assert!(s.output_queue_url.is_some());
         assert!(s.failure_queue_url.is_some());
         assert_eq!(s.max_receives, 3);
+        let metrics = |v: &str| {
+            settings(&[("SQS_CLAIM_METRICS_NAMESPACE", v)])
+                .expect("valid")
+                .metrics_namespace
+        };
+        assert_eq!(metrics("payments/prod").as_deref(), Some("payments/prod"));
+        assert_eq!(metrics("off"), None);
+        assert_eq!(metrics("OFF"), None);
     }
 
     #[test]
@@ -547,6 +578,8 @@ mod tests {
             ("SQS_CLAIM_FAILURE_QUEUE_URL", "failures"),
             ("SQS_CLAIM_MAX_RECEIVES", "0"),
             ("SQS_CLAIM_MAX_RECEIVES", "5x"),
+            ("SQS_CLAIM_METRICS_NAMESPACE", "AWS/Lambda"),
+            ("SQS_CLAIM_METRICS_NAMESPACE", "naïve"),
         ] {
             let err = settings(&[(var, value)]).expect_err(var);
             assert_eq!(err.kind(), ErrorKind::Config);

@@ -581,6 +581,14 @@ fn configure<S, H>(
     if let Some(failures) = failures {
         builder = builder.failure_destination(failures);
     }
+    // Validated when the settings were read; `Emf` writes to stdout inside Lambda.
+    if let Some(emf) = settings
+        .metrics_namespace
+        .as_deref()
+        .and_then(|ns| sqs_claim::metrics::Emf::new(ns).ok())
+    {
+        builder = builder.metrics(emf);
+    }
     builder
 }
 

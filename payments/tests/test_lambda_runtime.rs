@@ -10,13 +10,18 @@
 //! * a record without a `messageId` fails the invocation (`.../error`, so Lambda redelivers the
 //!   batch) instead of answering an empty `itemIdentifier`, credits nothing, and the function
 //!   keeps serving;
-//! * with the default log level, no message body reaches stdout or stderr.
+//! * with the default log level, no message body reaches stdout or stderr;
+//! * each batch writes one CloudWatch EMF line to stdout, valid against the specification, with
+//!   the batch's numbers; and the logs follow Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`,
+//!   `AWS_LAMBDA_LOG_LEVEL`).
 //!
 //! Every wait is bounded ([`WAIT`]); the consumer is killed when its guard drops, pass or fail.
 
 #[allow(dead_code)]
 #[path = "support/consumer.rs"]
 mod consumer;
+#[path = "../../tests/support/emf.rs"]
+mod emf;
 #[path = "../../tests/support/fake_runtime.rs"]
 mod fake_runtime;
 
@@ -521,4 +526,222 @@ async fn bodies_stay_out_of_the_logs(settings: &[(&str, &str)]) {
             .join("\n")
     );
     assert!(!logs.contains("panicked"), "{logs}");
+}
+
+/// The EMF line a batch's outcomes should give, from `events/expected.json`'s run: the counts,
+/// and the failures by kind from its exceptions.
+fn expected_metrics(run: &Value, records: usize) -> BTreeMap<String, i64> {
+    let c = &run["counts"];
+    let mut m: BTreeMap<String, i64> = [
+        ("Records", records as i64),
+        ("Processed", c["processed"].as_i64().unwrap_or(0)),
+        ("Duplicate", c["duplicate"].as_i64().unwrap_or(0)),
+        ("HeldElsewhere", c["held_elsewhere"].as_i64().unwrap_or(0)),
+        ("Failed", c["failed"].as_i64().unwrap_or(0)),
+        ("NotStarted", c["not_started"].as_i64().unwrap_or(0)),
+        ("CutOff", c["cut_off"].as_i64().unwrap_or(0)),
+        ("DeadLettered", c["dead_lettered"].as_i64().unwrap_or(0)),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    for e in run["exceptions"].as_array().into_iter().flatten() {
+        if e["outcome"] == "failed" {
+            let kind = e["reason"]
+                .as_str()
+                .expect("a failure's reason is its kind");
+            *m.entry(format!("Failed.{kind}")).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+fn records_in(event: &str) -> usize {
+    let v: Value = serde_json::from_str(event).expect("event");
+    v["Records"].as_array().map_or(0, Vec::len)
+}
+
+/// After each invocation the consumer writes one CloudWatch EMF line to stdout, valid against
+/// the specification (`tests/support/emf.rs`), whose numbers are the batch's outcomes as
+/// `events/expected.json` gives them, in the default namespace, by function and queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_batch_writes_one_valid_emf_line_with_its_numbers() {
+    let dir = TempDir::new("sqs-claim-lambda");
+    let mut rt = FakeRuntime::start()
+        .await
+        .expect("start the fake runtime API");
+    let mut consumer = start(&dir, &rt.address(), &[]);
+    let expected = expected();
+    let runs = [
+        ("plain.json", 0),
+        ("plain.json", 1),
+        ("malformed.json", 0),
+        ("fifo.json", 0),
+    ];
+    for (i, (name, run)) in runs.iter().enumerate() {
+        let event = read_event(name);
+        let posted = invoke(&mut rt, &mut consumer, &event).await;
+        response(posted, name, &consumer);
+        let lines = emf::lines(&consumer.stdout());
+        assert_eq!(
+            lines.len(),
+            i + 1,
+            "one EMF line per batch so far\nlogs:\n{}",
+            consumer.logs()
+        );
+        let line = &lines[i];
+        let directive = &line["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "sqs-claim", "{line}");
+        assert_eq!(
+            directive["Dimensions"],
+            json!([["FunctionName", "QueueName"]])
+        );
+        assert_eq!(line["FunctionName"], "consumer", "{line}");
+        let want = expected_metrics(expected_run(&expected, name, *run), records_in(&event));
+        let arn =
+            serde_json::from_str::<Value>(&event).expect("event")["Records"][0]["eventSourceARN"]
+                .as_str()
+                .map(|a| a.rsplit(':').next().unwrap_or("").to_owned());
+        assert_eq!(line["QueueName"].as_str(), arn.as_deref(), "{line}");
+        for (metric, n) in &want {
+            assert_eq!(
+                line[metric],
+                *n,
+                "{name} run {}: {metric} in {line}",
+                run + 1
+            );
+        }
+        // No kind beyond the expected ones.
+        for key in line.as_object().expect("object").keys() {
+            if key.starts_with("Failed.") {
+                assert!(want.contains_key(key), "{name}: unexpected {key} in {line}");
+            }
+        }
+        let settled = want["Processed"] + want["Duplicate"];
+        if settled > 0 {
+            let rate = line["DedupHitRate"].as_f64().expect("a hit rate");
+            let want_rate = want["Duplicate"] as f64 * 100.0 / settled as f64;
+            assert!(
+                (rate - want_rate).abs() < 1e-9,
+                "{name}: {rate} vs {want_rate}"
+            );
+        }
+        // The reference consumer without an output queue runs one-shot: one write per
+        // message that has a key, counted as a completion.
+        let writes = line["CompletionLatency"].as_array().map_or(0, Vec::len) as i64;
+        assert!(
+            writes >= want["Processed"],
+            "{name}: {writes} writes: {line}"
+        );
+    }
+    assert_nothing_else_posted(&mut rt, &consumer).await;
+}
+
+/// `SQS_CLAIM_METRICS_NAMESPACE`: a namespace of one's own, or `off` for no line at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_namespace_setting_names_or_disables_the_line() {
+    for (setting, want) in [("payments/prod", Some("payments/prod")), ("off", None)] {
+        let dir = TempDir::new("sqs-claim-lambda");
+        let mut rt = FakeRuntime::start()
+            .await
+            .expect("start the fake runtime API");
+        let mut consumer = start(
+            &dir,
+            &rt.address(),
+            &[("SQS_CLAIM_METRICS_NAMESPACE", setting)],
+        );
+        let posted = invoke(&mut rt, &mut consumer, &read_event("plain.json")).await;
+        response(posted, "plain.json", &consumer);
+        let lines = emf::lines(&consumer.stdout());
+        match want {
+            Some(ns) => {
+                assert_eq!(lines.len(), 1, "{}", consumer.logs());
+                assert_eq!(lines[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"], ns);
+            }
+            None => assert!(lines.is_empty(), "off writes no line: {}", consumer.logs()),
+        }
+    }
+}
+
+/// Lambda's log controls: with `AWS_LAMBDA_LOG_FORMAT=JSON` every log line is a flat JSON
+/// object with `timestamp`, `level` and `message` at the top and the batch's request id on it;
+/// `AWS_LAMBDA_LOG_LEVEL=WARN` keeps only warnings and errors (even with `RUST_LOG=debug`);
+/// `Text` writes plain lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_follows_lambdas_log_controls() {
+    let dir = TempDir::new("sqs-claim-lambda");
+    let mut rt = FakeRuntime::start()
+        .await
+        .expect("start the fake runtime API");
+    let mut consumer = start(
+        &dir,
+        &rt.address(),
+        &[
+            ("AWS_LAMBDA_LOG_FORMAT", "JSON"),
+            ("AWS_LAMBDA_LOG_LEVEL", "WARN"),
+            ("RUST_LOG", "debug"),
+        ],
+    );
+    let request_id = rt.queue(read_event("malformed.json"), INVOCATION_BUDGET);
+    let posted = loop {
+        if let Some(p) = rt.next_post(Duration::from_millis(200)).await {
+            break p;
+        }
+        assert!(consumer.exited().is_none(), "{}", consumer.logs());
+    };
+    response(posted, "malformed.json", &consumer);
+    consumer.kill();
+    let stdout = consumer.stdout();
+    let logs: Vec<Value> = stdout
+        .lines()
+        .filter(|l| !l.contains("\"_aws\""))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        !logs.is_empty(),
+        "the failures are logged: {}",
+        consumer.logs()
+    );
+    for line in &logs {
+        assert!(
+            line["level"] == "WARN" || line["level"] == "ERROR",
+            "only WARN and ERROR under AWS_LAMBDA_LOG_LEVEL=WARN: {line}"
+        );
+        assert!(
+            line["message"].is_string() && line["timestamp"].is_string(),
+            "{line}"
+        );
+    }
+    let failed: Vec<&Value> = logs
+        .iter()
+        .filter(|l| l["message"] == "message failed")
+        .collect();
+    assert_eq!(failed.len(), 3, "malformed.json fails 3 messages: {stdout}");
+    for line in failed {
+        assert_eq!(line["request_id"], request_id.as_str(), "{line}");
+        assert!(line["message_id"].is_string(), "{line}");
+    }
+    // The EMF line is still written: Lambda, not the consumer, decides what reaches CloudWatch.
+    assert_eq!(emf::lines(&stdout).len(), 1);
+
+    // Text: plain lines.
+    let dir = TempDir::new("sqs-claim-lambda");
+    let mut rt = FakeRuntime::start()
+        .await
+        .expect("start the fake runtime API");
+    let mut consumer = start(&dir, &rt.address(), &[("AWS_LAMBDA_LOG_FORMAT", "Text")]);
+    let posted = invoke(&mut rt, &mut consumer, &read_event("malformed.json")).await;
+    response(posted, "malformed.json", &consumer);
+    consumer.kill();
+    let stdout = consumer.stdout();
+    let text: Vec<&str> = stdout.lines().filter(|l| !l.contains("\"_aws\"")).collect();
+    assert!(
+        text.iter().any(|l| l.contains("message failed")),
+        "{stdout}"
+    );
+    assert!(
+        text.iter()
+            .all(|l| serde_json::from_str::<Value>(l).is_err()),
+        "Text lines are not JSON: {stdout}"
+    );
 }

@@ -646,6 +646,146 @@ fn check_ttl_covers_redelivery(t: &Value) -> Vec<String> {
     problems
 }
 
+/// Lambda's levels that would drop the EMF metrics lines: Lambda reads a JSON line without a
+/// `level` as INFO, and filters it out above INFO.
+const LEVELS_ABOVE_INFO: &[&str] = &["WARN", "ERROR", "FATAL"];
+
+/// Logs are JSON (what the consumer writes, and what Lambda's level filtering needs), at an
+/// application log level from a parameter that defaults to INFO and can never drop the metrics
+/// lines; RUST_LOG is not forced under it.
+fn check_logging(t: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (fid, f, _) in sqs_events(t) {
+        let lc = &f["Properties"]["LoggingConfig"];
+        if lc["LogFormat"] != "JSON" {
+            problems.push(format!(
+                "{fid}: LoggingConfig.LogFormat must be JSON, found {}",
+                lc["LogFormat"]
+            ));
+        }
+        if target(&lc["LogGroup"]).is_none() {
+            problems.push(format!(
+                "{fid}: LoggingConfig.LogGroup must name the log group"
+            ));
+        }
+        let level = &lc["ApplicationLogLevel"];
+        match level.get("Ref").and_then(Value::as_str) {
+            None => problems.push(format!(
+                "{fid}: LoggingConfig.ApplicationLogLevel must be a parameter, found {level}"
+            )),
+            Some(param) => {
+                let p = &t["Parameters"][param];
+                if p["Default"] != "INFO" {
+                    problems.push(format!(
+                        "{param}: the default must be INFO, found {}",
+                        p["Default"]
+                    ));
+                }
+                match p["AllowedValues"].as_array() {
+                    None => problems.push(format!(
+                        "{param}: needs AllowedValues, or WARN/ERROR would drop the metrics lines"
+                    )),
+                    Some(allowed) => {
+                        for v in allowed {
+                            if LEVELS_ABOVE_INFO.contains(&v.as_str().unwrap_or("")) {
+                                problems.push(format!(
+                                    "{param}: {v} would drop the EMF metrics lines (no level: INFO)"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let rust_log = &f["Properties"]["Environment"]["Variables"]["RUST_LOG"];
+        if rust_log.is_string() {
+            problems.push(format!(
+                "{fid}: RUST_LOG is fixed to {rust_log}: leave it to a parameter, or unset"
+            ));
+        }
+        let ns = &f["Properties"]["Environment"]["Variables"]["SQS_CLAIM_METRICS_NAMESPACE"];
+        let default_ns = target(ns).map(|p| t["Parameters"][p]["Default"].clone());
+        if default_ns
+            .as_ref()
+            .and_then(Value::as_str)
+            .is_none_or(|n| n == "off")
+        {
+            problems.push(format!(
+                "{fid}: SQS_CLAIM_METRICS_NAMESPACE must be a parameter whose default is not off"
+            ));
+        }
+    }
+    problems
+}
+
+/// The alarms an on-call engineer needs: the queue's oldest message (SQS's own metric), and
+/// the consumer's Failed metric in the namespace the function writes, with exactly the
+/// dimensions it writes (`FunctionName`, `QueueName`); an alarm on other dimensions would
+/// watch a metric that never exists.
+fn check_alarms(t: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let alarms: Vec<(&String, &Value)> = resources_of(t, "AWS::CloudWatch::Alarm").collect();
+    let dims = |a: &Value| -> BTreeMap<String, Value> {
+        a["Properties"]["Dimensions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                (
+                    d["Name"].as_str().unwrap_or("").to_owned(),
+                    d["Value"].clone(),
+                )
+            })
+            .collect()
+    };
+    for (fid, f, event) in sqs_events(t) {
+        let Ok((qid, _)) = queue(t, event) else {
+            continue;
+        };
+        let queue_name = json!({"Fn::GetAtt": [qid, "QueueName"]});
+        let oldest = alarms.iter().any(|(_, a)| {
+            a["Properties"]["Namespace"] == "AWS/SQS"
+                && a["Properties"]["MetricName"] == "ApproximateAgeOfOldestMessage"
+                && dims(a).get("QueueName") == Some(&queue_name)
+        });
+        if !oldest {
+            problems.push(format!(
+                "{qid}: no alarm on AWS/SQS ApproximateAgeOfOldestMessage for the input queue"
+            ));
+        }
+        let ns = &f["Properties"]["Environment"]["Variables"]["SQS_CLAIM_METRICS_NAMESPACE"];
+        let want = BTreeMap::from([
+            ("FunctionName".to_owned(), json!({"Ref": fid})),
+            ("QueueName".to_owned(), queue_name.clone()),
+        ]);
+        let failed: Vec<&(&String, &Value)> = alarms
+            .iter()
+            .filter(|(_, a)| a["Properties"]["MetricName"] == "Failed")
+            .collect();
+        if failed.is_empty() {
+            problems.push(format!("{fid}: no alarm on the consumer's Failed metric"));
+        }
+        for (aid, a) in failed {
+            if a["Properties"]["Namespace"] != *ns {
+                problems.push(format!(
+                    "{aid}: its namespace {} is not the function's SQS_CLAIM_METRICS_NAMESPACE {ns}",
+                    a["Properties"]["Namespace"]
+                ));
+            }
+            if dims(a) != want {
+                problems.push(format!(
+                    "{aid}: its dimensions {:?} are not the ones the consumer writes {want:?}",
+                    dims(a)
+                ));
+            }
+            if a["Properties"]["Statistic"] != "Sum" {
+                problems.push(format!("{aid}: Failed is a count per batch: use Sum"));
+            }
+        }
+    }
+    problems
+}
+
 type Check = fn(&Value) -> Vec<String>;
 
 fn store_attributes() -> (String, String) {
@@ -669,6 +809,8 @@ const CHECKS: &[(&str, Check)] = &[
     ("least-privilege IAM", check_iam),
     ("function wiring", check_function_wiring),
     ("TTL covers redelivery", check_ttl_covers_redelivery),
+    ("JSON logs at a level that keeps the metrics", check_logging),
+    ("alarms", check_alarms),
 ];
 
 fn all_problems(text: &str) -> Vec<String> {
@@ -919,6 +1061,62 @@ fn every_check_rejects_a_template_that_breaks_its_rule() {
             "            BatchSize: !Ref BatchSize",
             "            BatchSize: 10",
             "BatchSize must be a parameter",
+        ),
+        // Logging: text format, a level that drops the metrics lines, a fixed level.
+        (
+            "logging",
+            "        LogFormat: JSON\n",
+            "        LogFormat: Text\n",
+            "LogFormat must be JSON",
+        ),
+        (
+            "logging",
+            "AllowedValues: [TRACE, DEBUG, INFO]",
+            "AllowedValues: [TRACE, DEBUG, INFO, WARN]",
+            "would drop the EMF metrics lines",
+        ),
+        (
+            "logging",
+            "        ApplicationLogLevel: !Ref ApplicationLogLevel",
+            "        ApplicationLogLevel: ERROR",
+            "must be a parameter",
+        ),
+        (
+            "logging",
+            "RUST_LOG: !If [HasRustLog, !Ref LogLevel, !Ref AWS::NoValue]",
+            "RUST_LOG: info",
+            "RUST_LOG is fixed",
+        ),
+        (
+            "logging",
+            "    Default: sqs-claim\n",
+            "    Default: \"off\"\n",
+            "default is not off",
+        ),
+        // Alarms: the wrong SQS metric, the failed alarm on other dimensions or namespace.
+        (
+            "alarms",
+            "MetricName: ApproximateAgeOfOldestMessage",
+            "MetricName: ApproximateNumberOfMessagesVisible",
+            "ApproximateAgeOfOldestMessage",
+        ),
+        (
+            "alarms",
+            "        - Name: QueueName\n          Value: !GetAtt InputQueue.QueueName\n      Statistic: Sum",
+            "        - Name: QueueName\n          Value: !GetAtt DeadLetterQueue.QueueName\n      Statistic: Sum",
+            "not the ones the consumer writes",
+        ),
+        (
+            "alarms",
+            "      Namespace: !Ref MetricsNamespace\n",
+            "      Namespace: sqs-claim\n",
+            "is not the function's SQS_CLAIM_METRICS_NAMESPACE",
+        ),
+        (
+            "alarms",
+            "      MetricName: Failed\n",
+            "      MetricName: Errors\n",
+            "no alarm on the consumer's Failed metric",
         ),
         // TTL shorter than the redelivery window.
         (

@@ -9,6 +9,7 @@ use tracing::warn;
 use super::{Inner, Processor};
 use crate::deadline::Clock;
 use crate::key::{KeySource, MissingKey};
+use crate::metrics::{MetricsSink, Sink};
 use crate::outcome::{Failure, FailureKind, Outcome};
 use crate::retry::RetryPolicy;
 
@@ -92,6 +93,7 @@ pub(crate) struct Config {
     pub(super) clock: Clock,
     #[cfg(feature = "sqs")]
     pub(super) failure_destination: Option<super::FailureDestination>,
+    pub(super) metrics: Option<Sink>,
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
@@ -116,6 +118,7 @@ impl Default for Config {
             clock: Clock::system(),
             #[cfg(feature = "sqs")]
             failure_destination: None,
+            metrics: None,
             one_shot: false,
         }
     }
@@ -265,6 +268,15 @@ impl<S, H> ProcessorBuilder<S, H> {
     #[cfg(feature = "sqs")]
     pub fn failure_destination(mut self, destination: super::FailureDestination) -> Self {
         self.config.failure_destination = Some(destination);
+        self
+    }
+
+    /// Where each batch's metrics go. Default: nowhere (and nothing is measured).
+    /// [`Emf`](crate::metrics::Emf) writes CloudWatch Embedded Metric Format lines; any
+    /// [`MetricsSink`] (a closure too) gets the [`BatchMetrics`](crate::metrics::BatchMetrics)
+    /// of every batch. See [`metrics`](crate::metrics).
+    pub fn metrics(mut self, sink: impl MetricsSink) -> Self {
+        self.config.metrics = Some(Sink(Arc::new(sink)));
         self
     }
 

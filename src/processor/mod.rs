@@ -36,7 +36,7 @@ use std::task::{Context as TaskContext, Poll};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 use tower::Service;
-use tracing::info;
+use tracing::{Instrument, field, info};
 
 pub(crate) use config::Config;
 pub use config::{FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
@@ -46,6 +46,7 @@ pub use one_shot::OneShot;
 
 use crate::deadline::Budget;
 use crate::message::Message;
+use crate::metrics::BatchMetrics;
 use crate::outcome::BatchReport;
 use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error};
@@ -126,13 +127,40 @@ where
     /// fail the batch anyway, less clearly.
     pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> Result<BatchReport, Error> {
         let (payload, context) = event.into_parts();
+        // The counts are recorded on the span when the batch is done, so a tracing backend
+        // (OpenTelemetry, X-Ray) sees them on the batch's own span.
+        let span = tracing::info_span!(
+            "batch",
+            request_id = context.request_id.as_str(),
+            records = payload.records.len(),
+            fifo = field::Empty,
+            processed = field::Empty,
+            duplicate = field::Empty,
+            held_elsewhere = field::Empty,
+            failed = field::Empty,
+            not_started = field::Empty,
+            cut_off = field::Empty,
+        );
+        self.process_batch(payload, context, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    async fn process_batch(
+        &self,
+        payload: SqsEvent,
+        context: lambda_runtime::Context,
+        span: &tracing::Span,
+    ) -> Result<BatchReport, Error> {
         let config = &self.inner.config;
+        let function_name =
+            Some(context.env_config.function_name.clone()).filter(|s| !s.is_empty());
         let namespace = config
             .namespace
             .clone()
-            .or_else(|| Some(context.env_config.function_name.clone()).filter(|s| !s.is_empty()))
+            .or_else(|| function_name.clone())
             .unwrap_or_else(|| "sqs-claim".to_owned());
-        let budget = Budget::new(
+        let mut budget = Budget::new(
             config.clock.clone(),
             context.deadline,
             config.deadline_margin,
@@ -144,6 +172,18 @@ where
             .failure_destination
             .as_ref()
             .map(|d| (d, d.candidates(&payload.records)));
+        let queue_name = match config.metrics {
+            None => None,
+            Some(_) => {
+                budget = budget.measuring();
+                payload
+                    .records
+                    .iter()
+                    .find_map(|r| r.event_source_arn.as_deref())
+                    .and_then(crate::metrics::queue_name)
+                    .map(str::to_owned)
+            }
+        };
         let plan = Plan::new(payload.records, config, &namespace, budget.hard_stop())?;
         let fifo = plan.lanes.is_some();
         let items = self.inner.run(plan, &budget).await;
@@ -158,6 +198,13 @@ where
         };
         let report = BatchReport::new(items);
         let c = report.counts();
+        span.record("fifo", fifo);
+        span.record("processed", c.processed);
+        span.record("duplicate", c.duplicate);
+        span.record("held_elsewhere", c.held_elsewhere);
+        span.record("failed", c.failed);
+        span.record("not_started", c.not_started);
+        span.record("cut_off", c.cut_off);
         info!(
             records = report.items().len(),
             fifo,
@@ -169,6 +216,28 @@ where
             cut_off = c.cut_off,
             "batch done"
         );
+        if let Some(sink) = &config.metrics {
+            let metrics = BatchMetrics::new(
+                &report,
+                config.clock.now(),
+                context.request_id,
+                function_name.or_else(|| {
+                    std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                }),
+                queue_name,
+                fifo,
+                budget.take_latencies(),
+            );
+            // Every message already has its outcome: a sink that panics must not turn them
+            // into a failed invocation (Lambda would redeliver the whole batch).
+            let recorded =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.0.record(&metrics)));
+            if recorded.is_err() {
+                tracing::error!("the metrics sink panicked; this batch's metrics are lost");
+            }
+        }
         Ok(report)
     }
 }

@@ -11,6 +11,7 @@
 //!   another group can drive its leader without running it out of order: the leader still waits
 //!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, join_all};
 use futures::stream::{self, StreamExt};
 use tower::{Service, ServiceExt};
-use tracing::{error, warn};
+use tracing::{Instrument, error, warn};
 
 use super::Inner;
 use super::config::{FifoMode, StoreUnavailable};
@@ -26,6 +27,7 @@ use super::plan::{Action, Meta, Plan, Work};
 use crate::deadline::{self, Budget, OutOfTime};
 use crate::error::Chain;
 use crate::message::Message;
+use crate::metrics::StoreCall;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::retry::RetryPolicy;
 use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite};
@@ -261,8 +263,25 @@ where
             .max(1)
     }
 
-    /// One item's own work.
-    async fn execute(&self, work: Work, id: &str, budget: &Budget) -> Outcome {
+    /// One item's own work, inside the message's span: the handler's own `tracing` events and
+    /// the store steps' log lines carry the message's id, key, group and receive count.
+    ///
+    /// A plain function returning the instrumented future, not an `async fn`: that would keep a
+    /// second copy of `work` beside the future that owns it, in every message's future.
+    fn execute<'a>(
+        &'a self,
+        work: Work,
+        id: &'a str,
+        budget: &'a Budget,
+    ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
+        let span = match &work {
+            Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
+            Work::Fail(_) => tracing::Span::none(),
+        };
+        self.execute_work(work, id, budget).instrument(span)
+    }
+
+    async fn execute_work(&self, work: Work, id: &str, budget: &Budget) -> Outcome {
         match work {
             Work::Fail(failure) => Outcome::Failed(failure),
             Work::Unclaimed { message } => {
@@ -320,7 +339,10 @@ where
         };
         // Store futures are boxed where they are awaited: an SDK call's future runs to
         // kilobytes, and inline it would grow every message's future (see `call_handler`).
-        let Ok(claim) = budget.bounded(Box::pin(self.store.claim(request))).await else {
+        let Ok(claim) = budget
+            .timed(StoreCall::Claim, Box::pin(self.store.claim(request)))
+            .await
+        else {
             return Outcome::CutOff(Step::Claim);
         };
         let token = match claim {
@@ -404,7 +426,10 @@ where
             fingerprint,
         };
         let Ok(written) = budget
-            .bounded(Box::pin(self.store.claim_completed(request, effects)))
+            .timed(
+                StoreCall::Completion,
+                Box::pin(self.store.claim_completed(request, effects)),
+            )
             .await
         else {
             return Outcome::CutOff(Step::Completion);
@@ -566,7 +591,7 @@ where
             Error::is_transient,
             |retry, e| warn!(message_id = %id, key, retry, error = %format_args!("{e:#}"), "completion failed; retrying"),
         );
-        match budget.bounded(retried).await {
+        match budget.timed(StoreCall::Completion, retried).await {
             Ok(Ok(())) => Outcome::Processed,
             Ok(Err(e)) => {
                 self.completion_failed(id, key, token, budget, has_effects, e)
@@ -685,6 +710,19 @@ fn handler_timed_out(after: Duration, claimed: bool) -> Failure {
             "handler ran longer than its timeout ({} ms) and was cancelled{claim}",
             after.as_millis()
         ),
+    )
+}
+
+/// The span a message's work runs in. Its fields are the message's metadata, never its body
+/// or attributes. With no subscriber interested in it, it is `Span::none()` and its fields are
+/// not even evaluated.
+fn message_span(message: &Message) -> tracing::Span {
+    tracing::info_span!(
+        "message",
+        message_id = message.id(),
+        key = message.key(),
+        group = message.group_id(),
+        receive_count = message.receive_count(),
     )
 }
 

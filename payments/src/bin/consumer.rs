@@ -2,8 +2,11 @@
 //! message effectively once (see `payments`).
 //!
 //! Configured by environment variables (`SQS_CLAIM_TABLE`, `SQS_CLAIM_STORE`, ...; the table is
-//! in the README's `config` section). Logs are JSON lines, filtered by `RUST_LOG` (default
-//! `info`); message bodies are never logged.
+//! in the README's `config` section). Logs follow Lambda's log controls
+//! (`sqs_claim::logging`): JSON lines unless `AWS_LAMBDA_LOG_FORMAT` says `Text`, at most as
+//! verbose as `AWS_LAMBDA_LOG_LEVEL`, filtered by `RUST_LOG` (default `info`); message bodies
+//! are never logged. After each batch it writes one CloudWatch EMF metrics line to stdout
+//! (`SQS_CLAIM_METRICS_NAMESPACE`, default `sqs-claim`; `off` for none).
 //!
 //! At startup it checks that the store's tables exist and answer, so a misconfiguration is one
 //! clear log line at init rather than a failure per message. The check is bounded
@@ -13,8 +16,7 @@
 use std::process::ExitCode;
 
 use payments::{AnyLedger, Ledger, Settings};
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::prelude::*;
+use sqs_claim::logging::{LogFormat, Logging};
 
 /// Runs the Lambda runtime loop on `ledger`, once it is open and ready.
 async fn serve_on<L: Ledger>(ledger: L, settings: &Settings) -> Result<(), lambda_runtime::Error> {
@@ -70,23 +72,12 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    // `lambda_runtime` logs every raw event at TRACE, bodies included. A second filter drops
-    // its TRACE events whatever `RUST_LOG` says (an `EnvFilter` directive could be overridden
-    // by a more specific one), so debugging never writes message bodies to CloudWatch.
-    let no_raw_events = tracing_subscriber::filter::filter_fn(|meta| {
-        !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("lambda_runtime"))
-    });
-    tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .json()
-                .with_target(false)
-                .with_current_span(false)
-                .with_filter(filter)
-                .with_filter(no_raw_events),
-        )
-        .init();
+    // JSON when Lambda does not say (its logs have always been JSON lines); the set-up drops
+    // lambda_runtime's TRACE events whatever the filter says, as they carry raw events.
+    if let Err(e) = Logging::from_env().default_format(LogFormat::Json).init() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     match serve().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -462,6 +462,8 @@ async fn prune(ledger: &AnyLedger, store: &str, limit: u32) -> Result<(), CliErr
 
 async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
     let mut settings = Settings::from_env().map_err(CliError::failed)?;
+    // Metrics lines are for Lambda's log pipeline; the CLI's output is its report.
+    settings.metrics_namespace = None;
     // Read the event before touching the store: a typo in the path should not create files.
     let event = match &command {
         Command::Invoke { event, .. } => Some(read_event(event)?),
@@ -522,12 +524,15 @@ fn main() -> ExitCode {
         Err(e) => return fail(e),
     };
     if std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty()) {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            // Colour codes only on a terminal: `2> run.log` or a pipe to grep stays plain text.
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
+        // The library's set-up (Lambda's log controls, no raw-event lines), on stderr: stdout
+        // is the command's output. Colour codes only on a terminal: `2> run.log` or a pipe to
+        // grep stays plain text.
+        let logging = sqs_claim::logging::Logging::from_env()
+            .stderr()
+            .ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        if let Err(e) = logging.init() {
+            return fail(CliError::failed(e.to_string()));
+        }
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
