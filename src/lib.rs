@@ -38,6 +38,7 @@
 //! | record → idempotency key (`namespace#key`) | [`key`] |
 //! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve) | [`deadline`] |
 //! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers; every step below raced against the hard stop | [`processor`] (`run.rs`) |
+//! | **one-shot** (`Processor::one_shot`): effects computed first, then one atomic write claims the key completed with them ([`ClaimStore::claim_completed`]) | [`processor`] (`one_shot.rs`), [`store`] |
 //! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`store`] (contract) and its adapters |
 //! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`processor`] (`run.rs`), [`message`] |
 //! | complete (with the handler's atomic effects, retried under one [`retry`] policy) or release, fenced by the owner token | [`store`] |
@@ -66,6 +67,7 @@
 //! | `postgres` | no | the PostgreSQL store |
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
+//! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
 //!

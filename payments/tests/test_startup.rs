@@ -252,7 +252,8 @@ async fn the_consumer_fails_its_init_fast_on_a_dark_store() {
             .filter(|v| v["level"] == "ERROR")
             .collect();
         assert_eq!(errors.len(), 1, "{what}: one error line: {logs}");
-        let error = errors[0]["fields"]["error"].as_str().unwrap_or_default();
+        // Flat JSON (Lambda's format): the event's fields sit at the top, beside `message`.
+        let error = errors[0]["error"].as_str().unwrap_or_default();
         assert!(
             error.contains("no answer") || error.contains("did not answer"),
             "{what}: the error says the store did not answer: {logs}"

@@ -51,7 +51,7 @@ const MESSAGE_ID: &str = "sqs-claim.message-id";
 const DEDUP_KEY: &str = "sqs-claim/failure-destination";
 
 /// Where messages that failed on their last allowed receive go, with their reason (see the
-/// [module docs](self)). Set it with
+/// module docs). Set it with
 /// [`ProcessorBuilder::failure_destination`](crate::ProcessorBuilder::failure_destination).
 ///
 /// *Feature `sqs`.*
