@@ -138,8 +138,58 @@ async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Resu
     let processor = builder.build();
     let concurrency = processor.concurrency();
     let config = format!("{processor:?}");
-    let _ = processor
-        .process(LambdaEvent::new(input.warmup, Context::default()))
+    let p = processor.clone();
+    timed(
+        input,
+        move |event| {
+            let p = p.clone();
+            async move { p.process(event).await }
+        },
+        config,
+        Some(concurrency),
+    )
+    .await
+}
+
+async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
+    let store = DynamoDbStore::from_env(table).await;
+    store
+        .create_table()
+        .await
+        .map_err(|e| format!("create table: {e}"))?;
+    let mut builder = Processor::builder(store, trivial_handler())
+        .key(KeySource::JsonPointer("/order_id".into()))
+        .namespace("bench");
+    if let Some(n) = what_if {
+        builder = builder.concurrency(n);
+    }
+    let processor = builder.build();
+    let concurrency = processor.concurrency();
+    let config = format!("{processor:?}");
+    timed(
+        input,
+        move |event| {
+            let p = processor.clone();
+            async move { p.process(event).await }
+        },
+        config,
+        Some(concurrency),
+    )
+    .await
+}
+
+/// The warm-up batch, the go signal, then the timed batches through `process`, and the report.
+async fn timed<F, Fut>(
+    input: Input,
+    process: F,
+    config: String,
+    concurrency: Option<usize>,
+) -> Result<(), String>
+where
+    F: Fn(LambdaEvent<SqsEvent>) -> Fut,
+    Fut: Future<Output = Result<sqs_claim::BatchReport, Error>>,
+{
+    let _ = process(LambdaEvent::new(input.warmup, Context::default()))
         .await
         .map_err(|e| e.to_string())?;
     wait_for_go();
@@ -147,8 +197,7 @@ async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Resu
     let cpu0 = cpu_seconds();
     for event in input.batches {
         let start = Instant::now();
-        let report = processor
-            .process(LambdaEvent::new(event, Context::default()))
+        let report = process(LambdaEvent::new(event, Context::default()))
             .await
             .map_err(|e| e.to_string())?;
         let response = report.response();
@@ -165,52 +214,6 @@ async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Resu
         ok,
         failed,
         serde_json::json!({ "duplicate": duplicate, "config": config, "concurrency": concurrency }),
-    );
-    Ok(())
-}
-
-async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
-    let store = DynamoDbStore::from_env(table).await;
-    store
-        .create_table()
-        .await
-        .map_err(|e| format!("create table: {e}"))?;
-    let mut builder = Processor::builder(store, trivial_handler())
-        .key(KeySource::JsonPointer("/order_id".into()))
-        .namespace("bench");
-    if let Some(n) = what_if {
-        builder = builder.concurrency(n);
-    }
-    let processor = builder.build();
-    let config = format!("{processor:?}");
-    let _ = processor
-        .process(LambdaEvent::new(input.warmup, Context::default()))
-        .await
-        .map_err(|e| e.to_string())?;
-    wait_for_go();
-
-    let (mut walls, mut ok, mut failed, mut duplicate) = (Vec::new(), 0, 0, 0);
-    let cpu0 = cpu_seconds();
-    for event in input.batches {
-        let start = Instant::now();
-        let report = processor
-            .process(LambdaEvent::new(event, Context::default()))
-            .await
-            .map_err(|e| e.to_string())?;
-        let response = report.response();
-        walls.push(start.elapsed().as_secs_f64());
-        let c = report.counts();
-        ok += c.processed + c.duplicate;
-        duplicate += c.duplicate;
-        failed += response.batch_item_failures.len();
-    }
-    let cpu = cpu_seconds() - cpu0;
-    report(
-        &walls,
-        cpu,
-        ok,
-        failed,
-        serde_json::json!({ "duplicate": duplicate, "config": config }),
     );
     Ok(())
 }

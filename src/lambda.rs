@@ -216,9 +216,15 @@ pub fn summary(report: &BatchReport) -> String {
         c.failed,
         c.not_started,
     );
+    // Only when they happened, so the line people grep for keeps its shape.
     if c.cut_off > 0 {
-        // Only when it happened, so the line people grep for keeps its shape.
         s.push_str(&format!(", {} cut off by the deadline", c.cut_off));
+    }
+    if c.dead_lettered > 0 {
+        s.push_str(&format!(
+            ", {} sent to the failure queue with their reason",
+            c.dead_lettered
+        ));
     }
     s.push('\n');
     for item in report.items() {

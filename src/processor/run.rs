@@ -347,15 +347,7 @@ where
         };
         let token = match claim {
             Ok(Claim::Acquired(token)) => token,
-            Ok(Claim::Completed(record)) => {
-                let differs = matches!(
-                    (fingerprint, record.fingerprint.as_deref()),
-                    (Some(ours), Some(theirs)) if ours != theirs
-                );
-                return config
-                    .payload_check
-                    .judge(differs, id, "a completed record");
-            }
+            Ok(Claim::Completed(record)) => return self.completed_before(fingerprint, &record, id),
             Ok(Claim::HeldElsewhere { lease_until }) => {
                 return Outcome::HeldElsewhere { lease_until };
             }
@@ -399,6 +391,23 @@ where
         }
     }
 
+    /// The outcome of a message whose key a store found completed: a duplicate, unless the
+    /// payload check says its body differs from the one that completed it.
+    fn completed_before(
+        &self,
+        fingerprint: Option<&str>,
+        record: &crate::store::ClaimRecord,
+        id: &str,
+    ) -> Outcome {
+        let differs = matches!(
+            (fingerprint, record.fingerprint.as_deref()),
+            (Some(ours), Some(theirs)) if ours != theirs
+        );
+        self.config
+            .payload_check
+            .judge(differs, id, "a completed record")
+    }
+
     /// One-shot: the handler computes the effects (it cannot await: see
     /// [`OneShot`](super::OneShot)), then one atomic write claims the key as completed and
     /// commits them. Nothing is ever held: a failure writes nothing, so there is nothing to
@@ -436,15 +445,7 @@ where
         };
         match written {
             Ok(OneShotWrite::Committed) => Outcome::Processed,
-            Ok(OneShotWrite::Completed(record)) => {
-                let differs = matches!(
-                    (fingerprint, record.fingerprint.as_deref()),
-                    (Some(ours), Some(theirs)) if ours != theirs
-                );
-                self.config
-                    .payload_check
-                    .judge(differs, id, "a completed record")
-            }
+            Ok(OneShotWrite::Completed(record)) => self.completed_before(fingerprint, &record, id),
             Ok(OneShotWrite::HeldElsewhere { lease_until }) => {
                 Outcome::HeldElsewhere { lease_until }
             }

@@ -469,17 +469,7 @@ impl ClaimStore for DynamoDbStore {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         let token = ClaimToken::generate();
-        let mut item = self.key_value(req.key);
-        item.insert(
-            self.attrs.expiration.clone(),
-            n(expiry_seconds(req.record_expires_at())),
-        );
-        item.insert(self.attrs.lease.clone(), n(epoch_millis(req.lease_until)));
-        item.insert(self.attrs.status.clone(), s(Status::InProgress.as_str()));
-        item.insert(self.attrs.token.clone(), s(token.as_str()));
-        if let Some(fp) = req.fingerprint {
-            item.insert(self.attrs.fingerprint.clone(), s(fp));
-        }
+        let item = self.claim_item(&req, &token, Status::InProgress);
         let (condition, names, values) = self.claim_condition(req.now);
         let result = self
             .client
@@ -582,16 +572,7 @@ impl ClaimStore for DynamoDbStore {
         effects: Effects<TransactWriteItem>,
     ) -> Result<OneShotWrite, Error> {
         let token = ClaimToken::generate();
-        let mut item = self.key_value(req.key);
-        item.insert(
-            self.attrs.expiration.clone(),
-            n(expiry_seconds(req.expires_at)),
-        );
-        item.insert(self.attrs.status.clone(), s(Status::Completed.as_str()));
-        item.insert(self.attrs.token.clone(), s(token.as_str()));
-        if let Some(fp) = req.fingerprint {
-            item.insert(self.attrs.fingerprint.clone(), s(fp));
-        }
+        let item = self.claim_item(&req, &token, Status::Completed);
         let (condition, names, values) = self.claim_condition(req.now);
         if effects.is_empty() {
             let result = self
@@ -862,6 +843,32 @@ impl DynamoDbStore {
             },
             None => OneShotWrite::HeldElsewhere { lease_until: None },
         }
+    }
+
+    /// The item a claim writes: in progress under its lease (expiring at the later of the TTL
+    /// and the lease), or, for a one-shot write, completed at once (expiring at the TTL, no
+    /// lease).
+    fn claim_item(
+        &self,
+        req: &ClaimRequest<'_>,
+        token: &ClaimToken,
+        status: Status,
+    ) -> HashMap<String, AttributeValue> {
+        let mut item = self.key_value(req.key);
+        let expires = match status {
+            Status::InProgress => {
+                item.insert(self.attrs.lease.clone(), n(epoch_millis(req.lease_until)));
+                req.record_expires_at()
+            }
+            Status::Completed => req.expires_at,
+        };
+        item.insert(self.attrs.expiration.clone(), n(expiry_seconds(expires)));
+        item.insert(self.attrs.status.clone(), s(status.as_str()));
+        item.insert(self.attrs.token.clone(), s(token.as_str()));
+        if let Some(fp) = req.fingerprint {
+            item.insert(self.attrs.fingerprint.clone(), s(fp));
+        }
+        item
     }
 
     /// The claim's condition, its names and values, for a claim or a one-shot write at `now`.

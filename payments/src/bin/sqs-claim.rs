@@ -26,8 +26,8 @@ use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use lambda_runtime::{Context, LambdaEvent};
 use payments::{AnyLedger, Ledger, Settings, StoreUrl};
+use sqs_claim::BatchReport;
 use sqs_claim::events::SqsEvent;
-use sqs_claim::{BatchReport, Outcome};
 
 const USAGE: &str = "\
 sqs-claim invoke EVENT.json [--store URL] [--report json]
@@ -300,45 +300,11 @@ fn apply_flags(settings: &mut Settings, flags: StoreFlags) -> Result<(), CliErro
     Ok(())
 }
 
-/// Reads and checks an SQS event file. Every failure names the file and what is wrong.
+/// Reads and checks an SQS event file, as `sqs_claim::lambda::run` does: every failure names
+/// the file and what is wrong, never the content (a type error is given by line and column:
+/// serde's own message would quote the value, which may be a body).
 fn read_event(path: &Path) -> Result<SqsEvent, CliError> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::failed(format!("cannot read event file {shown}: {e}")))?;
-    let value: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| CliError::failed(format!("event file {shown} is not JSON: {e}")))?;
-    let not_sqs = |why: String| CliError::failed(format!("{shown} is not an SQS event: {why}"));
-    let Some(records) = value.get("Records").and_then(|r| r.as_array()) else {
-        return Err(not_sqs("it has no \"Records\" array".into()));
-    };
-    for (i, record) in records.iter().enumerate() {
-        let Some(record) = record.as_object() else {
-            return Err(not_sqs(format!("record #{i} is not an object")));
-        };
-        // Other event sources (S3, SNS, DynamoDB streams) also have "Records"; say so plainly
-        // rather than failing each record for a missing messageId.
-        let source = record
-            .get("eventSource")
-            .or_else(|| record.get("EventSource"))
-            .and_then(|s| s.as_str());
-        if let Some(source) = source.filter(|s| *s != "aws:sqs") {
-            return Err(not_sqs(format!(
-                "record #{i} comes from {source:?}, not \"aws:sqs\""
-            )));
-        }
-        // The processor refuses such a batch too; checking here keeps a broken file from
-        // creating the default store.
-        if record
-            .get("messageId")
-            .is_none_or(|id| id.as_str().is_some_and(str::is_empty) || id.is_null())
-        {
-            return Err(CliError::failed(format!(
-                "{shown}: record #{i} has no messageId, so Lambda could not report it as a \
-                 failure and would fail the whole batch"
-            )));
-        }
-    }
-    serde_json::from_value(value).map_err(|e| not_sqs(e.to_string()))
+    sqs_claim::lambda::read_event_file(path).map_err(CliError::failed)
 }
 
 /// `invoke` on whichever ledger is open: the batch response (or the `--report json`
@@ -378,36 +344,13 @@ async fn invoke_on<L: Ledger>(
 }
 
 fn summary(report: &BatchReport, store: &str) -> String {
-    let c = report.counts();
-    let n = report.items().len();
-    let mut s = format!(
-        "{n} message{}: {} processed, {} duplicate, {} held elsewhere, {} failed, {} not started \
-         (store {store})\n",
-        if n == 1 { "" } else { "s" },
-        c.processed,
-        c.duplicate,
-        c.held_elsewhere,
-        c.failed,
-        c.not_started,
-    );
-    if c.cut_off > 0 {
-        // Only when it happened, so the line users grep for keeps its shape.
-        s.insert_str(
-            s.len() - 1,
-            &format!(", {} cut off by the deadline", c.cut_off),
-        );
-    }
-    for item in report.items() {
-        if matches!(item.outcome, Outcome::Processed | Outcome::Duplicate) {
-            continue;
-        }
-        let detail = item.outcome.detail().unwrap_or_default();
-        s.push_str(&format!(
-            "  {:<14} {}  {}\n",
-            item.outcome.name(),
-            item.message_id,
-            detail.replace('\n', " ")
-        ));
+    // The library's summary, with the store named after the counts as the CLI always has
+    // (before the cut-off count, which appears only when it happened: the line users grep
+    // for keeps its shape).
+    let mut s = sqs_claim::lambda::summary(report);
+    const COUNTS_END: &str = " not started";
+    if let Some(i) = s.find(COUNTS_END) {
+        s.insert_str(i + COUNTS_END.len(), &format!(" (store {store})"));
     }
     s
 }
