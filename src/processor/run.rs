@@ -455,10 +455,12 @@ where
                     ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
                     _ => FailureKind::StoreRejected,
                 };
+                // A transient error may hide a commit (an answer lost after the write), or may
+                // say nothing was sent: the store's own message tells which. Either way the
+                // redelivery settles it.
                 let what = if e.is_transient() {
-                    "one-shot write could not be confirmed, it may or may not have committed \
-                     (the redelivery finds out: skipped as a duplicate if it did, committed if \
-                     it did not)"
+                    "one-shot write failed; the redelivery retries it (if it did commit, the \
+                     redelivery finds the key completed and skips it)"
                 } else {
                     "one-shot write failed, nothing was committed"
                 };
