@@ -294,6 +294,24 @@ impl std::fmt::Debug for PgEffect {
     }
 }
 
+/// The claim statement, writing the record with `status`: `INPROGRESS` for a claim,
+/// `COMPLETED` for a one-shot write. It takes the row only if it is absent, expired, or in
+/// progress under a lapsed lease, and answers whether it won with the row as it stands.
+fn claim_sql(quoted: &str, status: &str) -> String {
+    let claimable = "(r.expires_at <= $6 OR (r.status = 'INPROGRESS' AND r.lease_until <= $6))";
+    format!(
+        "INSERT INTO {quoted} AS r (id, status, token, lease_until, expires_at, fingerprint) \
+         VALUES ($1, '{status}', $2, $3, $4, $5) \
+         ON CONFLICT (id) DO UPDATE SET \
+           status = CASE WHEN {claimable} THEN '{status}' ELSE r.status END, \
+           token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
+           lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
+           expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
+           fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END \
+         RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint"
+    )
+}
+
 /// The SQL of one table, built once.
 #[derive(Debug)]
 struct Statements {
@@ -317,32 +335,11 @@ impl Statements {
             "\"{}_expires_at_idx\"",
             table.rsplit('.').next().unwrap_or(table)
         );
-        let claimable = "(r.expires_at <= $6 OR (r.status = 'INPROGRESS' AND r.lease_until <= $6))";
         Statements {
             table: table.to_owned(),
-            claim: format!(
-                "INSERT INTO {quoted} AS r (id, status, token, lease_until, expires_at, fingerprint) \
-                 VALUES ($1, 'INPROGRESS', $2, $3, $4, $5) \
-                 ON CONFLICT (id) DO UPDATE SET \
-                   status = CASE WHEN {claimable} THEN 'INPROGRESS' ELSE r.status END, \
-                   token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
-                   lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
-                   expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
-                   fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END \
-                 RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint"
-            ),
+            claim: claim_sql(&quoted, "INPROGRESS"),
             // The one-shot write: the claim's condition, the record written completed.
-            claim_completed: format!(
-                "INSERT INTO {quoted} AS r (id, status, token, lease_until, expires_at, fingerprint) \
-                 VALUES ($1, 'COMPLETED', $2, $3, $4, $5) \
-                 ON CONFLICT (id) DO UPDATE SET \
-                   status = CASE WHEN {claimable} THEN 'COMPLETED' ELSE r.status END, \
-                   token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
-                   lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
-                   expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
-                   fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END \
-                 RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint"
-            ),
+            claim_completed: claim_sql(&quoted, "COMPLETED"),
             complete: format!(
                 "UPDATE {quoted} SET status = 'COMPLETED', lease_until = NULL, expires_at = $3 \
                  WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
