@@ -14,11 +14,11 @@
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use lambda_runtime::{Context, LambdaEvent};
 use sqs_claim::events::{SqsEvent, SqsMessage};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, MemoryEffect};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, MemoryEffect};
 use sqs_claim::{Error, KeySource, MemoryStore, Message, Processor};
 use tower::service_fn;
 
@@ -40,15 +40,14 @@ impl ClaimStore for SlowStore {
         self.inner.claim(req).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<MemoryEffect>,
+        completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
         tokio::time::sleep(self.rtt).await;
-        self.inner.complete(key, token, expires_at, effects).await
+        self.inner.complete_with(key, token, completion).await
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {

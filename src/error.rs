@@ -28,6 +28,10 @@ pub enum ErrorKind {
     /// business write failed). The transaction was cancelled: neither the effects nor the
     /// completion were written.
     EffectRejected,
+    /// A handler's response is longer than the store keeps
+    /// ([`ClaimStore::max_response_bytes`](crate::ClaimStore::max_response_bytes)): it was
+    /// not stored and nothing was committed.
+    ResponseTooLarge,
     /// A message body could not be decoded as the type the handler asked for.
     BadBody,
     /// The message does not carry the idempotency key the processor is configured to use.
@@ -51,6 +55,7 @@ impl ErrorKind {
             ErrorKind::StoreRejected => "store_rejected",
             ErrorKind::LostClaim => "lost_claim",
             ErrorKind::EffectRejected => "effect_rejected",
+            ErrorKind::ResponseTooLarge => "response_too_large",
             ErrorKind::BadBody => "bad_body",
             ErrorKind::MissingKey => "missing_key",
             ErrorKind::InvalidEvent => "invalid_event",

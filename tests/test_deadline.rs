@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, Status};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, Error, FailureKind, MemoryStore, Message, NotStarted, Outcome, Processor,
     RetryPolicy, Step,
@@ -47,13 +47,17 @@ impl ClaimStore for Stalling {
         self.inner.claim(request).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<MemoryEffect>,
+        completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         self.completes.fetch_add(1, Ordering::SeqCst);
         hang_if(&self.hang_complete).await;
         if self.fail_complete.load(Ordering::SeqCst) {

@@ -16,7 +16,9 @@ use common::*;
 use serde_json::{Value, json};
 use sqs_claim::metrics::{BatchDimension, BatchMetrics, Emf};
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite};
+use sqs_claim::store::{
+    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
+};
 use sqs_claim::{Clock, Error, FailureKind, MemoryStore, Message, Processor};
 use tower::service_fn;
 
@@ -35,13 +37,17 @@ impl ClaimStore for SlowStore {
         self.0.claim(req).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<MemoryEffect>,
+        completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         tokio::time::sleep(COMPLETE).await;
         self.0.complete(key, token, expires_at, effects).await
     }

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use common::*;
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, OneShotWrite};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, OneShotWrite};
 use sqs_claim::{BoxError, Effects, Error, FailureKind, MemoryStore, Message, OneShot, Processor};
 
 /// A memory store that counts its calls by kind.
@@ -31,13 +31,17 @@ impl ClaimStore for Counting {
         self.inner.claim(req).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<MemoryEffect>,
+        completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         self.completes.fetch_add(1, Ordering::SeqCst);
         self.inner.complete(key, token, expires_at, effects).await
     }

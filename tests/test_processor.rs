@@ -510,13 +510,17 @@ impl ClaimStore for CommitsThenTimesOut {
         self.0.claim(request).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &sqs_claim::store::ClaimToken,
-        expires_at: SystemTime,
-        effects: sqs_claim::Effects<MemoryEffect>,
+        completion: sqs_claim::store::Completion<MemoryEffect>,
     ) -> Result<(), sqs_claim::Error> {
+        let sqs_claim::store::Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         self.0.complete(key, token, expires_at, effects).await?;
         Err(sqs_claim::Error::new(
             ErrorKind::StoreUnavailable,
@@ -1277,13 +1281,17 @@ impl ClaimStore for Carries {
         self.0.claim(req).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &sqs_claim::store::ClaimToken,
-        expires_at: SystemTime,
-        effects: sqs_claim::Effects<Self::Effect>,
+        completion: sqs_claim::store::Completion<Self::Effect>,
     ) -> Result<(), sqs_claim::Error> {
+        let sqs_claim::store::Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         self.0.complete(key, token, expires_at, effects).await
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
 use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects};
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
 
 #[path = "support/servers.rs"]
@@ -243,13 +243,17 @@ impl ClaimStore for Counting {
         self.inner.claim(req).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<Self::Effect>,
+        completion: Completion<Self::Effect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         self.inner.complete(key, token, expires_at, effects).await
     }
 

@@ -490,6 +490,7 @@ mod tests {
                 expires_at: now + Duration::from_secs(3600),
                 lease_until: Some(now + Duration::from_secs(42)),
                 fingerprint: None,
+                response: None,
             },
             Some(ClaimToken::from_string("t".into())),
         );
@@ -505,6 +506,7 @@ mod tests {
                 expires_at: now + Duration::from_secs(86_400),
                 lease_until: None,
                 fingerprint: Some("fp".into()),
+                response: None,
             },
             None,
         );

@@ -27,7 +27,10 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
-use super::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite, Status};
+use super::{
+    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite, Status,
+    StoredResponse,
+};
 use crate::ErrorKind;
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -86,6 +89,8 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     release_allows_reclaim(store).await;
     completion_is_idempotent_per_token(store).await;
     fingerprint_is_returned(store).await;
+    stored_response(store).await;
+    response_size_limit(store).await;
     long_and_odd_keys(store).await;
     race(store, 200, 32).await;
     takeover_race(store, 50, 32).await;
@@ -566,6 +571,183 @@ pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
     }
 }
 
+/// A response awkward to store byte for byte: unicode (4-byte too), escapes, control
+/// characters, insignificant whitespace and key order a JSON re-encoder would change.
+const AWKWARD_RESPONSE: &str = "{\"statusCode\": 201,\n  \"body\":\"{\\\"id\\\":\\\"p-1\\\"}\",  \
+     \"a\":1.50, \"z\": \"caf\u{e9} \u{1f4b3} \\u00e9 \\t tab\", \"headers\": {\"B\": \"2\", \"A\": \"1\"}}\t";
+
+fn completed_record<S: ClaimStore>(
+    found: Result<Claim, crate::Error>,
+    why: &str,
+) -> super::ClaimRecord {
+    match found {
+        Ok(Claim::Completed(record)) => record,
+        other => panic!("{why}: expected Completed, got {other:?}"),
+    }
+}
+
+/// The response a completion stores comes back, byte for byte, to every later claim and
+/// one-shot write of the key; a completion without one stores none; a repeated completion
+/// with the same token keeps the first; the one that took a lapsed lease over stores its own
+/// and the stale claimant's is refused.
+pub async fn stored_response<S: ClaimStore>(store: &S) {
+    let p = prefix("response");
+    let now = base_time();
+
+    let key = format!("{p}#awkward");
+    let token = must_acquire(store, request(&key, now), "claim to store a response").await;
+    store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_response(StoredResponse::new(AWKWARD_RESPONSE)),
+        )
+        .await
+        .expect("complete with a response");
+    let record = completed_record::<S>(store.claim(request(&key, now)).await, "claim after");
+    assert_eq!(
+        record.response.as_ref().map(StoredResponse::as_str),
+        Some(AWKWARD_RESPONSE),
+        "the stored response must come back byte for byte"
+    );
+    match store
+        .claim_completed(request(&key, now), Effects::none())
+        .await
+    {
+        Ok(OneShotWrite::Completed(record)) => assert_eq!(
+            record.response.as_ref().map(StoredResponse::as_str),
+            Some(AWKWARD_RESPONSE),
+            "a one-shot write finding the key completed returns its response"
+        ),
+        other => panic!("one-shot on a completed key: expected Completed, got {other:?}"),
+    }
+    // The same token completing again (a retry after a lost answer) keeps the first response.
+    store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_response(StoredResponse::new("\"second\"")),
+        )
+        .await
+        .expect("a repeated completion with the same token succeeds");
+    let record = completed_record::<S>(store.claim(request(&key, now)).await, "after retry");
+    assert_eq!(
+        record.response.as_ref().map(StoredResponse::as_str),
+        Some(AWKWARD_RESPONSE),
+        "a repeated completion must not replace the stored response"
+    );
+
+    // No response, and an empty one, are told apart.
+    let key = format!("{p}#none");
+    let token = must_acquire(store, request(&key, now), "claim without response").await;
+    store
+        .complete(&key, &token, now + TTL, Effects::none())
+        .await
+        .expect("complete without a response");
+    let record = completed_record::<S>(store.claim(request(&key, now)).await, "no response");
+    assert_eq!(
+        record.response, None,
+        "a completion without a response stores none"
+    );
+    let key = format!("{p}#empty");
+    let token = must_acquire(store, request(&key, now), "claim for an empty response").await;
+    store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_response(StoredResponse::new("")),
+        )
+        .await
+        .expect("complete with an empty response");
+    let record = completed_record::<S>(store.claim(request(&key, now)).await, "empty");
+    assert_eq!(
+        record.response.as_ref().map(StoredResponse::as_str),
+        Some(""),
+        "an empty response is stored as empty, not as none"
+    );
+
+    // A takeover stores its own response; the stale claimant cannot overwrite it.
+    let key = format!("{p}#takeover");
+    let stale = must_acquire(store, request(&key, now), "first claimant").await;
+    let later = now + LEASE + Duration::from_secs(1);
+    let fresh = must_acquire(store, request(&key, later), "takeover after the lease").await;
+    store
+        .complete_with(
+            &key,
+            &fresh,
+            Completion::new(later + TTL).with_response(StoredResponse::new("\"fresh\"")),
+        )
+        .await
+        .expect("the new claimant completes");
+    let err = store
+        .complete_with(
+            &key,
+            &stale,
+            Completion::new(later + TTL).with_response(StoredResponse::new("\"stale\"")),
+        )
+        .await
+        .expect_err("the stale claimant must not complete");
+    assert_eq!(err.kind(), ErrorKind::LostClaim, "stale completion: {err}");
+    let record = completed_record::<S>(store.claim(request(&key, later)).await, "takeover");
+    assert_eq!(
+        record.response.as_ref().map(StoredResponse::as_str),
+        Some("\"fresh\""),
+        "the response is the one of the claimant that completed"
+    );
+}
+
+/// A response of exactly [`ClaimStore::max_response_bytes`] is stored and replayed whole, even
+/// under a key past DynamoDB's key limit; one byte more is refused with `ResponseTooLarge`,
+/// writes nothing, and leaves the claim in progress with its owner, who can release it.
+pub async fn response_size_limit<S: ClaimStore>(store: &S) {
+    let p = prefix("response-limit");
+    let now = base_time();
+    let limit = store.max_response_bytes();
+    let at_limit = format!("\"{}\"", "r".repeat(limit.saturating_sub(2)));
+    assert_eq!(at_limit.len(), limit);
+
+    let key = format!("{p}#{}", "k".repeat(3000));
+    let token = must_acquire(store, request(&key, now), "claim for the largest response").await;
+    store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_response(StoredResponse::new(at_limit.clone())),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("a response of max_response_bytes ({limit}) is stored: {e:#}"));
+    let record = completed_record::<S>(store.claim(request(&key, now)).await, "largest");
+    assert!(
+        record.response.as_ref().map(StoredResponse::as_str) == Some(at_limit.as_str()),
+        "the largest response must come back whole"
+    );
+
+    let key = format!("{p}#over");
+    let token = must_acquire(store, request(&key, now), "claim for a too-large response").await;
+    let over = format!("{at_limit} ");
+    let err = store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_response(StoredResponse::new(over)),
+        )
+        .await
+        .expect_err("a response over max_response_bytes must be refused");
+    assert_eq!(err.kind(), ErrorKind::ResponseTooLarge, "too large: {err}");
+    assert!(
+        matches!(
+            store.claim(request(&key, now)).await,
+            Ok(Claim::HeldElsewhere { .. })
+        ),
+        "a refused completion leaves the claim in progress"
+    );
+    store
+        .release(&key, &token)
+        .await
+        .expect("the owner can still release its claim after the refusal");
+    must_acquire(store, request(&key, now), "claim after the release").await;
+}
+
 /// Keys with unicode, separators and lengths past DynamoDB's 2048-byte limit work.
 pub async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
     let p = prefix("odd");
@@ -699,6 +881,24 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
         Ok(Claim::HeldElsewhere { .. }) => {}
         other => panic!("a cancelled completion must leave the claim in progress, got {other:?}"),
     }
+
+    // A response over the store's limit cancels everything too, effects included.
+    let too_large = "r".repeat(store.max_response_bytes() + 1);
+    let err = store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL)
+                .with_response(StoredResponse::new(too_large))
+                .with_effects(vec![probe.write(&m_ok)].into()),
+        )
+        .await
+        .expect_err("a response over the limit must fail the completion");
+    assert_eq!(err.kind(), ErrorKind::ResponseTooLarge, "too large: {err}");
+    assert!(
+        !probe.applied(&m_ok).await,
+        "a completion refused for its response's size must not apply any effect"
+    );
 
     // The owner can release and retry; this time everything commits together.
     store

@@ -65,8 +65,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaiterError;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
-    Status, epoch_millis, from_epoch_millis, from_epoch_seconds,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
+    OneShotWrite, Status, epoch_millis, from_epoch_millis, from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
 
@@ -378,6 +378,7 @@ impl DynamoDbStore {
                     .get(&self.attrs.fingerprint)
                     .and_then(|v| v.as_s().ok())
                     .cloned(),
+                response: None,
             },
             token: item
                 .get(&self.attrs.token)
@@ -494,13 +495,17 @@ impl ClaimStore for DynamoDbStore {
         }
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<TransactWriteItem>,
+        completion: Completion<TransactWriteItem>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         let update = self.completion_update(key, token, expires_at)?;
         if effects.is_empty() {
             let result = self

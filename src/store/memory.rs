@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
-    Status,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
+    OneShotWrite, Status, StoredResponse,
 };
 use crate::{Error, ErrorKind};
 
@@ -62,6 +62,7 @@ struct Entry {
     lease_until: Option<SystemTime>,
     expires_at: SystemTime,
     fingerprint: Option<String>,
+    response: Option<StoredResponse>,
 }
 
 #[derive(Debug, Default)]
@@ -170,18 +171,24 @@ impl ClaimStore for MemoryStore {
                 lease_until: Some(req.lease_until),
                 expires_at: req.record_expires_at(),
                 fingerprint: req.fingerprint.map(str::to_owned),
+                response: None,
             },
         );
         Ok(Claim::Acquired(token))
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<MemoryEffect>,
+        completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            response,
+            effects,
+            ..
+        } = completion;
         self.check_up()?;
         self.injected_completion_failure()?;
         let mut records = self.records();
@@ -192,10 +199,21 @@ impl ClaimStore for MemoryStore {
             // A retry of a completion that already landed: nothing to do, effects included.
             return Ok(());
         }
+        if let Some(r) = response
+            .as_ref()
+            .filter(|r| r.len() > self.max_response_bytes())
+        {
+            return Err(Completion::<MemoryEffect>::too_large(
+                key,
+                r.len(),
+                self.max_response_bytes(),
+            ));
+        }
         let applies = checked(effects)?;
         for apply in applies {
             apply();
         }
+        entry.response = response;
         entry.status = Status::Completed;
         entry.lease_until = None;
         entry.expires_at = expires_at;
@@ -230,6 +248,7 @@ impl ClaimStore for MemoryStore {
                 lease_until: None,
                 expires_at: req.expires_at,
                 fingerprint: req.fingerprint.map(str::to_owned),
+                response: None,
             },
         );
         Ok(OneShotWrite::Committed)
@@ -260,6 +279,7 @@ impl ClaimStore for MemoryStore {
                     expires_at: e.expires_at,
                     lease_until: e.lease_until,
                     fingerprint: e.fingerprint.clone(),
+                    response: e.response.clone(),
                 },
                 Some(e.token.clone()),
             )
@@ -305,6 +325,7 @@ fn refusal(records: &HashMap<String, Entry>, req: &ClaimRequest<'_>) -> Option<C
             expires_at: old.expires_at,
             lease_until: old.lease_until,
             fingerprint: old.fingerprint.clone(),
+            response: old.response.clone(),
         }),
         Status::InProgress => Claim::HeldElsewhere {
             lease_until: old.lease_until,

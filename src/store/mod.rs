@@ -15,6 +15,7 @@
 //! | `lease_until` | while in progress: when the claimant's lease lapses (the Lambda deadline) |
 //! | `expires_at`  | when the record stops counting at all (the TTL)                        |
 //! | `fingerprint` | optional hash of the payload, to tell "same key, other body"           |
+//! | `response`    | optional: the handler's response, stored by the completion and returned to every later claim (replayed for a duplicate) |
 //!
 //! # The contract
 //!
@@ -39,9 +40,15 @@
 //!   [`Claim::Acquired`]. Otherwise it changes nothing and returns [`Claim::Completed`] with the
 //!   stored record, or [`Claim::HeldElsewhere`] with the time the other lease lapses. Of any
 //!   number of concurrent claimers of one key, exactly one acquires it.
-//! * **complete** marks the record completed with a new `expires_at`, and commits the handler's
-//!   effects in the same atomic step, only if the record still carries `token` and is in
-//!   progress. Completing again with the same token after a success is a no-op success (so a
+//! * **complete** ([`ClaimStore::complete_with`]) marks the record completed with a new
+//!   `expires_at` and, if given, the handler's response ([`Completion::response`]), and commits
+//!   the handler's effects in the same atomic step, only if the record still carries `token` and
+//!   is in progress. The response is returned exactly as given (byte for byte) in the
+//!   [`ClaimRecord`] of every later claim, one-shot write and `inspect` that finds the record
+//!   completed. A response longer than [`ClaimStore::max_response_bytes`] is refused before
+//!   anything is written: the completion fails with
+//!   [`ErrorKind::ResponseTooLarge`](crate::ErrorKind::ResponseTooLarge), no effect is
+//!   committed and the claim stays in progress, to be released. Completing again with the same token after a success is a no-op success (so a
 //!   retry after an ambiguous network error is safe and never applies effects twice). Otherwise
 //!   it fails with [`ErrorKind::LostClaim`](crate::ErrorKind::LostClaim) and changes nothing.
 //!   If an effect is refused the whole step is cancelled and it fails with
@@ -202,6 +209,98 @@ impl ClaimRequest<'_> {
     }
 }
 
+/// A handler's response as a store keeps it: the text the handler's response serialised to
+/// (JSON, for the idempotency layer), returned byte for byte.
+///
+/// `Debug` prints its length only: a response may carry personal or payment data, and never
+/// goes to logs.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct StoredResponse(String);
+
+impl StoredResponse {
+    /// Wraps a response's text.
+    pub fn new(text: impl Into<String>) -> Self {
+        StoredResponse(text.into())
+    }
+
+    /// The response as stored.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its length in bytes (what [`ClaimStore::max_response_bytes`] bounds).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The response's text, by value.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for StoredResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StoredResponse({} bytes)", self.0.len())
+    }
+}
+
+/// What a completion writes ([`ClaimStore::complete_with`]): the record's new expiry, the
+/// handler's response to store with it (if any), and the effects to commit in the same step.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Completion<E> {
+    /// When the completed record stops counting (the TTL).
+    pub expires_at: SystemTime,
+    /// The handler's response, kept with the record and replayed for a duplicate.
+    pub response: Option<StoredResponse>,
+    /// The handler's effects, committed atomically with the completion.
+    pub effects: Effects<E>,
+}
+
+impl<E> Completion<E> {
+    /// A completion expiring at `expires_at`, with no response and no effects.
+    pub fn new(expires_at: SystemTime) -> Self {
+        Completion {
+            expires_at,
+            response: None,
+            effects: Effects::none(),
+        }
+    }
+
+    /// Stores `response` with the record.
+    pub fn with_response(mut self, response: StoredResponse) -> Self {
+        self.response = Some(response);
+        self
+    }
+
+    /// Commits `effects` with the completion.
+    pub fn with_effects(mut self, effects: Effects<E>) -> Self {
+        self.effects = effects;
+        self
+    }
+
+    /// The error a store answers for a response longer than its `limit`.
+    pub fn too_large(key: &str, len: usize, limit: usize) -> Error {
+        Error::new(
+            crate::ErrorKind::ResponseTooLarge,
+            format!(
+                "the response for key {key:?} is {len} bytes, over this store's limit of {limit} \
+                 bytes: nothing was committed (store a reference to the result instead)"
+            ),
+        )
+    }
+}
+
+/// The longest response a store keeps unless it says otherwise
+/// ([`ClaimStore::max_response_bytes`]): 6 MiB, Lambda's limit for a synchronous response.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
+
 /// A stored record, as returned when a claim finds the key already completed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRecord {
@@ -213,6 +312,8 @@ pub struct ClaimRecord {
     pub lease_until: Option<SystemTime>,
     /// The fingerprint stored with the claim, if any.
     pub fingerprint: Option<String>,
+    /// The response stored by the completion, if any (never for an in-progress record).
+    pub response: Option<StoredResponse>,
 }
 
 /// A record as an operator sees it ([`ClaimStore::inspect`]): the record and the owner token
@@ -339,15 +440,40 @@ pub trait ClaimStore: Send + Sync + 'static {
     fn claim(&self, request: ClaimRequest<'_>)
     -> impl Future<Output = Result<Claim, Error>> + Send;
 
-    /// Marks the claim completed until `expires_at`, committing `effects` in the same atomic
-    /// step, if `token` still holds it.
+    /// Marks the claim completed until `completion.expires_at`, storing `completion.response`
+    /// with it and committing `completion.effects` in the same atomic step, if `token` still
+    /// holds it. See the contract above.
+    fn complete_with(
+        &self,
+        key: &str,
+        token: &ClaimToken,
+        completion: Completion<Self::Effect>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// [`complete_with`](Self::complete_with) without a response: marks the claim completed
+    /// until `expires_at`, committing `effects` in the same atomic step, if `token` still holds
+    /// it.
     fn complete(
         &self,
         key: &str,
         token: &ClaimToken,
         expires_at: SystemTime,
         effects: Effects<Self::Effect>,
-    ) -> impl Future<Output = Result<(), Error>> + Send;
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        self.complete_with(
+            key,
+            token,
+            Completion::new(expires_at).with_effects(effects),
+        )
+    }
+
+    /// The longest response, in bytes, [`complete_with`](Self::complete_with) stores for any key
+    /// the store accepts; a longer one is refused with
+    /// [`ErrorKind::ResponseTooLarge`](crate::ErrorKind::ResponseTooLarge) before anything is
+    /// written. Default: [`DEFAULT_MAX_RESPONSE_BYTES`] (6 MiB, Lambda's own response limit).
+    fn max_response_bytes(&self) -> usize {
+        DEFAULT_MAX_RESPONSE_BYTES
+    }
 
     /// Deletes the claim if `token` still holds it, so the key can be claimed again at once.
     fn release(

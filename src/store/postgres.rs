@@ -119,8 +119,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
-    Status, epoch_millis, from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
+    OneShotWrite, Status, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -881,13 +881,17 @@ impl ClaimStore for PostgresStore {
         self.bounded("claim", self.claim_unbounded(req)).await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<PgEffect>,
+        completion: Completion<PgEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         self.bounded(
             "completion",
             self.complete_unbounded(key, token, expires_at, effects),
@@ -971,6 +975,7 @@ impl PostgresStore {
                 expires_at: from_epoch_millis(expires_at),
                 lease_until: lease_until.map(from_epoch_millis),
                 fingerprint,
+                response: None,
             },
             Some(ClaimToken::from_string(token)),
         )))
@@ -1051,6 +1056,7 @@ impl PostgresStore {
                 expires_at: from_epoch_millis(expires_at),
                 lease_until: lease_until.map(from_epoch_millis),
                 fingerprint,
+                response: None,
             })),
             Some(Status::InProgress) => Ok(Claim::HeldElsewhere {
                 lease_until: lease_until.map(from_epoch_millis),

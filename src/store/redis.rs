@@ -75,13 +75,13 @@
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, ServerErrorKind};
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, Status,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
     epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
@@ -687,19 +687,24 @@ impl ClaimStore for RedisStore {
                     lease_until: parse_millis(reply.get(1).and_then(Option::as_ref))
                         .map(from_epoch_millis),
                     fingerprint: reply.get(3).cloned().flatten(),
+                    response: None,
                 }))
             }
             _ => Err(bad_reply("claim of", req.key, &reply)),
         }
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<RedisEffect>,
+        completion: Completion<RedisEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         let effects = effects.into_vec();
         check_effects(&effects)?;
         let mut invocation = COMPLETE.key(self.record_key(key));
@@ -778,6 +783,7 @@ impl ClaimStore for RedisStore {
                 lease_until: parse_millis(reply.get(2).and_then(Option::as_ref))
                     .map(from_epoch_millis),
                 fingerprint: field(4),
+                response: None,
             },
             field(1).map(ClaimToken::from_string),
         )))

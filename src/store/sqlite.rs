@@ -62,8 +62,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, OneShotWrite,
-    Status, epoch_millis, from_epoch_millis,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
+    OneShotWrite, Status, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -777,6 +777,7 @@ fn claim_blocking(
                 expires_at: from_epoch_millis(expires),
                 lease_until,
                 fingerprint,
+                response: None,
             }),
             Some(Status::InProgress) => Claim::HeldElsewhere { lease_until },
             None => {
@@ -867,13 +868,17 @@ impl ClaimStore for SqliteStore {
         .await
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<SqlEffect>,
+        completion: Completion<SqlEffect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         let key = key.to_owned();
         let token = token.as_str().to_owned();
         let expires = epoch_millis(expires_at);
@@ -971,6 +976,7 @@ impl ClaimStore for SqliteStore {
                     expires_at: from_epoch_millis(expires),
                     lease_until: lease.map(from_epoch_millis),
                     fingerprint,
+                    response: None,
                 },
                 Some(ClaimToken::from_string(token)),
             )))

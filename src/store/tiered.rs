@@ -62,7 +62,7 @@ use redis::AsyncCommands;
 
 use super::redis::RedisStore;
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Effects, Inspected, Status,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
     epoch_millis, from_epoch_millis,
 };
 use crate::Error;
@@ -229,6 +229,7 @@ fn decode_marker(value: &str) -> Option<ClaimRecord> {
         expires_at: from_epoch_millis(expires),
         lease_until: None,
         fingerprint,
+        response: None,
     })
 }
 
@@ -256,13 +257,17 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
         Ok(claim)
     }
 
-    async fn complete(
+    async fn complete_with(
         &self,
         key: &str,
         token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<D::Effect>,
+        completion: Completion<D::Effect>,
     ) -> Result<(), Error> {
+        let Completion {
+            expires_at,
+            effects,
+            ..
+        } = completion;
         let result = self.durable.complete(key, token, expires_at, effects).await;
         // Keep the fingerprint while a retry is still possible (a transient error).
         let fingerprint = match &result {
@@ -278,6 +283,7 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
                 expires_at,
                 lease_until: None,
                 fingerprint,
+                response: None,
             };
             // `NX`: a marker already there came from the durable record; keep its expiry.
             self.remember(key, &record, true).await;
