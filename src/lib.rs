@@ -96,7 +96,7 @@ pub mod publish;
 pub mod retry;
 pub mod store;
 
-pub use deadline::Clock;
+pub use deadline::{Clock, Lease};
 pub use error::{BoxError, Error, ErrorKind};
 pub use key::{KeySource, MissingKey};
 pub use message::Message;

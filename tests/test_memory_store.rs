@@ -15,7 +15,7 @@ use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{Claim, ClaimStore, ClaimToken, Effects, Status};
 use sqs_claim::{
-    BoxError, Clock, ErrorKind, FailureKind, MemoryStore, Message, Outcome, Processor,
+    BoxError, Clock, ErrorKind, FailureKind, Lease, MemoryStore, Message, Outcome, Processor,
 };
 use tokio::sync::{Notify, oneshot};
 use tower::service_fn;
@@ -271,7 +271,7 @@ async fn claim_without_a_deadline_lapses_after_the_configured_lease() {
     let first = Processor::builder(store.clone(), hanging(Arc::clone(&started)))
         .namespace("t")
         .clock(clock.clone())
-        .lease(Duration::from_secs(60))
+        .lease_policy(Lease::until_deadline(Duration::from_secs(60)))
         .build();
     // `Context::deadline` 0: no deadline, so the lease is the configured one.
     let run1 = tokio::spawn(async move { first.process(event(&[rec("m1", "x")])).await });

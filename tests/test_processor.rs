@@ -583,7 +583,7 @@ async fn huge_ttl_and_lease_do_not_overflow_the_clock() {
         .namespace("t")
         .clock(Clock::tokio())
         .ttl(Duration::MAX)
-        .lease(Duration::MAX)
+        .lease_policy(sqs_claim::Lease::until_deadline(Duration::MAX))
         .build();
     let first = p
         .process(event(&[rec("m1", "a"), rec("m2", "FAIL")]))

@@ -14,6 +14,7 @@
 //! | `SQS_CLAIM_NAMESPACE` | `payments` | the key namespace |
 //! | `SQS_CLAIM_TTL_SECS` | `86400` | how long a completed key is remembered |
 //! | `SQS_CLAIM_LEASE_SECS` | `300` | the lease when the invocation has no deadline (the CLI) |
+//! | `SQS_CLAIM_LEASE_AT_LEAST_SECS` | none | hold every claim at least this long, inside Lambda too ([`sqs_claim::Lease::at_least`]): a message whose invocation died or timed out does not run again before then; keep visibility timeout × `maxReceiveCount` above it, or the message reaches the DLQ first |
 //! | `SQS_CLAIM_CONCURRENCY` | `10` | messages of a standard-queue batch run at once |
 //! | `SQS_CLAIM_FIFO_MODE` | `per-group` | `per-group` or `whole-batch` |
 //! | `SQS_CLAIM_STORE_UNAVAILABLE` | `fail-closed` | `fail-closed` or `fail-open` |
@@ -65,6 +66,8 @@ pub struct Settings {
     pub ttl: Duration,
     /// `SQS_CLAIM_LEASE_SECS`.
     pub lease: Duration,
+    /// `SQS_CLAIM_LEASE_AT_LEAST_SECS`: unset, claims are leased until the deadline.
+    pub lease_at_least: Option<Duration>,
     /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
     /// ([`ClaimStore::max_in_flight`](sqs_claim::ClaimStore::max_in_flight)).
     pub concurrency: Option<usize>,
@@ -100,6 +103,7 @@ impl Default for Settings {
             namespace: "payments".into(),
             ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(300),
+            lease_at_least: None,
             concurrency: None,
             fifo: FifoMode::PerGroup,
             store_unavailable: StoreUnavailable::FailClosed,
@@ -161,6 +165,14 @@ impl Settings {
         }
         if let Some(v) = get("SQS_CLAIM_LEASE_SECS") {
             s.lease = Duration::from_secs(whole_number("SQS_CLAIM_LEASE_SECS", &v, "seconds", 1)?);
+        }
+        if let Some(v) = get("SQS_CLAIM_LEASE_AT_LEAST_SECS") {
+            s.lease_at_least = Some(Duration::from_secs(whole_number(
+                "SQS_CLAIM_LEASE_AT_LEAST_SECS",
+                &v,
+                "seconds",
+                1,
+            )?));
         }
         if let Some(v) = get("SQS_CLAIM_CONCURRENCY") {
             let n = whole_number("SQS_CLAIM_CONCURRENCY", &v, "messages", 1)?;
@@ -531,6 +543,7 @@ mod tests {
                 "https://sqs.us-east-1.amazonaws.com/1/failures",
             ),
             ("SQS_CLAIM_MAX_RECEIVES", "3"),
+            ("SQS_CLAIM_LEASE_AT_LEAST_SECS", "3600"),
         ])
         .expect("valid");
         assert_eq!(s.store, Some(StoreUrl::Sqlite("/tmp/x.db".into())));
@@ -538,6 +551,7 @@ mod tests {
         assert_eq!(s.namespace, "ns");
         assert_eq!(s.ttl, Duration::from_secs(60));
         assert_eq!(s.lease, Duration::from_secs(30));
+        assert_eq!(s.lease_at_least, Some(Duration::from_secs(3600)));
         assert_eq!(s.concurrency, Some(3));
         assert_eq!(s.fifo, FifoMode::WholeBatch);
         assert_eq!(s.store_unavailable, StoreUnavailable::FailOpen);

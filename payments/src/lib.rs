@@ -566,7 +566,10 @@ fn configure<S, H>(
         .key(settings.key.clone())
         .namespace(settings.namespace.clone())
         .ttl(settings.ttl)
-        .lease(settings.lease)
+        .lease_policy(match settings.lease_at_least {
+            Some(at_least) => sqs_claim::Lease::at_least(at_least),
+            None => sqs_claim::Lease::until_deadline(settings.lease),
+        })
         .fifo(settings.fifo)
         .on_store_unavailable(settings.store_unavailable)
         .deadline_margin(settings.deadline_margin)

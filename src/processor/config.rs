@@ -7,7 +7,7 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::{Inner, Processor};
-use crate::deadline::Clock;
+use crate::deadline::{Clock, Lease};
 use crate::key::{KeySource, MissingKey};
 use crate::metrics::{MetricsSink, Sink};
 use crate::outcome::{Failure, FailureKind, Outcome};
@@ -82,7 +82,9 @@ pub(crate) struct Config {
     pub(super) missing_key: MissingKey,
     pub(super) payload_check: PayloadCheck,
     pub(super) concurrency: Option<usize>,
-    pub(super) lease: Duration,
+    pub(super) lease: Lease,
+    /// Set by the deprecated [`ProcessorBuilder::lease`]: warn once when a deadline overrides it.
+    pub(super) lease_from_deprecated_setter: bool,
     pub(super) ttl: Duration,
     pub(super) deadline_margin: Duration,
     pub(super) answer_reserve: Duration,
@@ -107,7 +109,8 @@ impl Default for Config {
             missing_key: MissingKey::Fail,
             payload_check: PayloadCheck::Fail,
             concurrency: None,
-            lease: Duration::from_secs(300),
+            lease: Lease::default(),
+            lease_from_deprecated_setter: false,
             ttl: Duration::from_secs(24 * 3600),
             deadline_margin: Duration::from_secs(2),
             answer_reserve: Duration::from_millis(250),
@@ -179,11 +182,41 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// How long a claim is leased when the invocation has no deadline (`Context::deadline` is
-    /// 0, as outside Lambda). Inside Lambda, the lease is the invocation's deadline. Default:
-    /// 5 minutes. Values above 100 years are treated as 100 years.
-    pub fn lease(mut self, lease: Duration) -> Self {
+    /// How long claims are held before another worker may take them over: until the
+    /// invocation's deadline ([`Lease::until_deadline`], the default, 5 minutes when there is no
+    /// deadline), or at least a fixed time even inside Lambda ([`Lease::at_least`]: for a
+    /// handler that must not run again for an hour after a timeout). [`Lease`] sets out the
+    /// trade-off. Values above 100 years are treated as 100 years.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sqs_claim::{Lease, MemoryStore, Message, Processor};
+    ///
+    /// let handler = tower::service_fn(|_msg: Message| async { Ok::<(), sqs_claim::Error>(()) });
+    /// let processor = Processor::builder(MemoryStore::new(), handler)
+    ///     .lease_policy(Lease::at_least(Duration::from_secs(3600)))
+    ///     .build();
+    /// assert!(processor.lease().outlives_deadline());
+    /// ```
+    pub fn lease_policy(mut self, lease: Lease) -> Self {
         self.config.lease = lease;
+        self.config.lease_from_deprecated_setter = false;
+        self
+    }
+
+    /// The lease when the invocation has no deadline, as
+    /// [`lease_policy(Lease::until_deadline(lease))`](Self::lease_policy). Inside Lambda it has
+    /// no effect: the lease is then the invocation's deadline, and the processor logs a warning
+    /// (once per process) saying so.
+    #[deprecated(
+        since = "0.2.0",
+        note = "inside Lambda this only applies without a deadline; say which lease you mean: \
+                `.lease_policy(Lease::until_deadline(d))` (the deadline, `d` outside Lambda) or \
+                `.lease_policy(Lease::at_least(d))` (at least `d`, deadline or not)"
+    )]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = Lease::until_deadline(lease);
+        self.config.lease_from_deprecated_setter = true;
         self
     }
 

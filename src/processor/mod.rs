@@ -117,6 +117,11 @@ where
         self.inner.concurrency()
     }
 
+    /// The lease policy claims are taken with ([`ProcessorBuilder::lease_policy`]).
+    pub fn lease(&self) -> crate::Lease {
+        self.inner.config.lease
+    }
+
     /// Processes one invocation's batch and reports every message's outcome.
     ///
     /// With a deadline in the context, it returns by `deadline - answer_reserve` whatever
@@ -167,6 +172,9 @@ where
             config.answer_reserve,
             config.lease,
         );
+        if config.lease_from_deprecated_setter && budget.deadline().is_some() {
+            warn_lease_overridden(config.lease);
+        }
         #[cfg(feature = "sqs")]
         let poison = config
             .failure_destination
@@ -304,4 +312,19 @@ where
             Ok(report.response())
         })
     }
+}
+
+/// Says, once per process, that a lease set with the deprecated `ProcessorBuilder::lease` does
+/// not apply to an invocation with a deadline: never silently.
+fn warn_lease_overridden(lease: crate::Lease) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            lease = ?lease.duration(),
+            "the lease set with ProcessorBuilder::lease applies only without a deadline: inside \
+             Lambda claims are leased until the invocation's deadline. To hold claims longer, use \
+             .lease_policy(Lease::at_least(..)); to keep the deadline and silence this, use \
+             .lease_policy(Lease::until_deadline(..))"
+        );
+    });
 }

@@ -576,10 +576,7 @@ pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
 const AWKWARD_RESPONSE: &str = "{\"statusCode\": 201,\n  \"body\":\"{\\\"id\\\":\\\"p-1\\\"}\",  \
      \"a\":1.50, \"z\": \"caf\u{e9} \u{1f4b3} \\u00e9 \\t tab\", \"headers\": {\"B\": \"2\", \"A\": \"1\"}}\t";
 
-fn completed_record<S: ClaimStore>(
-    found: Result<Claim, crate::Error>,
-    why: &str,
-) -> super::ClaimRecord {
+fn completed_record(found: Result<Claim, crate::Error>, why: &str) -> super::ClaimRecord {
     match found {
         Ok(Claim::Completed(record)) => record,
         other => panic!("{why}: expected Completed, got {other:?}"),
@@ -604,7 +601,7 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
         )
         .await
         .expect("complete with a response");
-    let record = completed_record::<S>(store.claim(request(&key, now)).await, "claim after");
+    let record = completed_record(store.claim(request(&key, now)).await, "claim after");
     assert_eq!(
         record.response.as_ref().map(StoredResponse::as_str),
         Some(AWKWARD_RESPONSE),
@@ -630,7 +627,7 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
         )
         .await
         .expect("a repeated completion with the same token succeeds");
-    let record = completed_record::<S>(store.claim(request(&key, now)).await, "after retry");
+    let record = completed_record(store.claim(request(&key, now)).await, "after retry");
     assert_eq!(
         record.response.as_ref().map(StoredResponse::as_str),
         Some(AWKWARD_RESPONSE),
@@ -644,7 +641,7 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
         .complete(&key, &token, now + TTL, Effects::none())
         .await
         .expect("complete without a response");
-    let record = completed_record::<S>(store.claim(request(&key, now)).await, "no response");
+    let record = completed_record(store.claim(request(&key, now)).await, "no response");
     assert_eq!(
         record.response, None,
         "a completion without a response stores none"
@@ -659,7 +656,7 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
         )
         .await
         .expect("complete with an empty response");
-    let record = completed_record::<S>(store.claim(request(&key, now)).await, "empty");
+    let record = completed_record(store.claim(request(&key, now)).await, "empty");
     assert_eq!(
         record.response.as_ref().map(StoredResponse::as_str),
         Some(""),
@@ -688,7 +685,7 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
         .await
         .expect_err("the stale claimant must not complete");
     assert_eq!(err.kind(), ErrorKind::LostClaim, "stale completion: {err}");
-    let record = completed_record::<S>(store.claim(request(&key, later)).await, "takeover");
+    let record = completed_record(store.claim(request(&key, later)).await, "takeover");
     assert_eq!(
         record.response.as_ref().map(StoredResponse::as_str),
         Some("\"fresh\""),
@@ -716,7 +713,7 @@ pub async fn response_size_limit<S: ClaimStore>(store: &S) {
         )
         .await
         .unwrap_or_else(|e| panic!("a response of max_response_bytes ({limit}) is stored: {e:#}"));
-    let record = completed_record::<S>(store.claim(request(&key, now)).await, "largest");
+    let record = completed_record(store.claim(request(&key, now)).await, "largest");
     assert!(
         record.response.as_ref().map(StoredResponse::as_str) == Some(at_limit.as_str()),
         "the largest response must come back whole"
