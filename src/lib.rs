@@ -81,6 +81,7 @@
 pub mod aws;
 pub mod deadline;
 mod error;
+pub mod idempotency;
 pub mod key;
 pub mod lambda;
 #[cfg(feature = "logging")]
