@@ -239,7 +239,7 @@ async fn under_lambda_a_retry_while_the_charge_runs_gets_409_and_a_later_one_the
     let event = std::fs::read_to_string(sample("payment.json")).unwrap();
     let a = rt.queue(event.clone(), Duration::from_secs(30));
     let b = rt.queue(event.clone(), Duration::from_secs(30));
-    let mut answers = vec![
+    let mut answers = [
         next_response(&mut rt, &mut function).await,
         next_response(&mut rt, &mut function).await,
     ];
