@@ -61,7 +61,7 @@ pub trait Payload: Serialize {
     }
 
     /// How a request refused by the layer is answered unless the builder says otherwise
-    /// ([`Idempotency::answers`](super::Idempotency::answers)). Default: [`ErrorAnswers`], an
+    /// ([`IdempotencyBuilder::answers`](super::IdempotencyBuilder::answers)). Default: [`ErrorAnswers`], an
     /// error with the refusal's kind.
     fn default_answers() -> &'static dyn Answers {
         &ErrorAnswers
