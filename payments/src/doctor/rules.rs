@@ -32,6 +32,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         key_schema(facts),
         fifo_settings(facts),
         batching_window(facts),
+        lease_window(facts),
     ]
 }
 
@@ -271,6 +272,59 @@ fn claim_ttl_window(facts: &Facts) -> Finding {
     ))
 }
 
+/// An `at least` lease (`SQS_CLAIM_LEASE_AT_LEAST_SECS`) holds a dead worker's claim past the
+/// deadline; every delivery meanwhile is `held_elsewhere` and uses up a receive. If the
+/// redelivery window is shorter than the lease, the message reaches the DLQ while still held.
+fn lease_window(facts: &Facts) -> Finding {
+    const RULE: &str = "lease-window";
+    let Some(q) = &facts.queue else {
+        return skip(RULE, format!("queue unknown: {HOW_QUEUE}"));
+    };
+    let Some(lease) = facts.lease_at_least_secs else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            "claims are leased until the invocation's deadline (SQS_CLAIM_LEASE_AT_LEAST_SECS \
+             unset)",
+        );
+    };
+    let Some(r) = &q.redrive else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            format!(
+                "lease at least {lease} s (SQS_CLAIM_LEASE_AT_LEAST_SECS); no redrive policy, \
+                 so a held message is retried until its retention ({} s) ends",
+                q.retention_secs
+            ),
+        );
+    };
+    let window = q
+        .visibility_timeout_secs
+        .saturating_mul(r.max_receive_count);
+    let detail = format!(
+        "lease at least {lease} s (SQS_CLAIM_LEASE_AT_LEAST_SECS), redelivery window {} s x \
+         maxReceiveCount {} = {window} s",
+        q.visibility_timeout_secs, r.max_receive_count
+    );
+    if window > lease {
+        return Finding::new(RULE, Status::Ok, detail);
+    }
+    Finding::new(
+        RULE,
+        Status::Warn,
+        format!(
+            "{detail}: a message whose invocation died is received {} times while its claim is \
+             still held, then goes to the dead-letter queue unprocessed",
+            r.max_receive_count
+        ),
+    )
+    .fix(format!(
+        "raise visibility timeout x maxReceiveCount above {lease} s, lower \
+         SQS_CLAIM_LEASE_AT_LEAST_SECS, or plan to redrive the DLQ after the lease"
+    ))
+}
+
 fn claim_ttl_retention(facts: &Facts) -> Finding {
     const RULE: &str = "claim-ttl-retention";
     let Some(q) = &facts.queue else {
@@ -499,8 +553,25 @@ mod tests {
                 ttl: Ttl::new("ENABLED", Some("expiration".into())),
             }),
             claim_ttl_secs: 86_400,
+            lease_at_least_secs: None,
             content_based_dedup_expected: false,
         }
+    }
+
+    #[test]
+    fn an_at_least_lease_must_fit_in_the_redelivery_window() {
+        let mut f = good();
+        assert_eq!(status_of(&f, "lease-window"), Status::Ok);
+        // 180 s visibility x 5 receives = 900 s.
+        f.lease_at_least_secs = Some(3600);
+        assert_eq!(status_of(&f, "lease-window"), Status::Warn);
+        f.lease_at_least_secs = Some(900);
+        assert_eq!(status_of(&f, "lease-window"), Status::Warn);
+        f.lease_at_least_secs = Some(899);
+        assert_eq!(status_of(&f, "lease-window"), Status::Ok);
+        f.queue = None;
+        f.lease_at_least_secs = Some(3600);
+        assert_eq!(status_of(&f, "lease-window"), Status::Skip);
     }
 
     fn status_of(facts: &Facts, rule: &str) -> Status {
@@ -525,7 +596,7 @@ mod tests {
     #[test]
     fn a_good_configuration_passes_every_rule() {
         let findings = check(&good());
-        assert_eq!(findings.len(), 9);
+        assert_eq!(findings.len(), 10);
         for f in &findings {
             assert_eq!(f.status, Status::Ok, "{f}");
         }
@@ -651,6 +722,7 @@ mod tests {
             function: FunctionFacts::default(),
             table: TableFacts::NotDynamoDb("sqlite:x.db".into()),
             claim_ttl_secs: 86_400,
+            lease_at_least_secs: Some(3600),
             content_based_dedup_expected: false,
         };
         for finding in check(&f) {
