@@ -9,9 +9,6 @@ use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
 
-#[path = "support/replaced_response.rs"]
-mod replaced_response;
-
 #[path = "support/servers.rs"]
 mod servers;
 
@@ -270,6 +267,20 @@ async fn a_table_without_the_response_column_is_upgraded_by_migrate() {
         format!("{err}").contains("migrate"),
         "says what to do: {err}"
     );
+
+    // The app's start-up check reads the newest column: check_error names the fix.
+    let client = store.client().await.expect("client");
+    let startup = client
+        .batch_execute(&format!("SELECT response FROM \"{table}\" LIMIT 0"))
+        .await
+        .map_err(|e| sqs_claim::store::postgres::check_error(&table, e))
+        .expect_err("the start-up check on an old table");
+    assert_eq!(startup.kind(), ErrorKind::StoreRejected, "{startup}");
+    assert!(
+        format!("{startup}").contains("older version") && format!("{startup}").contains("init"),
+        "{startup}"
+    );
+    drop(client);
 
     let results = futures::future::join_all((0..3).map(|_| store.migrate())).await;
     for r in results {
@@ -555,13 +566,4 @@ async fn the_server_cancels_a_statement_past_the_statement_timeout() {
         Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
         "{err}"
     );
-}
-
-/// A record replacing an expired completion (a takeover, a one-shot write) starts with no
-/// response.
-#[tokio::test]
-async fn an_expired_completions_response_is_not_inherited() {
-    let store = store().await;
-    replaced_response::an_expired_completions_response_is_not_inherited(&store).await;
-    drop_table(&store).await;
 }

@@ -9,9 +9,6 @@ use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse, epoch_millis};
 use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
 
-#[path = "support/replaced_response.rs"]
-mod replaced_response;
-
 #[path = "support/servers.rs"]
 mod servers;
 
@@ -470,14 +467,5 @@ async fn bounded_increments_are_checked_together() {
     .expect("8 + 1 + 1 - 10 = 0 stays in range at every step");
     let f: i64 = conn.hget(&hash, "f").await.expect("HGET");
     assert_eq!(f, 0);
-    cleanup(store.connection(), store.prefix()).await;
-}
-
-/// A record replacing an expired completion (a takeover, a one-shot write) starts with no
-/// response.
-#[tokio::test]
-async fn an_expired_completions_response_is_not_inherited() {
-    let store = store().await;
-    replaced_response::an_expired_completions_response_is_not_inherited(&store).await;
     cleanup(store.connection(), store.prefix()).await;
 }

@@ -14,9 +14,6 @@ use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 
-#[path = "support/replaced_response.rs"]
-mod replaced_response;
-
 /// A database file in a temp dir of its own, removed with the dir (and so with the WAL and
 /// shared-memory files SQLite puts beside it) on drop.
 struct TempDb {
@@ -699,12 +696,4 @@ async fn a_stuck_connection_thread_is_unavailable_within_the_reply_bound() {
         "bounded by 2.2 s, took {:?}",
         started.elapsed()
     );
-}
-
-/// A record replacing an expired completion (a takeover, a one-shot write) starts with no
-/// response.
-#[tokio::test]
-async fn an_expired_completions_response_is_not_inherited() {
-    let store = SqliteStore::open_in_memory().expect("open");
-    replaced_response::an_expired_completions_response_is_not_inherited(&store).await;
 }

@@ -853,6 +853,17 @@ pub fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
             e,
         );
     }
+    if e.code() == Some(&SqlState::UNDEFINED_COLUMN) {
+        return Error::with_source(
+            ErrorKind::StoreRejected,
+            format!(
+                "table {table:?} has the layout of an older version (no response column): run \
+                 `sqs-claim init` (or Ledger::init / PostgresStore::migrate) to add it; records \
+                 already stored are kept"
+            ),
+            e,
+        );
+    }
     map_pg_err("the start-up check of", "", table, e)
 }
 
