@@ -82,6 +82,7 @@
 //! an unreadable answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
@@ -580,7 +581,8 @@ pub struct DynamoDbStore {
     client: Client,
     table: String,
     attrs: DynamoDbAttributes,
-    schema: DynamoDbKeySchema,
+    /// Behind an `Arc`: the store is cloned per ledger and task, and kept small.
+    schema: Arc<DynamoDbKeySchema>,
     /// Whether `schema` was set by [`DynamoDbStore::with_key_schema`] (otherwise it is the
     /// single partition key `attrs.key`).
     schema_set: bool,
@@ -593,7 +595,10 @@ impl DynamoDbStore {
         DynamoDbStore {
             client,
             table: table.into(),
-            schema: DynamoDbKeySchema::partition(attrs.key.clone(), KEY_PLACEHOLDER),
+            schema: Arc::new(DynamoDbKeySchema::partition(
+                attrs.key.clone(),
+                KEY_PLACEHOLDER,
+            )),
             attrs,
             schema_set: false,
         }
@@ -637,7 +642,10 @@ impl DynamoDbStore {
         if self.schema_set {
             attrs.key = self.schema.partition.name.clone();
         } else {
-            self.schema = DynamoDbKeySchema::partition(attrs.key.clone(), KEY_PLACEHOLDER);
+            self.schema = Arc::new(DynamoDbKeySchema::partition(
+                attrs.key.clone(),
+                KEY_PLACEHOLDER,
+            ));
         }
         self.attrs = attrs;
         self
@@ -674,7 +682,7 @@ impl DynamoDbStore {
             }
         }
         self.attrs.key = schema.partition.name.clone();
-        self.schema = schema;
+        self.schema = Arc::new(schema);
         self.schema_set = true;
         Ok(self)
     }
