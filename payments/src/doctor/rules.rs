@@ -361,29 +361,44 @@ fn key_schema(facts: &Facts) -> Finding {
         Err(finding) => return finding,
     };
     let key = &t.expected_key;
+    let sort = t.expected_sort_key.as_deref();
     let seen = t
         .key_schema
         .iter()
         .map(|(name, kind, ty)| format!("{name} ({kind}, {})", ty.as_deref().unwrap_or("?")))
         .collect::<Vec<_>>()
         .join(", ");
-    let good = matches!(
-        t.key_schema.as_slice(),
-        [(name, kind, Some(ty))] if name == key && kind == "HASH" && ty == "S"
-    );
+    let string_key = |(name, kind, ty): &(String, String, Option<String>), want: &str, of: &str| {
+        name == want && kind == of && ty.as_deref() == Some("S")
+    };
+    let (good, expected) = match (t.key_schema.as_slice(), sort) {
+        ([pk], None) => (
+            string_key(pk, key, "HASH"),
+            format!("a single HASH key {key}"),
+        ),
+        ([pk, sk], Some(sort)) => (
+            string_key(pk, key, "HASH") && string_key(sk, sort, "RANGE"),
+            format!("the HASH key {key} and the RANGE key {sort}"),
+        ),
+        (_, None) => (false, format!("a single HASH key {key}")),
+        (_, Some(sort)) => (
+            false,
+            format!("the HASH key {key} and the RANGE key {sort}"),
+        ),
+    };
     if good {
         return Finding::new(
             RULE,
             Status::Ok,
-            format!("table {} has the single HASH key {seen}", t.table),
+            format!("table {} has {expected}: {seen}", t.table),
         );
     }
     Finding::new(
         RULE,
         Status::Fail,
         format!(
-            "table {} has the key schema {seen}; the store writes a single HASH key {key} of \
-             type S, so every claim would be refused",
+            "table {} has the key schema {seen}; the store writes {expected} of type S, so \
+             every claim would be refused",
             t.table
         ),
     )
@@ -548,6 +563,7 @@ mod tests {
             table: TableFacts::Found(TableShape {
                 table: "claims".into(),
                 expected_key: "id".into(),
+                expected_sort_key: None,
                 expected_ttl_attribute: "expiration".into(),
                 key_schema: vec![("id".into(), "HASH".into(), Some("S".into()))],
                 ttl: Ttl::new("ENABLED", Some("expiration".into())),
@@ -676,6 +692,55 @@ mod tests {
         assert_eq!(status_of(&f, "key-schema"), Status::Fail);
         f.table = TableFacts::NotDynamoDb("sqlite:x.db".into());
         assert_eq!(status_of(&f, "table-ttl"), Status::Skip);
+    }
+
+    /// A single-table layout: the composite key the store's schema names passes; the same
+    /// table fails a store expecting the single `id` key, and a composite key with another sort
+    /// key, a numeric one, or the keys swapped fails the single-table store.
+    #[test]
+    fn a_composite_key_passes_when_the_store_writes_it() {
+        let mut f = good();
+        let composite = vec![
+            ("pk".into(), "HASH".into(), Some("S".into())),
+            ("sk".into(), "RANGE".into(), Some("S".into())),
+        ];
+        let TableFacts::Found(t) = &mut f.table else {
+            unreachable!()
+        };
+        t.key_schema = composite.clone();
+        t.expected_key = "pk".into();
+        assert_eq!(
+            status_of(&f, "key-schema"),
+            Status::Fail,
+            "store expects no sort key"
+        );
+        let set = |f: &mut Facts, schema: Vec<(String, String, Option<String>)>| {
+            let TableFacts::Found(t) = &mut f.table else {
+                unreachable!()
+            };
+            t.expected_sort_key = Some("sk".into());
+            t.key_schema = schema;
+        };
+        set(&mut f, composite.clone());
+        assert_eq!(status_of(&f, "key-schema"), Status::Ok);
+        for wrong in [
+            vec![("pk".into(), "HASH".into(), Some("S".into()))],
+            vec![
+                ("pk".into(), "HASH".into(), Some("S".into())),
+                ("sort".into(), "RANGE".into(), Some("S".into())),
+            ],
+            vec![
+                ("pk".into(), "HASH".into(), Some("S".into())),
+                ("sk".into(), "RANGE".into(), Some("N".into())),
+            ],
+            vec![
+                ("sk".into(), "HASH".into(), Some("S".into())),
+                ("pk".into(), "RANGE".into(), Some("S".into())),
+            ],
+        ] {
+            set(&mut f, wrong.clone());
+            assert_eq!(status_of(&f, "key-schema"), Status::Fail, "{wrong:?}");
+        }
     }
 
     #[test]
