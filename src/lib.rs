@@ -142,7 +142,7 @@ pub struct FifoDoctests;
 #[cfg(all(doctest, feature = "apigw", feature = "sqlite"))]
 #[doc = include_str!("../docs/idempotency.md")]
 pub struct IdempotencyDoctests;
-#[cfg(all(doctest, feature = "redis", feature = "postgres"))]
+#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "dynamodb"))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;
 
