@@ -11,6 +11,9 @@
 //! The binaries are built as `tests/test_lambda_run.rs` builds its example: once, with the
 //! cargo, target directory, profile and features of this test.
 
+#[cfg(feature = "dynamodb")]
+#[path = "support/dynamodb.rs"]
+mod dynamodb;
 #[path = "support/fake_runtime.rs"]
 mod fake_runtime;
 
@@ -155,6 +158,50 @@ fn a_payment_sent_twice_is_charged_once_and_answered_the_same_bytes() {
     assert_eq!(status(&no_key), 400);
     assert!(no_key.contains("Idempotency-Key"), "{no_key}");
     assert_eq!(ledger_lines(dir.path()), 1, "refusals charge nothing");
+}
+
+/// The same on DynamoDB (Local), as deployed: `IDEMPOTENCY_TABLE` and the AWS environment.
+#[cfg(feature = "dynamodb")]
+#[tokio::test]
+async fn on_dynamodb_a_payment_sent_twice_is_charged_once_and_answered_the_same_bytes() {
+    let store = dynamodb::dynamodb_store("idempotency-example").await;
+    let endpoint = dynamodb::dynamodb_endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("PROVIDER_LEDGER", "ledger"),
+        ("IDEMPOTENCY_TABLE", store.table()),
+        ("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+    let first = answer(&run(
+        "apigw_payment",
+        &sample("payment.json"),
+        dir.path(),
+        &env,
+    ));
+    assert_eq!(status(&first), 201);
+    let second = answer(&run(
+        "apigw_payment",
+        &sample("payment.json"),
+        dir.path(),
+        &env,
+    ));
+    assert_eq!(second, first, "byte-identical");
+    let other = answer(&run(
+        "apigw_payment",
+        &sample("payment-other-body.json"),
+        dir.path(),
+        &env,
+    ));
+    assert_eq!(status(&other), 422);
+    assert_eq!(ledger_lines(dir.path()), 1);
+    assert!(
+        !dir.path().join("idempotency.sqlite3").exists(),
+        "the records went to DynamoDB, not to SQLite"
+    );
 }
 
 /// The example started as Lambda starts it. Killed when dropped.
