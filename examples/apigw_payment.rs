@@ -1,4 +1,4 @@
-//! `POST /payments` behind API Gateway (an HTTP API, payload format 2.0), made idempotent by
+//! `POST /payments` behind API Gateway (an HTTP API or a REST API: both payload formats), made idempotent by
 //! the client's `Idempotency-Key` header: a client that retries after a timeout gets the first
 //! answer back, byte for byte, and the card is charged once.
 //!
@@ -18,8 +18,8 @@
 //! | a body that is not a payment | 400 from the handler (stored and replayed like any answer) |
 //!
 //! The same binary serves Lambda when Lambda starts it (`sqs_claim::lambda::serve`). The
-//! extractor reads the header of REST API (payload format 1.0) events too; only the handler's
-//! event type says 2.0.
+//! handler takes an [`ApiGatewayRequest`], so one function serves an HTTP API (payload format
+//! 2.0) and a REST API (1.0) alike, base64-encoded bodies included.
 //!
 //! Environment:
 //!
@@ -33,10 +33,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aws_lambda_events::apigw::ApiGatewayV2httpRequest;
 use lambda_runtime::LambdaEvent;
 use serde_json::{Value, json};
-use sqs_claim::idempotency::{Idempotency, key};
+use sqs_claim::idempotency::{ApiGatewayRequest, Idempotency, key};
 use sqs_claim::{BoxError, ClaimStore};
 
 #[derive(serde::Deserialize)]
@@ -76,9 +75,9 @@ async fn charge(payment_id: &str, amount: u64, currency: &str) -> Result<(), Box
 
 /// The endpoint's own work. It runs once per `Idempotency-Key`; everything it answers is
 /// stored and replayed, an error is not (the claim is released, a retry runs again).
-async fn create_payment(event: LambdaEvent<ApiGatewayV2httpRequest>) -> Result<Value, BoxError> {
-    let body = event.payload.body.as_deref().unwrap_or("");
-    let Ok(new) = serde_json::from_str::<NewPayment>(body) else {
+async fn create_payment(event: LambdaEvent<ApiGatewayRequest>) -> Result<Value, BoxError> {
+    let body = event.payload.body_text().unwrap_or_default();
+    let Ok(new) = serde_json::from_str::<NewPayment>(&body) else {
         return Ok(http(
             400,
             &json!({"message": "expected {\"amount\": <cents>, \"currency\": \"eur\"}"}),

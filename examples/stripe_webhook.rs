@@ -1,4 +1,4 @@
-//! A Stripe-style webhook receiver behind API Gateway (a REST API, payload format 1.0): each
+//! A Stripe-style webhook receiver behind API Gateway (a REST API or an HTTP API): each
 //! event is applied once, however often the provider delivers it, and every delivery gets the
 //! same answer.
 //!
@@ -27,11 +27,12 @@
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_lambda_events::apigw::ApiGatewayProxyRequest;
 use lambda_runtime::LambdaEvent;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sqs_claim::idempotency::{Idempotency, IdempotentResponse, WithEffects, key};
+use sqs_claim::idempotency::{
+    ApiGatewayRequest, Idempotency, IdempotentResponse, Payload, WithEffects, key,
+};
 use sqs_claim::{BoxError, Effects, SqlEffect, SqlValue, SqliteStore};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS applied_events (
@@ -117,9 +118,9 @@ fn verify(
 /// Applies one verified event: runs once per event id, and its statement commits with the
 /// completion.
 async fn apply(
-    event: LambdaEvent<ApiGatewayProxyRequest>,
+    event: LambdaEvent<ApiGatewayRequest>,
 ) -> Result<WithEffects<Value, SqlEffect>, BoxError> {
-    let body: Value = serde_json::from_str(event.payload.body.as_deref().unwrap_or(""))?;
+    let body: Value = serde_json::from_str(&event.payload.body_text().unwrap_or_default())?;
     let id = body["id"].as_str().unwrap_or_default().to_owned();
     let kind = body["type"].as_str().unwrap_or("unknown").to_owned();
     let amount = body["data"]["object"]["amount"].as_i64();
@@ -172,16 +173,12 @@ async fn main() -> ExitCode {
 
     // The function form: the signature is checked first, and only a genuine delivery reaches
     // the layer.
-    let service = tower::service_fn(move |event: LambdaEvent<ApiGatewayProxyRequest>| {
+    let service = tower::service_fn(move |event: LambdaEvent<ApiGatewayRequest>| {
         let (idempotency, secret) = (idempotency.clone(), secret.clone());
         async move {
-            let signature = event
-                .payload
-                .headers
-                .get("stripe-signature")
-                .and_then(|v| v.to_str().ok());
-            let body = event.payload.body.as_deref().unwrap_or("");
-            if let Err(why) = verify(signature, body, &secret, tolerance) {
+            let signature = event.payload.header("stripe-signature");
+            let body = event.payload.body_text().unwrap_or_default();
+            if let Err(why) = verify(signature, &body, &secret, tolerance) {
                 tracing::warn!(why, "webhook refused");
                 return Ok::<_, BoxError>(IdempotentResponse::new(&http(
                     400,

@@ -160,6 +160,30 @@ fn a_payment_sent_twice_is_charged_once_and_answered_the_same_bytes() {
     assert_eq!(ledger_lines(dir.path()), 1, "refusals charge nothing");
 }
 
+/// A REST API event (payload format 1.0, as API Gateway's REST APIs send it, with a
+/// base64-encoded body and `multiValueHeaders`) through the same binary: replayed the same way.
+#[test]
+fn a_rest_api_payment_with_a_base64_body_is_replayed_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [
+        ("PROVIDER_LEDGER", "ledger"),
+        ("IDEMPOTENCY_DB", "claims.sqlite3"),
+    ];
+    let event = sample("payment-rest.json");
+    let first = answer(&run("apigw_payment", &event, dir.path(), &env));
+    assert_eq!(status(&first), 201, "{first}");
+    let body: Value = serde_json::from_str(
+        serde_json::from_str::<Value>(&first).unwrap()["body"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(body["amount"], 990, "the decoded body was read: {first}");
+    let second = answer(&run("apigw_payment", &event, dir.path(), &env));
+    assert_eq!(second, first, "byte-identical replay");
+    assert_eq!(ledger_lines(dir.path()), 1, "charged once");
+}
+
 /// The same on DynamoDB (Local), as deployed: `IDEMPOTENCY_TABLE` and the AWS environment.
 #[cfg(feature = "dynamodb")]
 #[tokio::test]

@@ -93,11 +93,12 @@
 //! | `key.rs` | [`Payload`], [`KeyExtractor`] and the extractors, [`KeyFormat`] |
 //! | `answers.rs` | [`Answers`]: [`HttpAnswers`], [`ErrorAnswers`] |
 //! | `response.rs` | [`IdempotentResponse`], [`WithEffects`] |
-//! | `apigw.rs` | the API Gateway events (feature `apigw`) |
+//! | `apigw.rs` | the API Gateway events (feature `apigw`), and [`ApiGatewayRequest`](apigw::ApiGatewayRequest) for a handler serving both payload formats |
 
 mod answers;
 #[cfg(feature = "apigw")]
-mod apigw;
+#[cfg_attr(docsrs, doc(cfg(feature = "apigw")))]
+pub mod apigw;
 pub mod key;
 mod layer;
 mod response;
@@ -111,6 +112,9 @@ pub use key::{KeyExtractor, KeyFormat, NativeFormat, Payload};
 pub use layer::IdempotencyLayer;
 pub use response::{HandlerResponse, IdempotentResponse, WithEffects};
 pub use service::IdempotencyService;
+
+#[cfg(feature = "apigw")]
+pub use apigw::ApiGatewayRequest;
 
 use crate::MissingKey;
 use crate::deadline::{Clock, Lease};
