@@ -130,7 +130,7 @@ pub use store::tiered::TieredStore;
 
 // The Rust blocks of the README and of docs/ compile as doctests (`cargo test --doc`), each
 // file under the features its examples use.
-#[cfg(all(doctest, feature = "dynamodb"))]
+#[cfg(all(doctest, feature = "dynamodb", feature = "apigw"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "dynamodb"))]
