@@ -10,6 +10,8 @@
 //! | `SQS_CLAIM_STORE` | Lambda: `dynamodb:$SQS_CLAIM_TABLE`; CLI: `sqlite:.sqs-claim/claims.db` | the store URL (see [`StoreUrl`]) |
 //! | `SQS_CLAIM_TABLE` | none | the DynamoDB claims table, when `SQS_CLAIM_STORE` is not set |
 //! | `SQS_CLAIM_ACCOUNTS_TABLE` | `<claims table>-accounts` | the DynamoDB accounts table |
+//! | `SQS_CLAIM_DYNAMODB_PARTITION_KEY` | `id={key}` | the claims table's partition key, `NAME=TEMPLATE` ([`DynamoDbKeySchema`]): `pk=CLAIM#{key}` puts each claim under `CLAIM#<key>` in a table shared with business items (the DynamoDB store, and the tiered store's DynamoDB tier) |
+//! | `SQS_CLAIM_DYNAMODB_SORT_KEY` | none | the claims table's sort key, `NAME=TEMPLATE` (`sk=CLAIM`); needs `SQS_CLAIM_DYNAMODB_PARTITION_KEY`, and one of the two templates must carry `{key}` |
 //! | `SQS_CLAIM_KEY` | `json:/order_id` | the key source, [`KeySource::parse`] syntax |
 //! | `SQS_CLAIM_NAMESPACE` | `payments` | the key namespace |
 //! | `SQS_CLAIM_TTL_SECS` | `86400` | how long a completed key is remembered |
@@ -33,7 +35,14 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use super::{AnyLedger, Ledger};
+use sqs_claim::store::dynamodb::{DynamoDbAttributes, DynamoDbKeySchema};
 use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
+
+/// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
+pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
+
+/// The variable of the DynamoDB claims table's sort key (`NAME=TEMPLATE`).
+pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 
 /// How long opening the store and its start-up check ([`Ledger::prepare`]) may take by default.
 /// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
@@ -58,6 +67,9 @@ pub struct Settings {
     pub table: Option<String>,
     /// `SQS_CLAIM_ACCOUNTS_TABLE`.
     pub accounts_table: Option<String>,
+    /// `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked
+    /// ([`key_layout`]); `None` for the store's default (`id={key}`).
+    pub dynamodb_keys: Option<DynamoDbKeySchema>,
     /// `SQS_CLAIM_KEY`.
     pub key: KeySource,
     /// `SQS_CLAIM_NAMESPACE`.
@@ -99,6 +111,7 @@ impl Default for Settings {
             store: None,
             table: None,
             accounts_table: None,
+            dynamodb_keys: None,
             key: KeySource::JsonPointer("/order_id".into()),
             namespace: "payments".into(),
             ttl: Duration::from_secs(24 * 3600),
@@ -154,6 +167,15 @@ impl Settings {
         }
         s.table = get("SQS_CLAIM_TABLE").map(|v| v.trim().to_owned());
         s.accounts_table = get("SQS_CLAIM_ACCOUNTS_TABLE").map(|v| v.trim().to_owned());
+        let (partition, sort) = (get(PARTITION_KEY_VAR), get(SORT_KEY_VAR));
+        let (partition_var, sort_var) = (
+            format!("environment variable {PARTITION_KEY_VAR}"),
+            format!("environment variable {SORT_KEY_VAR}"),
+        );
+        s.dynamodb_keys = key_layout(
+            partition.as_deref().map(|v| (partition_var.as_str(), v)),
+            sort.as_deref().map(|v| (sort_var.as_str(), v)),
+        )?;
         if let Some(v) = get("SQS_CLAIM_KEY") {
             s.key = KeySource::parse(&v).map_err(|e| invalid("SQS_CLAIM_KEY", e.message()))?;
         }
@@ -274,18 +296,22 @@ impl Settings {
     /// The store the `sqs-claim` CLI uses: [`Settings::store`], else
     /// `dynamodb:`[`Settings::table`], else the SQLite file [`DEFAULT_CLI_STORE`] (created on
     /// demand, so a second run of the same event finds every message already done); with
-    /// [`Settings::accounts_table`] applied to either.
+    /// [`Settings::accounts_table`] applied to either, and [`Settings::dynamodb_keys`] to
+    /// either's DynamoDB table.
     pub fn cli_store(&self) -> Result<StoreUrl, Error> {
         let url = match (&self.store, &self.table) {
             (Some(url), _) => url.clone(),
             (None, Some(table)) => StoreUrl::parse(&format!("dynamodb:{table}"))?,
             (None, None) => StoreUrl::Sqlite(PathBuf::from(DEFAULT_CLI_STORE)),
         };
-        Ok(url.with_accounts_table(self.accounts_table.clone()))
+        Ok(url
+            .with_accounts_table(self.accounts_table.clone())
+            .with_key_schema(self.dynamodb_keys.clone()))
     }
 
     /// The store the Lambda consumer uses: `SQS_CLAIM_STORE`, else `dynamodb:$SQS_CLAIM_TABLE`
-    /// (with `SQS_CLAIM_ACCOUNTS_TABLE` applied to either).
+    /// (with `SQS_CLAIM_ACCOUNTS_TABLE` applied to either, and the DynamoDB key layout to
+    /// either's DynamoDB table).
     pub fn lambda_store(&self) -> Result<StoreUrl, Error> {
         let url = match (&self.store, &self.table) {
             (Some(url), _) => url.clone(),
@@ -299,8 +325,101 @@ impl Settings {
                 ));
             }
         };
-        Ok(url.with_accounts_table(self.accounts_table.clone()))
+        Ok(url
+            .with_accounts_table(self.accounts_table.clone())
+            .with_key_schema(self.dynamodb_keys.clone()))
     }
+}
+
+/// The DynamoDB key layout from its two settings, each given as (where it came from, for the
+/// error: `environment variable ...` or a flag; its `NAME=TEMPLATE` value). No I/O.
+///
+/// `None` when neither is given (the store's default, `id={key}`). A sort key needs a
+/// partition key. Fails with [`ErrorKind::Config`], naming where the bad value came from, when
+/// a value is not `NAME=TEMPLATE`, when the layout is invalid
+/// ([`DynamoDbKeySchema::validate`]: an empty name or template, no `{key}` in either
+/// template, ...), or when a key has the name of one of the record's other attributes.
+///
+/// ```
+/// use payments::config::key_layout;
+///
+/// let partition = Some(("--partition-key", "pk=CLAIM#{key}"));
+/// let layout = key_layout(partition, Some(("--sort-key", "sk=CLAIM")))
+///     .expect("valid")
+///     .expect("given");
+/// assert_eq!(layout.sort_key().map(|k| k.name()), Some("sk"));
+/// assert!(key_layout(Some(("--partition-key", "pk=CLAIM")), None).is_err()); // no {key}
+/// ```
+pub fn key_layout(
+    partition: Option<(&str, &str)>,
+    sort: Option<(&str, &str)>,
+) -> Result<Option<DynamoDbKeySchema>, Error> {
+    let config = |message: String| Error::new(ErrorKind::Config, message);
+    let split = |(source, value): (&str, &str)| {
+        let value = value.trim();
+        match value.split_once('=') {
+            Some((name, template)) => Ok((name.trim().to_owned(), template.trim().to_owned())),
+            None => Err(config(format!(
+                "{source} is invalid: {value:?} is not NAME=TEMPLATE (e.g. pk=CLAIM#{{key}})"
+            ))),
+        }
+    };
+    let schema = match (partition.map(split).transpose()?, sort) {
+        (None, None) => return Ok(None),
+        (None, Some((source, _))) => {
+            return Err(config(format!(
+                "{source} is invalid: a sort key needs a partition key too \
+                 ({PARTITION_KEY_VAR} or --partition-key, e.g. pk=CLAIM#{{key}})"
+            )));
+        }
+        (Some((name, template)), sort) => {
+            let schema = DynamoDbKeySchema::partition(name, template);
+            match sort.map(split).transpose()? {
+                Some((name, template)) => schema.with_sort(name, template),
+                None => schema,
+            }
+        }
+    };
+    let sources = [partition, sort]
+        .into_iter()
+        .flatten()
+        .map(|(source, _)| source)
+        .collect::<Vec<_>>();
+    let invalid = |why: &str| {
+        let verb = if sources.len() > 1 { "are" } else { "is" };
+        config(format!("{} {verb} invalid: {why}", sources.join(" and ")))
+    };
+    schema.validate().map_err(|e| invalid(e.message()))?;
+    // The store's own check (`DynamoDbStore::with_key_schema`), made here so a clash stops the
+    // start before any client is built.
+    let attrs = DynamoDbAttributes::default();
+    let others = [
+        (&attrs.expiration, "expiry"),
+        (&attrs.lease, "lease"),
+        (&attrs.status, "status"),
+        (&attrs.fingerprint, "fingerprint"),
+        (&attrs.token, "token"),
+        (&attrs.data, "response"),
+    ];
+    for key in std::iter::once(schema.partition_key()).chain(schema.sort_key()) {
+        if let Some((_, what)) = others.iter().find(|(name, _)| *name == key.name()) {
+            return Err(invalid(&format!(
+                "the key attribute {:?} is also the record's {what} attribute: name the key \
+                 otherwise",
+                key.name()
+            )));
+        }
+    }
+    Ok(Some(schema))
+}
+
+/// A key layout as its settings' values: `(NAME=TEMPLATE of the partition key, of the sort
+/// key)`, as [`key_layout`] reads them.
+pub fn key_layout_values(schema: &DynamoDbKeySchema) -> (String, Option<String>) {
+    let value = |k: &sqs_claim::store::dynamodb::DynamoDbKeyAttribute| {
+        format!("{}={}", k.name(), k.template())
+    };
+    (value(schema.partition_key()), schema.sort_key().map(value))
 }
 
 /// Where the reference consumer keeps its claims and balances.
@@ -330,6 +449,8 @@ pub enum StoreUrl {
         table: String,
         /// The accounts table.
         accounts_table: String,
+        /// The claims table's key layout; `None` for the store's default (`id={key}`).
+        key_schema: Option<DynamoDbKeySchema>,
     },
     /// `redis://...` or `rediss://...`.
     Redis(ServerUrl),
@@ -402,6 +523,7 @@ impl StoreUrl {
                 Ok(StoreUrl::DynamoDb {
                     table: table.to_owned(),
                     accounts_table: format!("{table}-accounts"),
+                    key_schema: None,
                 })
             }
             "redis" | "rediss" => Ok(StoreUrl::Redis(ServerUrl(url.to_owned()))),
@@ -432,9 +554,39 @@ impl StoreUrl {
     /// Overrides the DynamoDB accounts table (`None` keeps it). Other stores ignore it.
     pub fn with_accounts_table(self, accounts: Option<String>) -> StoreUrl {
         match (self, accounts) {
-            (StoreUrl::DynamoDb { table, .. }, Some(accounts_table)) => StoreUrl::DynamoDb {
+            (
+                StoreUrl::DynamoDb {
+                    table, key_schema, ..
+                },
+                Some(accounts_table),
+            ) => StoreUrl::DynamoDb {
                 table,
                 accounts_table,
+                key_schema,
+            },
+            (url, _) => url,
+        }
+    }
+
+    /// Sets the DynamoDB claims table's key layout (`None` keeps it), of a `dynamodb:` store
+    /// or of a tiered store's DynamoDB tier. Other stores ignore it: they have no key layout.
+    pub fn with_key_schema(self, schema: Option<DynamoDbKeySchema>) -> StoreUrl {
+        match (self, schema) {
+            (
+                StoreUrl::DynamoDb {
+                    table,
+                    accounts_table,
+                    ..
+                },
+                Some(schema),
+            ) => StoreUrl::DynamoDb {
+                table,
+                accounts_table,
+                key_schema: Some(schema),
+            },
+            (StoreUrl::Tiered { cache, durable }, schema @ Some(_)) => StoreUrl::Tiered {
+                cache,
+                durable: Box::new(durable.with_key_schema(schema)),
             },
             (url, _) => url,
         }
@@ -467,7 +619,18 @@ impl fmt::Display for StoreUrl {
             StoreUrl::DynamoDb {
                 table,
                 accounts_table,
-            } => write!(f, "dynamodb:{table} (accounts: {accounts_table})"),
+                key_schema,
+            } => {
+                write!(f, "dynamodb:{table} (accounts: {accounts_table}")?;
+                if let Some(schema) = key_schema {
+                    let (partition, sort) = key_layout_values(schema);
+                    write!(f, "; keys: {partition}")?;
+                    if let Some(sort) = sort {
+                        write!(f, ", {sort}")?;
+                    }
+                }
+                f.write_str(")")
+            }
             StoreUrl::Redis(url) | StoreUrl::Postgres(url) => write!(f, "{url}"),
             StoreUrl::Tiered { cache, durable } => write!(f, "tiered:{cache}|{durable}"),
         }
@@ -502,7 +665,8 @@ mod tests {
             s.lambda_store().expect("dynamodb"),
             StoreUrl::DynamoDb {
                 table: "claims".into(),
-                accounts_table: "claims-accounts".into()
+                accounts_table: "claims-accounts".into(),
+                key_schema: None,
             }
         );
         let s = settings(&[
@@ -514,7 +678,8 @@ mod tests {
             s.lambda_store().expect("dynamodb"),
             StoreUrl::DynamoDb {
                 table: "claims".into(),
-                accounts_table: "acc".into()
+                accounts_table: "acc".into(),
+                key_schema: None,
             }
         );
     }
@@ -606,6 +771,160 @@ mod tests {
         assert!(err.to_string().contains("SQS_CLAIM_TABLE"), "{err}");
     }
 
+    /// `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and `SQS_CLAIM_DYNAMODB_SORT_KEY` give the claims
+    /// table's layout, applied to a `dynamodb:` store and to a tiered store's DynamoDB tier
+    /// (and ignored by stores without one); unset, the store's default.
+    #[test]
+    fn the_key_layout_comes_from_its_two_variables() {
+        let single_table =
+            DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM");
+        let s = settings(&[
+            ("SQS_CLAIM_TABLE", "app"),
+            (PARTITION_KEY_VAR, " pk=CLAIM#{key} "),
+            (SORT_KEY_VAR, "sk=CLAIM"),
+        ])
+        .expect("valid");
+        assert_eq!(s.dynamodb_keys.as_ref(), Some(&single_table));
+        for url in [
+            s.lambda_store().expect("lambda"),
+            s.cli_store().expect("cli"),
+        ] {
+            assert_eq!(
+                url,
+                StoreUrl::DynamoDb {
+                    table: "app".into(),
+                    accounts_table: "app-accounts".into(),
+                    key_schema: Some(single_table.clone()),
+                }
+            );
+            assert_eq!(
+                url.to_string(),
+                "dynamodb:app (accounts: app-accounts; keys: pk=CLAIM#{key}, sk=CLAIM)"
+            );
+        }
+        let s = settings(&[
+            ("SQS_CLAIM_STORE", "tiered:redis://h/|dynamodb:app"),
+            (PARTITION_KEY_VAR, "pk=CLAIM#{key}"),
+            (SORT_KEY_VAR, "sk=CLAIM"),
+        ])
+        .expect("valid");
+        let StoreUrl::Tiered { durable, .. } = s.lambda_store().expect("tiered") else {
+            panic!("not tiered");
+        };
+        assert!(
+            matches!(
+                *durable,
+                StoreUrl::DynamoDb { key_schema: Some(ref k), .. } if *k == single_table
+            ),
+            "{durable:?}"
+        );
+        let s = settings(&[
+            ("SQS_CLAIM_STORE", "sqlite:x.db"),
+            (PARTITION_KEY_VAR, "pk=CLAIM#{key}"),
+        ])
+        .expect("valid");
+        assert_eq!(
+            s.cli_store().expect("sqlite"),
+            StoreUrl::Sqlite("x.db".into())
+        );
+        // A partition key alone; a fixed partition with the key in the sort key.
+        let s = settings(&[(PARTITION_KEY_VAR, "pk=CLAIM#{key}")]).expect("valid");
+        assert_eq!(
+            s.dynamodb_keys,
+            Some(DynamoDbKeySchema::partition("pk", "CLAIM#{key}"))
+        );
+        let s = settings(&[(PARTITION_KEY_VAR, "pk=CLAIMS"), (SORT_KEY_VAR, "sk={key}")])
+            .expect("valid");
+        assert_eq!(
+            s.dynamodb_keys,
+            Some(DynamoDbKeySchema::partition("pk", "CLAIMS").with_sort("sk", "{key}"))
+        );
+        // Unset or empty: the default layout.
+        for vars in [&[][..], &[(PARTITION_KEY_VAR, " "), (SORT_KEY_VAR, "")]] {
+            let s = settings(vars).expect("valid");
+            assert_eq!(s.dynamodb_keys, None);
+            let s = settings(&[&[("SQS_CLAIM_TABLE", "app")], vars].concat()).expect("valid");
+            assert!(matches!(
+                s.lambda_store().expect("dynamodb"),
+                StoreUrl::DynamoDb {
+                    key_schema: None,
+                    ..
+                }
+            ));
+        }
+    }
+
+    /// A bad layout is one `Config` error that names the variable(s) it came from and says
+    /// what is wrong, in the library's words where the library checks it.
+    #[test]
+    fn a_bad_key_layout_names_its_variable_and_the_fault() {
+        for (vars, names, says) in [
+            (
+                &[(PARTITION_KEY_VAR, "pk")][..],
+                &[PARTITION_KEY_VAR][..],
+                "is not NAME=TEMPLATE",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk={key}"), (SORT_KEY_VAR, "CLAIM")],
+                &[SORT_KEY_VAR],
+                "is not NAME=TEMPLATE",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "=CLAIM#{key}")],
+                &[PARTITION_KEY_VAR],
+                "the attribute name is empty",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk={key}"), (SORT_KEY_VAR, " =CLAIM")],
+                &[PARTITION_KEY_VAR, SORT_KEY_VAR],
+                "the attribute name is empty",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk=CLAIM"), (SORT_KEY_VAR, "sk=CLAIM")],
+                &[PARTITION_KEY_VAR, SORT_KEY_VAR],
+                "no template contains {key}",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk=CLAIM")],
+                &[PARTITION_KEY_VAR],
+                "no template contains {key}",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk=")],
+                &[PARTITION_KEY_VAR],
+                "the template is empty",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk={key}"), (SORT_KEY_VAR, "pk=CLAIM")],
+                &[PARTITION_KEY_VAR, SORT_KEY_VAR],
+                "both named",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "pk={key}#{key}")],
+                &[PARTITION_KEY_VAR],
+                "at most once",
+            ),
+            (
+                &[(PARTITION_KEY_VAR, "status={key}")],
+                &[PARTITION_KEY_VAR],
+                "also the record's status attribute",
+            ),
+            (
+                &[(SORT_KEY_VAR, "sk={key}")],
+                &[SORT_KEY_VAR],
+                "needs a partition key",
+            ),
+        ] {
+            let err = settings(vars).expect_err(&format!("{vars:?}"));
+            assert_eq!(err.kind(), ErrorKind::Config, "{vars:?}");
+            let text = err.to_string();
+            assert!(text.contains(says), "{vars:?}: {text}");
+            for name in names {
+                assert!(text.contains(name), "{vars:?}: {text}");
+            }
+        }
+    }
+
     #[test]
     fn cli_store_prefers_the_store_then_the_table() {
         let s = settings(&[]).expect("empty env");
@@ -622,7 +941,8 @@ mod tests {
             s.cli_store().expect("dynamodb"),
             StoreUrl::DynamoDb {
                 table: "claims".into(),
-                accounts_table: "ledger".into()
+                accounts_table: "ledger".into(),
+                key_schema: None,
             }
         );
         let s = settings(&[

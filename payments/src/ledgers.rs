@@ -200,7 +200,14 @@ async fn open_durable(url: &StoreUrl) -> Result<AnyLedger, Error> {
         StoreUrl::DynamoDb {
             table,
             accounts_table,
-        } => AnyLedger::DynamoDb(DynamoDbLedger::from_env(table, accounts_table).await),
+            key_schema,
+        } => {
+            let mut store = sqs_claim::DynamoDbStore::from_env(table).await;
+            if let Some(schema) = key_schema {
+                store = store.with_key_schema(schema.clone())?;
+            }
+            AnyLedger::DynamoDb(DynamoDbLedger::new(store, accounts_table))
+        }
         #[cfg(feature = "redis")]
         StoreUrl::Redis(url) => {
             AnyLedger::Redis(RedisLedger::new(crate::redis::open(url.expose()).await?))

@@ -743,6 +743,13 @@ fn consumer_refuses_invalid_settings_at_startup() {
             vec![("SQS_CLAIM_STORE", "memory:")],
             "AWS_LAMBDA_RUNTIME_API",
         ),
+        (
+            vec![
+                ("SQS_CLAIM_TABLE", "claims"),
+                ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "pk=CLAIM"),
+            ],
+            "SQS_CLAIM_DYNAMODB_PARTITION_KEY",
+        ),
     ] {
         let run = run_program(CONSUMER, dir.path(), &[], &env);
         assert_ne!(run.code, Some(0), "{env:?}: the consumer must not start");
@@ -1254,4 +1261,342 @@ fn the_init_hint_keeps_the_accounts_table() {
     let store = format!("dynamodb:{table}");
     let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &env);
     assert_eq!(init_hint(&run.stderr), ["init", "--store", &store]);
+}
+
+/// A DynamoDB client for DynamoDB Local at `endpoint`, with test credentials.
+fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+/// The single-table layout of the README: each claim under `CLAIM#<key>`, sort key `CLAIM`.
+const SINGLE_TABLE: [(&str, &str); 2] = [
+    ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "pk=CLAIM#{key}"),
+    ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
+];
+
+/// On a single-table layout (`SQS_CLAIM_DYNAMODB_PARTITION_KEY=pk=CLAIM#{key}`,
+/// `SQS_CLAIM_DYNAMODB_SORT_KEY=sk=CLAIM`): the init hint keeps the layout and, run as printed,
+/// creates the composite table (HASH + RANGE, TTL on); `events/plain.json` runs twice (the
+/// second run all duplicates, balances unchanged); each claim is the item `CLAIM#<key>` /
+/// `CLAIM`, `inspect` shows it, `forget` deletes it alone; business items of other types in the
+/// same table, one in the same partition as a claim, are never touched.
+#[tokio::test]
+async fn a_single_table_layout_runs_twice_beside_business_items() {
+    use aws_sdk_dynamodb::types::{AttributeValue, KeyType, TimeToLiveStatus};
+    let env_owned = dynamodb_env();
+    let mut env: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let aws_only = env.clone();
+    env.extend(SINGLE_TABLE);
+    let client = dynamodb_client(&env_owned[0].1);
+    let dir = TempDir::new();
+    let table = format!("cli-single-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{table}");
+    let event = events_dir().join("plain.json");
+    let event = event.to_str().expect("path");
+
+    // Before init: the hint names the layout, and run as printed (no layout in the
+    // environment) it creates the table this run looks for.
+    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &env);
+    assert_one_line_error(&run, "invoke before init");
+    let hint = init_hint(&run.stderr);
+    assert_eq!(
+        hint,
+        [
+            "init",
+            "--store",
+            &store,
+            "--partition-key",
+            "pk=CLAIM#{key}",
+            "--sort-key",
+            "sk=CLAIM"
+        ],
+        "{}",
+        run.stderr
+    );
+    let hint: Vec<&str> = hint.iter().map(String::as_str).collect();
+    let init = sqs_claim(dir.path(), &hint, &aws_only).ok("the init hint");
+    assert!(
+        init.stderr.contains("keys: pk=CLAIM#{key}, sk=CLAIM"),
+        "{}",
+        init.stderr
+    );
+    let described = client
+        .describe_table()
+        .table_name(&table)
+        .send()
+        .await
+        .expect("describe the claims table");
+    let keys: Vec<(String, KeyType)> = described
+        .table()
+        .expect("a table")
+        .key_schema()
+        .iter()
+        .map(|k| (k.attribute_name().to_owned(), k.key_type().clone()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("pk".to_owned(), KeyType::Hash),
+            ("sk".to_owned(), KeyType::Range)
+        ]
+    );
+    let ttl = client
+        .describe_time_to_live()
+        .table_name(&table)
+        .send()
+        .await
+        .expect("describe TTL");
+    let ttl = ttl.time_to_live_description().expect("a TTL description");
+    assert_eq!(ttl.time_to_live_status(), Some(&TimeToLiveStatus::Enabled));
+    assert_eq!(ttl.attribute_name(), Some("expiration"));
+
+    // Business items: an order of its own, and a note in the same partition as a claim.
+    let item = |pk: &str, sk: &str| {
+        [
+            ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
+            ("sk".to_owned(), AttributeValue::S(sk.to_owned())),
+        ]
+        .into_iter()
+        .collect::<std::collections::HashMap<_, _>>()
+    };
+    let business = [
+        ("ORDER#ord-1001", "ORDER"),
+        ("CLAIM#payments#ord-1001", "NOTE"),
+    ];
+    for (pk, sk) in business {
+        client
+            .put_item()
+            .table_name(&table)
+            .set_item(Some(item(pk, sk)))
+            .item("total_cents", AttributeValue::N("1250".into()))
+            .send()
+            .await
+            .expect("put a business item");
+    }
+
+    run_twice(dir.path(), Path::new(event), &["--store", &store], &env);
+
+    // The claim is the item CLAIM#<key> / CLAIM, and `inspect` shows it.
+    let get = |pk: &str, sk: &str| {
+        client
+            .get_item()
+            .table_name(&table)
+            .set_key(Some(item(pk, sk)))
+            .consistent_read(true)
+            .send()
+    };
+    let claim = get("CLAIM#payments#ord-1001", "CLAIM")
+        .await
+        .expect("get the claim");
+    let claim = claim.item().expect("the claim is CLAIM#<key> / CLAIM");
+    assert_eq!(
+        claim
+            .get("status")
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str),
+        Some("COMPLETED"),
+        "{claim:?}"
+    );
+    let seen = sqs_claim(
+        dir.path(),
+        &[
+            "inspect",
+            "payments#ord-1001",
+            "--store",
+            &store,
+            "--report",
+            "json",
+        ],
+        &env,
+    )
+    .ok("inspect")
+    .json();
+    assert_eq!(seen["key"], json!("payments#ord-1001"), "{seen}");
+    assert_eq!(seen["status"], json!("completed"), "{seen}");
+    // Every item is a claim or a business item: none is keyed the default way.
+    let scan = client
+        .scan()
+        .table_name(&table)
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("scan");
+    for found in scan.items() {
+        let pk = found.get("pk").and_then(|v| v.as_s().ok()).expect("a pk");
+        let sk = found.get("sk").and_then(|v| v.as_s().ok()).expect("an sk");
+        assert!(
+            (pk.starts_with("CLAIM#payments#") && sk == "CLAIM")
+                || business.contains(&(pk.as_str(), sk.as_str())),
+            "an item of neither kind: {found:?}"
+        );
+        assert!(!found.contains_key("id"), "{found:?}");
+    }
+
+    // `forget` deletes the claim's item alone; `release` of a completed claim is refused.
+    let release = sqs_claim(
+        dir.path(),
+        &["release", "payments#ord-1001", "--store", &store, "--yes"],
+        &env,
+    );
+    assert_eq!(release.code, Some(1), "{}", release.stderr);
+    assert!(
+        release.stderr.contains("is completed"),
+        "{}",
+        release.stderr
+    );
+    sqs_claim(
+        dir.path(),
+        &["forget", "payments#ord-1001", "--store", &store, "--yes"],
+        &env,
+    )
+    .ok("forget");
+    let gone = get("CLAIM#payments#ord-1001", "CLAIM")
+        .await
+        .expect("get the claim");
+    assert!(gone.item().is_none(), "forget left the claim: {gone:?}");
+    for (pk, sk) in business {
+        let kept = get(pk, sk).await.expect("get a business item");
+        let kept = kept.item().expect("the business item is still there");
+        assert_eq!(
+            kept.get("total_cents")
+                .and_then(|v| v.as_n().ok())
+                .map(String::as_str),
+            Some("1250"),
+            "{pk} / {sk}: {kept:?}"
+        );
+        assert_eq!(kept.len(), 3, "{pk} / {sk}: changed: {kept:?}");
+    }
+}
+
+/// A key layout that does not match the claims table stops the start with one clear line
+/// that shows both (the table's keys, the configured layout and its variables), for the CLI
+/// and the Lambda consumer; and a default layout on a single-table table likewise. A bad
+/// layout value is refused before any store is touched.
+#[test]
+fn a_key_layout_that_does_not_match_the_table_stops_the_start() {
+    let env_owned = dynamodb_env();
+    let aws: Vec<(&str, &str)> = env_owned.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let with_layout = [&aws[..], &SINGLE_TABLE[..]].concat();
+    let dir = TempDir::new();
+    let event = dir.write("credits.json", &own_event());
+    let event = event.to_str().expect("path");
+
+    // A default table, a single-table layout.
+    let default_table = format!("cli-default-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{default_table}");
+    sqs_claim(dir.path(), &["init", "--store", &store], &aws).ok("init a default table");
+    let run = sqs_claim(
+        dir.path(),
+        &["invoke", event, "--store", &store],
+        &with_layout,
+    );
+    assert_one_line_error(&run, "a layout the table does not have");
+    assert_eq!(run.code, Some(1));
+    for needle in [
+        "has the key schema id (HASH, S)",
+        "configured for pk (HASH, S) + sk (RANGE, S)",
+        "SQS_CLAIM_DYNAMODB_PARTITION_KEY=pk=CLAIM#{key}",
+        "SQS_CLAIM_DYNAMODB_SORT_KEY=sk=CLAIM",
+    ] {
+        assert!(run.stderr.contains(needle), "no {needle:?}: {}", run.stderr);
+    }
+    // The flags say the same; inspect checks too.
+    let run = sqs_claim(
+        dir.path(),
+        &[
+            "inspect",
+            "payments#o-1",
+            "--store",
+            &store,
+            "--partition-key",
+            "pk=CLAIM#{key}",
+        ],
+        &aws,
+    );
+    assert_one_line_error(&run, "inspect with a layout the table does not have");
+    assert!(
+        run.stderr.contains("configured for pk (HASH, S) ("),
+        "{}",
+        run.stderr
+    );
+    // The consumer, at its init, before it asks for an invocation.
+    let lambda = [
+        ("SQS_CLAIM_TABLE", default_table.as_str()),
+        ("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9"),
+        ("AWS_LAMBDA_FUNCTION_NAME", "payments"),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST"),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256"),
+    ];
+    let consumer = run_program(
+        CONSUMER,
+        dir.path(),
+        &[],
+        &[&with_layout[..], &lambda[..]].concat(),
+    );
+    assert_ne!(consumer.code, Some(0), "{}", consumer.stdout);
+    assert!(
+        consumer.stdout.contains("has the key schema id (HASH, S)")
+            && consumer
+                .stdout
+                .contains("SQS_CLAIM_DYNAMODB_SORT_KEY=sk=CLAIM"),
+        "{}{}",
+        consumer.stdout,
+        consumer.stderr
+    );
+
+    // A single-table table, the default layout.
+    let single = format!("cli-single-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{single}");
+    sqs_claim(dir.path(), &["init", "--store", &store], &with_layout).ok("init a single table");
+    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &aws);
+    assert_one_line_error(&run, "the default layout on a single table");
+    for needle in [
+        "has the key schema pk (HASH, S) + sk (RANGE, S)",
+        "configured for id (HASH, S) (the default layout id={key}",
+    ] {
+        assert!(run.stderr.contains(needle), "no {needle:?}: {}", run.stderr);
+    }
+    // With the layout it runs.
+    let report = sqs_claim(
+        dir.path(),
+        &["invoke", event, "--store", &store, "--report", "json"],
+        &with_layout,
+    )
+    .ok("invoke with the layout")
+    .json();
+    assert_eq!(report["counts"]["processed"], json!(3), "{report}");
+
+    // A bad value: one line naming the variable (or flag), nothing opened.
+    for (vars, args, needle) in [
+        (
+            &[("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "pk")][..],
+            &[][..],
+            "SQS_CLAIM_DYNAMODB_PARTITION_KEY is invalid",
+        ),
+        (
+            &[
+                ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "pk=CLAIM"),
+                ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
+            ],
+            &[],
+            "no template contains {key}",
+        ),
+        (&[], &["--sort-key", "=CLAIM"], "--sort-key"),
+    ] {
+        let mut args = [&["invoke", event, "--store", &store][..], args].concat();
+        if needle == "--sort-key" {
+            args.extend(["--partition-key", "pk=CLAIM#{key}"]);
+        }
+        let run = sqs_claim(dir.path(), &args, &[&aws[..], vars].concat());
+        assert_one_line_error(&run, needle);
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
 }

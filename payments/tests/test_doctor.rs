@@ -748,6 +748,58 @@ async fn each_bad_table_fails_its_rule() {
     assert_eq!(run.with_status("fail"), vec!["table-ttl", "key-schema"]);
 }
 
+/// The `key-schema` rule checks the table against the configured key layout
+/// (`SQS_CLAIM_DYNAMODB_PARTITION_KEY`, `SQS_CLAIM_DYNAMODB_SORT_KEY`, or their flags): a
+/// single-table table made by `init` with the layout is ok under it, and fails under the
+/// default layout.
+#[tokio::test]
+async fn the_key_schema_rule_uses_the_configured_layout() {
+    let queue = good_queue().await;
+    let layout = [
+        ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "pk=CLAIM#{key}"),
+        ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
+    ];
+    let table = unique("doctor-single");
+    let out = Command::new(BIN)
+        .args(["init", "--table", &table])
+        .current_dir(std::env::temp_dir())
+        .env_clear()
+        .envs(aws_env())
+        .envs(layout)
+        .output()
+        .expect("run sqs-claim init");
+    assert!(
+        out.status.success(),
+        "sqs-claim init: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = doctor(&args(&queue, &table, &GOOD_FUNCTION), &layout);
+    run.assert_all_ok("a single table under its layout");
+    assert!(
+        run.stdout.contains("the HASH key pk and the RANGE key sk"),
+        "{}",
+        run.stdout
+    );
+    let flags = [
+        &GOOD_FUNCTION[..],
+        &[
+            "--partition-key",
+            "pk=CLAIM#{key}",
+            "--sort-key",
+            "sk=CLAIM",
+        ],
+    ]
+    .concat();
+    doctor(&args(&queue, &table, &flags), &[]).assert_all_ok("the layout as flags");
+    let run = doctor(&args(&queue, &table, &GOOD_FUNCTION), &[]);
+    run.assert_fails_only("key-schema", "a single table under the default layout");
+    assert!(
+        run.stdout.contains("a single HASH key id"),
+        "{}",
+        run.stdout
+    );
+}
+
 #[tokio::test]
 async fn a_warning_fails_only_with_strict() {
     let table = initialized_table();

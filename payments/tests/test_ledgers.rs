@@ -192,6 +192,66 @@ mod dynamodb {
             .await
             .expect("delete the odd item");
     }
+
+    /// On a single-table layout (`pk=CLAIM#{key}`, `sk=CLAIM`) the ledger's `init` creates the
+    /// composite claims table, its start-up check accepts it, and the balance range holds (the
+    /// credit rides in the completion's transaction, which names the claim's whole key).
+    #[tokio::test]
+    async fn dynamodb_ledger_on_a_single_table_layout() {
+        use payments::{DynamoDbLedger, Ledger};
+        use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+        let table = format!("ledger-single-{}", uuid::Uuid::new_v4());
+        let accounts = format!("{table}-accounts");
+        let store = DynamoDbStore::new(client(), &table)
+            .with_key_schema(
+                DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM"),
+            )
+            .expect("a valid layout");
+        let ledger = DynamoDbLedger::new(store, &accounts);
+        ledger.init().await.expect("create both tables");
+        ledger
+            .prepare()
+            .await
+            .expect("the composite table passes the check");
+        super::ledger::balance_stays_in_range(&ledger).await;
+        // The same table under the default layout fails the start-up check, saying why.
+        let default = DynamoDbLedger::new(DynamoDbStore::new(client(), &table), &accounts);
+        let err = default
+            .prepare()
+            .await
+            .expect_err("the default layout on a composite table");
+        assert_eq!(err.kind(), sqs_claim::ErrorKind::Config, "{err}");
+        assert!(
+            err.to_string()
+                .contains("has the key schema pk (HASH, S) + sk (RANGE, S)"),
+            "{err}"
+        );
+    }
+
+    /// The operator's commands (`inspect`, `release`, `forget`) through the CLI on a
+    /// single-table layout given by the environment, after `init` made the composite table.
+    #[cfg(any(feature = "redis", feature = "postgres"))]
+    #[tokio::test]
+    async fn operator_commands_on_a_single_table_layout() {
+        let table = format!("ledger-single-op-{}", uuid::Uuid::new_v4());
+        let store = format!("dynamodb:{table}");
+        let endpoint = super::dynamodb_local::dynamodb_endpoint();
+        tokio::task::spawn_blocking(move || {
+            let env = [
+                ("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str()),
+                ("AWS_REGION", "us-east-1"),
+                ("AWS_ACCESS_KEY_ID", "test"),
+                ("AWS_SECRET_ACCESS_KEY", "test"),
+                ("AWS_EC2_METADATA_DISABLED", "true"),
+                ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "pk=CLAIM#{key}"),
+                ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
+            ];
+            super::cli::run(&["init", "--store", &store], &env);
+            super::cli::operator_commands(&store, &env);
+        })
+        .await
+        .expect("the CLI scenario");
+    }
 }
 
 #[cfg(feature = "redis")]

@@ -5,7 +5,7 @@
 //! ```text
 //! sqs-claim invoke EVENT.json [--store URL] [--accounts-table NAME] [--report json]
 //! sqs-claim balances [--store URL] [--accounts-table NAME]
-//! sqs-claim init [--store URL] [--accounts-table NAME]
+//! sqs-claim init [--store URL] [--accounts-table NAME] [--partition-key K=T] [--sort-key K=T]
 //! sqs-claim prune [--store URL] [--limit N]
 //! sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json] [--strict]
 //! sqs-claim inspect|release|forget KEY [--namespace NS] [--store URL]
@@ -97,6 +97,25 @@ struct StoreArgs {
         env = "SQS_CLAIM_ACCOUNTS_TABLE"
     )]
     accounts_table: Option<String>,
+
+    /// The DynamoDB claims table's partition key, NAME=TEMPLATE, for a table shared with other
+    /// items: pk=CLAIM#{key} [default: id={key}]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME=TEMPLATE",
+        env = "SQS_CLAIM_DYNAMODB_PARTITION_KEY"
+    )]
+    partition_key: Option<String>,
+
+    /// The DynamoDB claims table's sort key, NAME=TEMPLATE: sk=CLAIM [default: none]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME=TEMPLATE",
+        env = "SQS_CLAIM_DYNAMODB_SORT_KEY"
+    )]
+    sort_key: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -199,12 +218,15 @@ struct StoreFlags {
     store: Option<String>,
     table: Option<String>,
     accounts_table: Option<String>,
+    partition_key: Option<String>,
+    sort_key: Option<String>,
 }
 
 /// What the command line asks for: a command to run, or text to print (help, version).
 #[derive(Debug)]
 enum Parsed {
-    Run(Command, StoreFlags),
+    /// The flags boxed: they would make the enum large for the text variant.
+    Run(Command, Box<StoreFlags>),
     Print(String),
 }
 
@@ -227,13 +249,15 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
         store: given("store", cli.store.store),
         table: given("table", cli.store.table),
         accounts_table: given("accounts_table", cli.store.accounts_table),
+        partition_key: given("partition_key", cli.store.partition_key),
+        sort_key: given("sort_key", cli.store.sort_key),
     };
     if flags.store.is_some() && flags.table.is_some() {
         return Err(CliError::usage(
             "--store and --table both name the store: give one",
         ));
     }
-    Ok(Parsed::Run(cli.command, flags))
+    Ok(Parsed::Run(cli.command, Box::new(flags)))
 }
 
 /// Whether the global flag `id` was typed (before or after the command), not taken from its
@@ -297,7 +321,46 @@ fn apply_flags(settings: &mut Settings, flags: StoreFlags) -> Result<(), CliErro
     if let Some(accounts) = flags.accounts_table {
         settings.accounts_table = Some(accounts);
     }
+    if flags.partition_key.is_some() || flags.sort_key.is_some() {
+        // Each flag beats its own variable; the other half of the layout may come from the
+        // environment, and the two are checked together.
+        let (env_partition, env_sort) = match &settings.dynamodb_keys {
+            Some(schema) => {
+                let (partition, sort) = payments::config::key_layout_values(schema);
+                (Some(partition), sort)
+            }
+            None => (None, None),
+        };
+        let pick =
+            |flag: &Option<String>, name: &'static str, env: Option<String>, var| match (flag, env)
+            {
+                (Some(value), _) => Some((name.to_owned(), value.clone())),
+                (None, Some(value)) => Some((format!("environment variable {var}"), value)),
+                (None, None) => None,
+            };
+        let partition = pick(
+            &flags.partition_key,
+            "--partition-key",
+            env_partition,
+            payments::config::PARTITION_KEY_VAR,
+        );
+        let sort = pick(
+            &flags.sort_key,
+            "--sort-key",
+            env_sort,
+            payments::config::SORT_KEY_VAR,
+        );
+        settings.dynamodb_keys = payments::config::key_layout(as_refs(&partition), as_refs(&sort))
+            .map_err(CliError::failed)?;
+    }
     Ok(())
+}
+
+/// A setting as [`payments::config::key_layout`] takes it: (where it came from, its value).
+fn as_refs(setting: &Option<(String, String)>) -> Option<(&str, &str)> {
+    setting
+        .as_ref()
+        .map(|(source, value)| (source.as_str(), value.as_str()))
 }
 
 /// Reads and checks an SQS event file, as `sqs_claim::lambda::run` does: every failure names
@@ -459,7 +522,7 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
 
 fn main() -> ExitCode {
     let (command, flags) = match parse(std::env::args_os()) {
-        Ok(Parsed::Run(command, flags)) => (command, flags),
+        Ok(Parsed::Run(command, flags)) => (command, *flags),
         Ok(Parsed::Print(text)) => {
             print!("{text}");
             return ExitCode::SUCCESS;
@@ -515,7 +578,7 @@ mod tests {
 
     fn run_of(words: &[&str]) -> (Command, StoreFlags) {
         match parse_words(words) {
-            Ok(Parsed::Run(command, flags)) => (command, flags),
+            Ok(Parsed::Run(command, flags)) => (command, *flags),
             other => panic!("{words:?}: expected a command, got {other:?}"),
         }
     }
@@ -565,7 +628,8 @@ mod tests {
             StoreFlags {
                 store: None,
                 table: Some("claims".into()),
-                accounts_table: Some("ledger".into())
+                accounts_table: Some("ledger".into()),
+                ..StoreFlags::default()
             }
         );
         // An empty value counts as not given, as before.
@@ -625,6 +689,68 @@ mod tests {
         .expect("valid settings")
     }
 
+    /// `--partition-key` and `--sort-key` set the DynamoDB key layout, each over its own
+    /// variable (the other half may come from the environment), checked together; a bad value
+    /// names the flag.
+    #[test]
+    fn the_key_layout_flags_beat_their_variables() {
+        use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+        let (_, flags) = run_of(&[
+            "init",
+            "--table",
+            "app",
+            "--partition-key",
+            "pk=CLAIM#{key}",
+            "--sort-key",
+            "sk=CLAIM",
+        ]);
+        assert_eq!(flags.partition_key.as_deref(), Some("pk=CLAIM#{key}"));
+        assert_eq!(flags.sort_key.as_deref(), Some("sk=CLAIM"));
+        let mut s = settings(&[]);
+        apply_flags(&mut s, flags).expect("valid flags");
+        let single_table =
+            DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM");
+        assert_eq!(
+            s.cli_store().expect("url"),
+            StoreUrl::DynamoDb {
+                table: "app".into(),
+                accounts_table: "app-accounts".into(),
+                key_schema: Some(single_table.clone()),
+            }
+        );
+        // The flag replaces its variable only: the sort key stays the environment's.
+        let mut s = settings(&[
+            ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "id={key}"),
+            ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
+        ]);
+        let flags = StoreFlags {
+            partition_key: Some("pk=CLAIM#{key}".into()),
+            ..StoreFlags::default()
+        };
+        apply_flags(&mut s, flags).expect("valid");
+        assert_eq!(s.dynamodb_keys, Some(single_table));
+        // A bad flag names the flag, not the variable.
+        let mut s = settings(&[]);
+        let flags = StoreFlags {
+            partition_key: Some("pk=CLAIM".into()),
+            ..StoreFlags::default()
+        };
+        let err = apply_flags(&mut s, flags).expect_err("no {key}");
+        assert!(
+            err.message.contains("--partition-key") && err.message.contains("{key}"),
+            "{}",
+            err.message
+        );
+        let mut s = settings(&[]);
+        let flags = StoreFlags {
+            sort_key: Some("sk".into()),
+            partition_key: Some("pk={key}".into()),
+            ..StoreFlags::default()
+        };
+        let err = apply_flags(&mut s, flags).expect_err("not NAME=TEMPLATE");
+        assert!(err.message.contains("--sort-key"), "{}", err.message);
+    }
+
     #[test]
     fn a_flag_beats_the_environment() {
         let env = [
@@ -645,7 +771,8 @@ mod tests {
             s.cli_store().expect("url"),
             StoreUrl::DynamoDb {
                 table: "claims".into(),
-                accounts_table: "claims-accounts".into()
+                accounts_table: "claims-accounts".into(),
+                key_schema: None,
             }
         );
 

@@ -11,7 +11,7 @@ use sqs_claim::aws_config::{self, BehaviorVersion, SdkConfig, timeout::TimeoutCo
 use sqs_claim::aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TimeToLiveStatus};
 use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
 use sqs_claim::store::DynamoDbStore;
-use sqs_claim::store::dynamodb::classify;
+use sqs_claim::store::dynamodb::{DynamoDbKeySchema, classify};
 use sqs_claim::{Error, ErrorKind};
 
 use super::{DoctorArgs, Facts, template};
@@ -222,7 +222,7 @@ pub(super) async fn gather(
         function = function.or(from_template);
     }
     let table = match (dynamodb_table(store), &config) {
-        (Some(table), Some(config)) => read_table(config, table).await?,
+        (Some((table, keys)), Some(config)) => read_table(config, table, keys).await?,
         _ => TableFacts::NotDynamoDb(store.to_string()),
     };
     Ok(Facts {
@@ -235,10 +235,13 @@ pub(super) async fn gather(
     })
 }
 
-/// The claims table of a DynamoDB store, or of a tiered store's DynamoDB tier.
-fn dynamodb_table(store: &StoreUrl) -> Option<&str> {
+/// The claims table of a DynamoDB store, or of a tiered store's DynamoDB tier, and its
+/// configured key layout.
+fn dynamodb_table(store: &StoreUrl) -> Option<(&str, Option<&DynamoDbKeySchema>)> {
     match store {
-        StoreUrl::DynamoDb { table, .. } => Some(table),
+        StoreUrl::DynamoDb {
+            table, key_schema, ..
+        } => Some((table, key_schema.as_ref())),
         StoreUrl::Tiered { durable, .. } => dynamodb_table(durable),
         _ => None,
     }
@@ -479,10 +482,17 @@ async fn read_function(
     Ok(facts)
 }
 
-async fn read_table(config: &SdkConfig, table: &str) -> Result<TableFacts, Error> {
-    // The store the consumer builds, so the client's bounds and the attribute names it
-    // expects are the consumer's own.
-    let store = DynamoDbStore::from_sdk_config(config, table, Default::default());
+async fn read_table(
+    config: &SdkConfig,
+    table: &str,
+    keys: Option<&DynamoDbKeySchema>,
+) -> Result<TableFacts, Error> {
+    // The store the consumer builds, so the client's bounds, the attribute names and the key
+    // layout it expects are the consumer's own.
+    let mut store = DynamoDbStore::from_sdk_config(config, table, Default::default());
+    if let Some(keys) = keys {
+        store = store.with_key_schema(keys.clone())?;
+    }
     let attrs = store.attributes();
     let client = store.client();
     let described = match client.describe_table().table_name(table).send().await {

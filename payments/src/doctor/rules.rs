@@ -403,8 +403,9 @@ fn key_schema(facts: &Facts) -> Finding {
         ),
     )
     .fix(
-        "point the store at the claims table, or create one with `sqs-claim init --store \
-         dynamodb:NEW_TABLE` (a table's key cannot be changed)",
+        "point the store at the claims table, or set SQS_CLAIM_DYNAMODB_PARTITION_KEY and \
+         SQS_CLAIM_DYNAMODB_SORT_KEY to this table's keys, or create one with `sqs-claim init \
+         --store dynamodb:NEW_TABLE` and the same key flags (a table's key cannot be changed)",
     )
 }
 
