@@ -49,10 +49,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::{Error, ErrorKind};
+use crate::{Error, ErrorKind, KeySource};
 
 /// The environment variable Powertools reads the function name from.
 const FUNCTION_NAME_ENV: &str = "AWS_LAMBDA_FUNCTION_NAME";
@@ -95,6 +96,7 @@ impl HashFunction {
 pub struct PowertoolsFormat {
     prefix: String,
     hash: HashFunction,
+    validation: Option<RecordPayload>,
 }
 
 impl PowertoolsFormat {
@@ -105,6 +107,7 @@ impl PowertoolsFormat {
         PowertoolsFormat {
             prefix: format!("{}.{}", function_name.as_ref(), handler.as_ref()),
             hash: HashFunction::Md5,
+            validation: None,
         }
     }
 
@@ -123,6 +126,7 @@ impl PowertoolsFormat {
         PowertoolsFormat {
             prefix: key_prefix.into(),
             hash: HashFunction::Md5,
+            validation: None,
         }
     }
 
@@ -179,6 +183,108 @@ impl PowertoolsFormat {
             std::env::var(FUNCTION_NAME_ENV).unwrap_or_default()
         )
     }
+}
+
+/// What a Powertools `payload_validation_jmespath` selects from an SQS record, for the
+/// processor's payload fingerprint ([`PowertoolsFormat::with_record_validation`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordPayload {
+    /// `"body"`: the body as a string.
+    Body,
+    /// `"powertools_json(body)"` (pointer `""`) or `"powertools_json(body).a.b"` (pointer
+    /// `"/a/b"`): the JSON value in the body at an RFC 6901 pointer.
+    BodyJson(String),
+}
+
+impl PowertoolsFormat {
+    /// The payload validation the Powertools side uses (`payload_validation_jmespath`), so
+    /// that a processor built with [`ProcessorBuilder::powertools`] stores and compares the
+    /// same `validation` hash. Without it, that processor fingerprints nothing, as Powertools
+    /// validates nothing by default: a `validation` hash of one side would never equal the
+    /// other's.
+    ///
+    /// [`ProcessorBuilder::powertools`]: crate::ProcessorBuilder::powertools
+    pub fn with_record_validation(mut self, payload: RecordPayload) -> Self {
+        self.validation = Some(payload);
+        self
+    }
+
+    /// The stored key of an SQS record whose key comes from `source`, as a Powertools
+    /// `@idempotent_function` record handler keys it, or `None` if Powertools would find no
+    /// key ([`is_missing_key`]). What each source is to Powertools' `event_key_jmespath`:
+    ///
+    /// | `KeySource` | `event_key_jmespath` | hashed |
+    /// |---|---|---|
+    /// | `MessageId` | `messageId` | the id, a JSON string |
+    /// | `JsonPointer("/a/b")` | `powertools_json(body).a.b` | the JSON value there, numbers as written |
+    /// | `MessageAttribute("N")` | `messageAttributes.N.stringValue` | the string |
+    /// | `DeduplicationId` | `attributes.MessageDeduplicationId` | the string |
+    /// | `BodySha256` | `body` | the body, a JSON string (identical bodies, one key) |
+    ///
+    /// Errors (kind `MissingKey`) when the pointer's body is not JSON, never naming the body.
+    pub fn record_key(
+        &self,
+        source: &KeySource,
+        msg: &SqsMessage,
+    ) -> Result<Option<String>, Error> {
+        let string_key = |s: Option<&String>| {
+            s.filter(|s| !s.is_empty())
+                .map(|s| self.key(&Value::String(s.clone())))
+        };
+        Ok(match source {
+            KeySource::MessageId => string_key(msg.message_id.as_ref()),
+            KeySource::MessageAttribute(name) => string_key(
+                msg.message_attributes
+                    .get(name)
+                    .and_then(|a| a.string_value.as_ref()),
+            ),
+            KeySource::DeduplicationId => string_key(msg.attributes.get("MessageDeduplicationId")),
+            KeySource::BodySha256 => string_key(msg.body.as_ref()),
+            KeySource::JsonPointer(ptr) => match body_json_at(msg, ptr).map_err(|e| {
+                Error::new(
+                    ErrorKind::MissingKey,
+                    format!("cannot read key {ptr:?}: {}", e.message()),
+                )
+            })? {
+                Some(raw) => Some(self.key_of_text(raw)?),
+                None => None,
+            },
+        })
+    }
+
+    /// The `validation` hash of an SQS record under [`with_record_validation`]
+    /// (`None` without it, or when the body is not the JSON it names).
+    ///
+    /// [`with_record_validation`]: Self::with_record_validation
+    pub fn record_fingerprint(&self, msg: &SqsMessage) -> Option<String> {
+        match self.validation.as_ref()? {
+            RecordPayload::Body => {
+                Some(self.hash(&Value::String(msg.body.clone().unwrap_or_default())))
+            }
+            // Powertools hashes what JMESPath finds, `null` for nothing.
+            RecordPayload::BodyJson(ptr) => {
+                match crate::pointer::find_raw(msg.body.as_deref().unwrap_or(""), ptr).ok()? {
+                    Some(raw) => self.hash_text(raw).ok(),
+                    None => Some(self.hash(&Value::Null)),
+                }
+            }
+        }
+    }
+}
+
+/// The raw text of the JSON value at `ptr` in `msg`'s body, `None` if there is nothing there
+/// or Powertools would count it as no key.
+fn body_json_at<'m>(msg: &'m SqsMessage, ptr: &str) -> Result<Option<&'m str>, Error> {
+    let body = msg.body.as_deref().unwrap_or("");
+    let raw = crate::pointer::find_raw(body, ptr).map_err(not_json)?;
+    Ok(match raw {
+        Some(raw) => {
+            let value: Value = serde_json::from_str(raw).map_err(not_json)?;
+            (!is_missing_key(&value)).then_some(raw)
+        }
+        None => None,
+    })
 }
 
 /// Whether Powertools counts `datum` as "no idempotency key" (`is_missing_idempotency_key`):

@@ -410,3 +410,257 @@ async fn same_key_other_payload_is_a_mismatch_on_both_sides() {
     assert_eq!(matching["ran"], false, "{matching}");
     assert_eq!(matching["error"], Value::Null, "{matching}");
 }
+
+// ---- the SQS processor and a Powertools batch consumer on one table ---------------------
+
+fn record_format() -> PowertoolsFormat {
+    PowertoolsFormat::new(FUNCTION, "app.record_handler")
+}
+
+/// An SQS event as Lambda delivers it, of `(message id, body)` records.
+fn sqs_event(records: &[(&str, &str)]) -> Value {
+    let records: Vec<Value> = records
+        .iter()
+        .map(|(id, body)| {
+            json!({
+                "messageId": id,
+                "receiptHandle": format!("rh-{id}"),
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1700000000000",
+                    "SenderId": "AIDAEXAMPLE",
+                    "ApproximateFirstReceiveTimestamp": "1700000000001"
+                },
+                "messageAttributes": {},
+                "md5OfBody": "00000000000000000000000000000000",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:orders",
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    json!({ "Records": records })
+}
+
+/// Runs the batch through Powertools' batch consumer; the message ids whose handler ran.
+fn powertools_batch(table: &str, dir: &Path, records: &[(&str, &str)], extra: &[&str]) -> Value {
+    let path = dir.join(format!("{}.json", uuid::Uuid::new_v4()));
+    std::fs::write(&path, sqs_event(records).to_string()).unwrap();
+    let out = driver(
+        &[
+            &[
+                "sqs-record",
+                "--table",
+                table,
+                "--event",
+                path.to_str().unwrap(),
+            ],
+            extra,
+        ]
+        .concat(),
+        "",
+    );
+    assert_eq!(out["error"], Value::Null, "{out}");
+    out
+}
+
+/// Runs the batch through `processor`.
+async fn sqs_claim_batch<H>(
+    processor: &sqs_claim::Processor<sqs_claim::DynamoDbStore, H>,
+    records: &[(&str, &str)],
+) -> sqs_claim::BatchReport
+where
+    H: tower::Service<sqs_claim::Message, Response = (), Error = sqs_claim::Error>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    H::Future: Send + 'static,
+{
+    let event: sqs_claim::events::SqsEvent = serde_json::from_value(sqs_event(records)).unwrap();
+    processor
+        .process(lambda_runtime::LambdaEvent::new(
+            event,
+            lambda_runtime::Context::default(),
+        ))
+        .await
+        .unwrap()
+}
+
+fn outcomes(report: &sqs_claim::BatchReport) -> Vec<(String, String)> {
+    report
+        .items()
+        .iter()
+        .map(|i| {
+            let o = match &i.outcome {
+                sqs_claim::Outcome::Processed => "processed".to_owned(),
+                sqs_claim::Outcome::Duplicate => "duplicate".to_owned(),
+                sqs_claim::Outcome::Failed(f) => format!("failed:{}", f.kind.as_str()),
+                other => format!("{other:?}"),
+            };
+            (i.message_id.clone(), o)
+        })
+        .collect()
+}
+
+fn pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    v.iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+type Ran = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+fn recording_handler(
+    ran: &Ran,
+) -> impl tower::Service<
+    sqs_claim::Message,
+    Response = (),
+    Error = sqs_claim::Error,
+    Future = impl Send + 'static,
+> + Clone
++ Send
++ Sync
++ 'static {
+    let ran = std::sync::Arc::clone(ran);
+    tower::service_fn(move |msg: sqs_claim::Message| {
+        let ran = std::sync::Arc::clone(&ran);
+        async move {
+            ran.lock().unwrap().push(msg.id().to_owned());
+            Ok::<(), sqs_claim::Error>(())
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_keyed_records_are_duplicates_across_powertools_and_the_processor() {
+    if !dynamodb_configured("body_keyed_records_are_duplicates_across_powertools_and_the_processor")
+    {
+        return;
+    }
+    let store = dynamodb::dynamodb_store("pt-records").await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = ["--key", "powertools_json(body).order_id"];
+
+    // Powertools first: a string, an integer and a float order id.
+    let first = [
+        ("m-1", r#"{"order_id":"o-1","amount":12.5}"#),
+        ("m-2", r#"{"order_id":42}"#),
+        ("m-3", r#"{"order_id":1e2}"#),
+    ];
+    let pt = powertools_batch(store.table(), dir.path(), &first, &key);
+    assert_eq!(pt["ran"], json!(["m-1", "m-2", "m-3"]), "{pt}");
+
+    // The processor: the same records, one of them re-sent under a new message id, one new.
+    let ran = Ran::default();
+    let processor = sqs_claim::Processor::builder(store.clone(), recording_handler(&ran))
+        .key(sqs_claim::KeySource::JsonPointer("/order_id".into()))
+        .powertools(record_format())
+        .build();
+    let mut second = first.to_vec();
+    second.push(("m-1b", r#"{"amount":12.5,"order_id":"o-1"}"#));
+    second.push(("m-4", r#"{"order_id":"o-4"}"#));
+    let report = sqs_claim_batch(&processor, &second).await;
+    assert_eq!(
+        outcomes(&report),
+        pairs(&[
+            ("m-1", "duplicate"),
+            ("m-2", "duplicate"),
+            ("m-3", "duplicate"),
+            ("m-1b", "duplicate"),
+            ("m-4", "processed"),
+        ])
+    );
+    assert_eq!(*ran.lock().unwrap(), ["m-4"]);
+    assert_eq!(
+        report.items()[4].key.as_deref(),
+        Some(record_format().key(&json!("o-4")).as_str())
+    );
+
+    // Back to Powertools: what the processor completed is a duplicate there.
+    let pt = powertools_batch(
+        store.table(),
+        dir.path(),
+        &[
+            ("m-4b", r#"{"order_id":"o-4"}"#),
+            ("m-5", r#"{"order_id":"o-5"}"#),
+        ],
+        &key,
+    );
+    assert_eq!(pt["ran"], json!(["m-5"]), "{pt}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_id_keyed_records_are_duplicates_across_powertools_and_the_processor() {
+    if !dynamodb_configured(
+        "message_id_keyed_records_are_duplicates_across_powertools_and_the_processor",
+    ) {
+        return;
+    }
+    let store = dynamodb::dynamodb_store("pt-msgid").await;
+    let dir = tempfile::tempdir().unwrap();
+    let pt = powertools_batch(store.table(), dir.path(), &[("m-1", "a")], &[]);
+    assert_eq!(pt["ran"], json!(["m-1"]), "{pt}");
+
+    let ran = Ran::default();
+    let processor = sqs_claim::Processor::builder(store.clone(), recording_handler(&ran))
+        .powertools(record_format())
+        .build();
+    let report = sqs_claim_batch(&processor, &[("m-1", "a"), ("m-2", "b")]).await;
+    assert_eq!(
+        outcomes(&report),
+        pairs(&[("m-1", "duplicate"), ("m-2", "processed")])
+    );
+
+    let pt = powertools_batch(
+        store.table(),
+        dir.path(),
+        &[("m-1", "a"), ("m-2", "b")],
+        &[],
+    );
+    assert_eq!(pt["ran"], json!([]), "{pt}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_payload_validation_is_shared_with_powertools() {
+    if !dynamodb_configured("record_payload_validation_is_shared_with_powertools") {
+        return;
+    }
+    let store = dynamodb::dynamodb_store("pt-recval").await;
+    let dir = tempfile::tempdir().unwrap();
+    let validation = ["--validation", "body"];
+    let pt = powertools_batch(store.table(), dir.path(), &[("m-1", "A")], &validation);
+    assert_eq!(pt["ran"], json!(["m-1"]), "{pt}");
+
+    let ran = Ran::default();
+    let processor = sqs_claim::Processor::builder(store.clone(), recording_handler(&ran))
+        .powertools(
+            record_format().with_record_validation(sqs_claim::powertools::RecordPayload::Body),
+        )
+        .build();
+    let report = sqs_claim_batch(&processor, &[("m-1", "B"), ("m-2", "C")]).await;
+    assert_eq!(
+        outcomes(&report),
+        pairs(&[("m-1", "failed:payload_mismatch"), ("m-2", "processed")])
+    );
+    let report = sqs_claim_batch(&processor, &[("m-1", "A")]).await;
+    assert_eq!(outcomes(&report), pairs(&[("m-1", "duplicate")]));
+
+    // Powertools checks the processor's `validation` the same way: the record fails (with
+    // another record beside it: a batch whose every record fails is an error to Powertools).
+    let pt = powertools_batch(
+        store.table(),
+        dir.path(),
+        &[("m-2", "other"), ("m-9", "x")],
+        &validation,
+    );
+    assert_eq!(pt["ran"], json!(["m-9"]), "{pt}");
+    assert_eq!(
+        pt["response"]["batchItemFailures"],
+        json!([{"itemIdentifier": "m-2"}]),
+        "{pt}"
+    );
+    let pt = powertools_batch(store.table(), dir.path(), &[("m-2", "C")], &validation);
+    assert_eq!(pt["response"]["batchItemFailures"], json!([]), "{pt}");
+}
