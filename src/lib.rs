@@ -140,7 +140,7 @@ pub struct LibraryDoctests;
 #[cfg(all(doctest, feature = "sqs"))]
 #[doc = include_str!("../docs/fifo.md")]
 pub struct FifoDoctests;
-#[cfg(all(doctest, feature = "redis", feature = "postgres"))]
+#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "dynamodb"))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;
 #[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]

@@ -148,26 +148,63 @@ async fn create_table_is_idempotent_and_enables_ttl() {
     assert_eq!(d.attribute_name(), Some("expiration"));
 }
 
-/// Effects are puts into a side table; a rejected effect is a condition check on an item that
-/// does not exist.
+/// Effects are puts of business items (into a side table, or into the claims table itself for
+/// a single-table layout); a rejected effect is a condition check on an item that does not
+/// exist.
 struct Probe {
     client: Client,
     table: String,
+    /// The business item's partition key name, and its sort key name and value if the table
+    /// has one: a marker `m` is the item `{pk: "BIZ#m", sk: value}`.
+    partition: String,
+    sort: Option<(String, String)>,
 }
 
 impl Probe {
-    fn key(marker: &str) -> HashMap<String, AttributeValue> {
-        HashMap::from([("id".to_owned(), AttributeValue::S(marker.to_owned()))])
+    /// Business items in a side table keyed by `id`.
+    fn side(table: &str) -> Self {
+        Probe {
+            client: client(),
+            table: table.to_owned(),
+            partition: "id".into(),
+            sort: None,
+        }
+    }
+
+    /// Business items in the store's own table, under its key names.
+    fn same_table(store: &DynamoDbStore) -> Self {
+        let schema = store.key_schema();
+        Probe {
+            client: client(),
+            table: store.table().to_owned(),
+            partition: schema.partition_key().name().to_owned(),
+            sort: schema
+                .sort_key()
+                .map(|s| (s.name().to_owned(), "ORDER".to_owned())),
+        }
+    }
+
+    fn key(&self, marker: &str) -> HashMap<String, AttributeValue> {
+        let mut key = HashMap::from([(
+            self.partition.clone(),
+            AttributeValue::S(format!("BIZ#{marker}")),
+        )]);
+        if let Some((name, value)) = &self.sort {
+            key.insert(name.clone(), AttributeValue::S(value.clone()));
+        }
+        key
     }
 }
 
 impl EffectProbe<DynamoDbStore> for Probe {
     fn write(&self, marker: &str) -> TransactWriteItem {
+        let mut item = self.key(marker);
+        item.insert("kind".into(), AttributeValue::S("order".into()));
         TransactWriteItem::builder()
             .put(
                 Put::builder()
                     .table_name(&self.table)
-                    .set_item(Some(Self::key(marker)))
+                    .set_item(Some(item))
                     .build()
                     .expect("put"),
             )
@@ -179,8 +216,9 @@ impl EffectProbe<DynamoDbStore> for Probe {
             .condition_check(
                 ConditionCheck::builder()
                     .table_name(&self.table)
-                    .set_key(Some(Self::key(marker)))
-                    .condition_expression("attribute_exists(id)")
+                    .set_key(Some(self.key(marker)))
+                    .condition_expression("attribute_exists(#pk)")
+                    .expression_attribute_names("#pk", &self.partition)
                     .build()
                     .expect("condition check"),
             )
@@ -191,7 +229,7 @@ impl EffectProbe<DynamoDbStore> for Probe {
         self.client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(Self::key(marker)))
+            .set_key(Some(self.key(marker)))
             .consistent_read(true)
             .send()
             .await
@@ -205,10 +243,7 @@ impl EffectProbe<DynamoDbStore> for Probe {
 async fn atomic_effects_in_one_transaction() {
     let store = fresh_store("effects").await;
     let side = fresh_store("effects-side").await;
-    let probe = Probe {
-        client: client(),
-        table: side.table().to_owned(),
-    };
+    let probe = Probe::side(side.table());
     conformance::atomic_effects(&store, &probe).await;
     conformance::one_shot_effects(&store, &probe).await;
 }
@@ -414,4 +449,654 @@ async fn errors_say_how_far_the_request_got() {
         text.contains("sent, but no answer") && !text.contains("could not reach"),
         "{text}"
     );
+}
+
+// ------------------------------------------------------------------ stored response (issue 12)
+
+use sqs_claim::ErrorKind;
+use sqs_claim::store::dynamodb::{DynamoDbKeySchema, MAX_FINGERPRINT_BYTES, MAX_ITEM_BYTES};
+use sqs_claim::store::{Completion, Status, StoredResponse};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The item as stored, read with the raw client.
+async fn raw_item(store: &DynamoDbStore, key: &str) -> Option<HashMap<String, AttributeValue>> {
+    store
+        .client()
+        .get_item()
+        .table_name(store.table())
+        .set_key(Some(store.item_key(key)))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("get item")
+        .item
+}
+
+fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
+    ClaimRequest {
+        key,
+        now,
+        lease_until: now + Duration::from_secs(30),
+        expires_at: now + HOUR,
+        fingerprint: None,
+    }
+}
+
+async fn acquire(store: &DynamoDbStore, req: ClaimRequest<'_>) -> sqs_claim::store::ClaimToken {
+    match store.claim(req).await {
+        Ok(Claim::Acquired(token)) => token,
+        other => panic!("expected Acquired for {:?}, got {other:?}", req.key),
+    }
+}
+
+/// The response is the `data` attribute (Powertools' name), an S holding the text exactly; an
+/// empty response is an empty S (DynamoDB takes empty strings outside the key), and a
+/// completion without a response writes no attribute at all.
+#[tokio::test]
+async fn the_response_is_the_data_attribute_as_written() {
+    let store = fresh_store("data-attr").await;
+    let now = SystemTime::now();
+    for (key, response) in [
+        ("data#json", Some("{\"ok\": true,  \"n\":1.50}")),
+        ("data#empty", Some("")),
+        ("data#none", None),
+    ] {
+        let token = acquire(&store, request(key, now)).await;
+        let mut completion = Completion::new(now + HOUR);
+        if let Some(r) = response {
+            completion = completion.with_response(StoredResponse::new(r));
+        }
+        store
+            .complete_with(key, &token, completion)
+            .await
+            .expect("complete");
+        let item = raw_item(&store, key).await.expect("the completed item");
+        assert_eq!(
+            item.get("data")
+                .map(|v| v.as_s().expect("data is an S").as_str()),
+            response,
+            "{key}: the data attribute"
+        );
+        let seen = store.inspect(key).await.expect("inspect").expect("record");
+        assert_eq!(
+            seen.record.response.as_ref().map(StoredResponse::as_str),
+            response,
+            "{key}: inspect returns the stored response"
+        );
+    }
+}
+
+/// `with_data` renames the attribute; a claim refused on a completed key returns the response
+/// from the old item (`ALL_OLD`), and so does a one-shot write cancelled on it.
+#[tokio::test]
+async fn a_renamed_data_attribute_is_written_and_read_back() {
+    let table = format!("data-renamed-{}", uuid::Uuid::new_v4());
+    let store = DynamoDbStore::new(client(), table)
+        .with_attributes(DynamoDbAttributes::new().with_data("result"));
+    store.create_table().await.expect("create table");
+    let now = SystemTime::now();
+    let token = acquire(&store, request("renamed", now)).await;
+    store
+        .complete_with(
+            "renamed",
+            &token,
+            Completion::new(now + HOUR).with_response(StoredResponse::new("\"paid\"")),
+        )
+        .await
+        .expect("complete");
+    let item = raw_item(&store, "renamed").await.expect("item");
+    assert!(
+        !item.contains_key("data"),
+        "the default name is not written"
+    );
+    assert_eq!(
+        item.get("result")
+            .and_then(|v| v.as_s().ok())
+            .map(String::as_str),
+        Some("\"paid\"")
+    );
+    match store.claim(request("renamed", now)).await {
+        Ok(Claim::Completed(r)) => assert_eq!(
+            r.response.as_ref().map(StoredResponse::as_str),
+            Some("\"paid\"")
+        ),
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    let side = fresh_store("data-renamed-side").await;
+    let probe = Probe::side(side.table());
+    match store
+        .claim_completed(
+            request("renamed", now),
+            vec![probe.write("renamed-effect")].into(),
+        )
+        .await
+    {
+        Ok(sqs_claim::store::OneShotWrite::Completed(r)) => assert_eq!(
+            r.response.as_ref().map(StoredResponse::as_str),
+            Some("\"paid\""),
+            "a cancelled one-shot write reads the response from the old item"
+        ),
+        other => panic!("expected Completed, got {other:?}"),
+    }
+    assert!(!probe.applied("renamed-effect").await);
+}
+
+/// The figure documented on `max_response_bytes` for the default names and layout.
+#[test]
+fn the_default_response_limit_is_406_375_bytes() {
+    let store = DynamoDbStore::new(client(), "t");
+    assert_eq!(store.max_response_bytes(), 406_375);
+    assert_eq!(MAX_ITEM_BYTES - store.max_response_bytes(), 3_225);
+    // Longer names leave less room, byte for byte.
+    let renamed = DynamoDbStore::new(client(), "t")
+        .with_attributes(DynamoDbAttributes::new().with_data("response_text"));
+    assert_eq!(renamed.max_response_bytes(), 406_375 - 9);
+}
+
+/// The worst record the store writes, for each layout: every key attribute at its longest
+/// (the key unhashed at exactly the limit), a fingerprint at its cap, long attribute names,
+/// and a response of exactly `max_response_bytes`: DynamoDB Local stores it, and reads it back
+/// whole, with effects (a transaction) and without.
+#[tokio::test]
+async fn the_largest_response_fits_the_worst_record_of_every_layout() {
+    let attrs = DynamoDbAttributes::new()
+        .with_expiration("expiration_attribute_with_a_long_name")
+        .with_lease("lease_attribute_with_a_long_name")
+        .with_data("response_attribute_with_a_long_name");
+    let layouts: [(Option<DynamoDbKeySchema>, usize); 3] = [
+        (None, 2048),
+        (
+            Some(DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM")),
+            2048 - "CLAIM#".len(),
+        ),
+        (
+            Some(
+                DynamoDbKeySchema::partition("pk", "idempotency#function").with_sort("sk", "{key}"),
+            ),
+            1024,
+        ),
+    ];
+    let side = fresh_store("worst-side").await;
+    let probe = Probe::side(side.table());
+    for (schema, key_len) in layouts {
+        let table = format!("worst-{}", uuid::Uuid::new_v4());
+        let mut store = DynamoDbStore::new(client(), table).with_attributes(attrs.clone());
+        if let Some(schema) = schema {
+            store = store.with_key_schema(schema).expect("valid schema");
+        }
+        store.create_table().await.expect("create table");
+        let limit = store.max_response_bytes();
+        let now = SystemTime::now();
+        let fingerprint = "f".repeat(MAX_FINGERPRINT_BYTES);
+        for with_effect in [false, true] {
+            let key = format!("{}#{}", u8::from(with_effect), "k".repeat(key_len - 2));
+            assert_eq!(key.len(), key_len);
+            let token = acquire(
+                &store,
+                ClaimRequest {
+                    fingerprint: Some(&fingerprint),
+                    ..request(&key, now)
+                },
+            )
+            .await;
+            // Multi-byte text: the limit is in bytes.
+            let response = format!(
+                "{}{}",
+                "é".repeat(limit / 4),
+                "r".repeat(limit - limit / 4 * 2)
+            );
+            assert_eq!(response.len(), limit);
+            let effects = if with_effect {
+                vec![probe.write(&format!("worst-{}", store.table()))].into()
+            } else {
+                sqs_claim::Effects::none()
+            };
+            store
+                .complete_with(
+                    &key,
+                    &token,
+                    Completion::new(now + HOUR)
+                        .with_response(StoredResponse::new(response.clone()))
+                        .with_effects(effects),
+                )
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{:?}: a response of {limit} bytes must fit: {e:#}",
+                        store.key_schema()
+                    )
+                });
+            let seen = store.inspect(&key).await.expect("inspect").expect("record");
+            assert!(
+                seen.record.response.as_ref().map(StoredResponse::as_str)
+                    == Some(response.as_str()),
+                "the largest response comes back whole"
+            );
+            assert_eq!(
+                seen.record.fingerprint.as_deref(),
+                Some(fingerprint.as_str())
+            );
+        }
+    }
+}
+
+/// One byte over the limit is refused before anything is sent: the claim stays in progress
+/// (the owner can still release it) and no effect is applied.
+#[tokio::test]
+async fn one_byte_over_the_limit_is_refused_before_sending() {
+    let store = fresh_store("over-limit").await;
+    let side = fresh_store("over-limit-side").await;
+    let probe = Probe::side(side.table());
+    let now = SystemTime::now();
+    let token = acquire(&store, request("over", now)).await;
+    let err = store
+        .complete_with(
+            "over",
+            &token,
+            Completion::new(now + HOUR)
+                .with_response(StoredResponse::new(
+                    "x".repeat(store.max_response_bytes() + 1),
+                ))
+                .with_effects(vec![probe.write("over")].into()),
+        )
+        .await
+        .expect_err("over the limit");
+    assert_eq!(err.kind(), ErrorKind::ResponseTooLarge, "{err}");
+    assert!(err.to_string().contains("406375"), "names the limit: {err}");
+    assert!(!probe.applied("over").await);
+    let seen = store
+        .inspect("over")
+        .await
+        .expect("inspect")
+        .expect("record");
+    assert_eq!(seen.record.status, Status::InProgress);
+    store.release("over", &token).await.expect("release");
+}
+
+/// An item that already holds more than the store's own attributes (here a 300 KB attribute
+/// written by something else) can pass 400 KB with a response under the limit: DynamoDB's own
+/// "Item size has exceeded the maximum allowed size" comes back as `ResponseTooLarge`, with
+/// and without effects, and nothing is committed.
+#[tokio::test]
+async fn dynamodb_s_item_size_refusal_is_response_too_large() {
+    let store = fresh_store("item-size").await;
+    let side = fresh_store("item-size-side").await;
+    let probe = Probe::side(side.table());
+    let now = SystemTime::now();
+    for with_effect in [false, true] {
+        let key = format!("item-size#{with_effect}");
+        let token = acquire(&store, request(&key, now)).await;
+        store
+            .client()
+            .update_item()
+            .table_name(store.table())
+            .set_key(Some(store.item_key(&key)))
+            .update_expression("SET extra = :extra")
+            .expression_attribute_values(":extra", AttributeValue::S("e".repeat(300_000)))
+            .send()
+            .await
+            .expect("add a foreign attribute");
+        let effects = if with_effect {
+            vec![probe.write(&key)].into()
+        } else {
+            sqs_claim::Effects::none()
+        };
+        let err = store
+            .complete_with(
+                &key,
+                &token,
+                Completion::new(now + HOUR)
+                    .with_response(StoredResponse::new("r".repeat(200_000)))
+                    .with_effects(effects),
+            )
+            .await
+            .expect_err("the item would pass 400 KB");
+        assert_eq!(err.kind(), ErrorKind::ResponseTooLarge, "{err:#}");
+        assert!(err.to_string().contains("item limit"), "{err}");
+        assert!(!probe.applied(&key).await, "nothing committed");
+        let seen = store.inspect(&key).await.expect("inspect").expect("record");
+        assert_eq!(seen.record.status, Status::InProgress, "still in progress");
+        store.release(&key, &token).await.expect("release");
+    }
+}
+
+/// A fingerprint past the cap the size budget assumes is refused before anything is sent.
+#[tokio::test]
+async fn a_fingerprint_past_its_cap_is_refused() {
+    let store = fresh_store("fp-cap").await;
+    let now = SystemTime::now();
+    let long = "f".repeat(MAX_FINGERPRINT_BYTES + 1);
+    let req = ClaimRequest {
+        fingerprint: Some(&long),
+        ..request("fp-cap", now)
+    };
+    let err = store.claim(req).await.expect_err("claim");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    let err = store
+        .claim_completed(req, sqs_claim::Effects::none())
+        .await
+        .expect_err("one-shot");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    assert!(
+        raw_item(&store, "fp-cap").await.is_none(),
+        "nothing written"
+    );
+}
+
+// ------------------------------------------------------------------ single-table (issue 12)
+
+/// `pk = CLAIM#{key}, sk = CLAIM`: one partition per claim, beside business items.
+fn single_table() -> DynamoDbKeySchema {
+    DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM")
+}
+
+/// Powertools' sort-key layout: one fixed partition, the key in the sort key.
+fn sorted_under_one_partition() -> DynamoDbKeySchema {
+    DynamoDbKeySchema::partition("id", "idempotency#payments").with_sort("sort_key", "{key}")
+}
+
+async fn fresh_store_with(name: &str, schema: DynamoDbKeySchema) -> DynamoDbStore {
+    let table = format!("{name}-{}", uuid::Uuid::new_v4());
+    let store = DynamoDbStore::new(client(), table)
+        .with_key_schema(schema)
+        .expect("a valid key schema");
+    store.create_table().await.expect("create table");
+    store
+}
+
+async fn whole_contract(store: &DynamoDbStore) {
+    conformance::run_all(store).await;
+    conformance::admin_operations(store).await;
+    // Effects write business items into the claims table itself.
+    let probe = Probe::same_table(store);
+    conformance::atomic_effects(store, &probe).await;
+    conformance::one_shot_effects(store, &probe).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_single_table_claim_partition() {
+    whole_contract(&fresh_store_with("single", single_table()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_single_table_fixed_partition_key_in_sort() {
+    whole_contract(&fresh_store_with("sorted", sorted_under_one_partition()).await).await;
+}
+
+#[tokio::test]
+async fn create_table_makes_the_composite_key_and_ttl() {
+    let store = fresh_store_with("composite", single_table()).await;
+    let described = store
+        .client()
+        .describe_table()
+        .table_name(store.table())
+        .send()
+        .await
+        .expect("describe");
+    let keys: Vec<(String, String)> = described
+        .table()
+        .expect("table")
+        .key_schema()
+        .iter()
+        .map(|k| {
+            (
+                k.attribute_name().to_owned(),
+                k.key_type().as_str().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [("pk".into(), "HASH".into()), ("sk".into(), "RANGE".into())]
+    );
+    store.create_table().await.expect("idempotent");
+    let ttl = store
+        .client()
+        .describe_time_to_live()
+        .table_name(store.table())
+        .send()
+        .await
+        .expect("ttl");
+    assert_eq!(
+        ttl.time_to_live_description()
+            .and_then(|d| d.attribute_name()),
+        Some("expiration")
+    );
+}
+
+/// The item keys the templates make: the key in place of `{key}`, hashed when it would pass the
+/// attribute's limit (2048 for a partition key, 1024 for a sort key, fixed text included).
+#[test]
+fn templates_make_the_item_key_and_hash_what_would_not_fit() {
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let store = DynamoDbStore::new(client(), "t")
+        .with_key_schema(single_table())
+        .expect("valid");
+    assert_eq!(
+        store.item_key("ns#order-1"),
+        HashMap::from([
+            ("pk".into(), s("CLAIM#ns#order-1")),
+            ("sk".into(), s("CLAIM"))
+        ])
+    );
+    let fits = "k".repeat(2048 - 6);
+    assert_eq!(store.item_key(&fits)["pk"], s(&format!("CLAIM#{fits}")));
+    let over = "k".repeat(2048 - 5);
+    let hashed = format!(
+        "CLAIM#sha256:{}",
+        sqs_claim::key::sha256_hex(over.as_bytes())
+    );
+    assert_eq!(store.item_key(&over)["pk"], s(&hashed));
+
+    let sorted = DynamoDbStore::new(client(), "t")
+        .with_key_schema(sorted_under_one_partition())
+        .expect("valid");
+    let fits = "k".repeat(1024);
+    assert_eq!(
+        sorted.item_key(&fits),
+        HashMap::from([
+            ("id".into(), s("idempotency#payments")),
+            ("sort_key".into(), s(&fits))
+        ])
+    );
+    let over = "k".repeat(1025);
+    assert_eq!(
+        sorted.item_key(&over)["sort_key"],
+        s(&format!(
+            "sha256:{}",
+            sqs_claim::key::sha256_hex(over.as_bytes())
+        ))
+    );
+
+    // The default layout is the single `id` key, as before: the key, hashed past 2048 bytes.
+    let default = DynamoDbStore::new(client(), "t");
+    for key in ["ns#1".to_owned(), "k".repeat(2048), "k".repeat(2049)] {
+        assert_eq!(
+            default.item_key(&key),
+            HashMap::from([("id".into(), s(&DynamoDbStore::storage_key(&key)))])
+        );
+    }
+}
+
+#[test]
+fn key_templates_are_validated() {
+    let config = |schema: DynamoDbKeySchema| {
+        let err = DynamoDbStore::new(client(), "t")
+            .with_key_schema(schema)
+            .expect_err("invalid schema");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        err.to_string()
+    };
+    let text = config(DynamoDbKeySchema::partition("pk", "CLAIM").with_sort("sk", "CLAIM"));
+    assert!(
+        text.contains("{key}") && text.contains("same item"),
+        "{text}"
+    );
+    assert!(config(DynamoDbKeySchema::partition("pk", "CLAIM")).contains("same item"));
+    let text = config(DynamoDbKeySchema::partition("pk", "{key}#{key}"));
+    assert!(text.contains("at most once"), "{text}");
+    let text = config(DynamoDbKeySchema::partition("pk", "CLAIM#{id}").with_sort("sk", "{key}"));
+    assert!(text.contains("placeholder"), "{text}");
+    let text = config(DynamoDbKeySchema::partition("pk", ""));
+    assert!(text.contains("empty"), "{text}");
+    let text = config(DynamoDbKeySchema::partition("", "{key}"));
+    assert!(text.contains("name is empty"), "{text}");
+    let text = config(DynamoDbKeySchema::partition("pk", "CLAIM").with_sort("pk", "{key}"));
+    assert!(text.contains("both named"), "{text}");
+    // No room left for a hashed key (71 bytes) beside the fixed text.
+    let prefix = "p".repeat(1024 - 70);
+    let text = config(
+        DynamoDbKeySchema::partition("pk", "CLAIM").with_sort("sk", format!("{prefix}{{key}}")),
+    );
+    assert!(text.contains("1024-byte limit"), "{text}");
+    let fine = "p".repeat(1024 - 71);
+    DynamoDbStore::new(client(), "t")
+        .with_key_schema(
+            DynamoDbKeySchema::partition("pk", "CLAIM").with_sort("sk", format!("{fine}{{key}}")),
+        )
+        .expect("room for exactly a hashed key");
+    let text =
+        config(DynamoDbKeySchema::partition("pk", "p".repeat(2049)).with_sort("sk", "{key}"));
+    assert!(text.contains("2048-byte limit"), "{text}");
+    // A key attribute named like one of the record's attributes would overwrite it.
+    let text = config(DynamoDbKeySchema::partition("pk", "{key}").with_sort("status", "CLAIM"));
+    assert!(text.contains("status"), "{text}");
+    let text = config(DynamoDbKeySchema::partition("data", "{key}"));
+    assert!(text.contains("data"), "{text}");
+}
+
+/// Claims share the table with business items: an order under the same partition key as a
+/// claim (another sort key), orders written by the claims' own effects, and an item that looks
+/// like a claim's but is not one. Claims, `inspect`, `release`, `force_release` and `forget`
+/// never touch or misread any of them.
+#[tokio::test]
+async fn claims_share_a_table_with_business_items() {
+    let store = fresh_store_with("shared", single_table()).await;
+    let client = store.client().clone();
+    let table = store.table().to_owned();
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let now = SystemTime::now();
+    let key = "orders#o-1";
+
+    // A business item beside the claim: the same partition key, another sort key.
+    let beside = HashMap::from([
+        ("pk".to_owned(), s(&format!("CLAIM#{key}"))),
+        ("sk".to_owned(), s("ORDER")),
+        ("status".to_owned(), s("INPROGRESS")),
+        ("claim_token".to_owned(), s("not-a-claim")),
+        ("amount".to_owned(), AttributeValue::N("42".into())),
+    ]);
+    // An item of another type whose partition key is a claim key without the template.
+    let other = HashMap::from([
+        ("pk".to_owned(), s(key)),
+        ("sk".to_owned(), s("CLAIM")),
+        ("status".to_owned(), s("COMPLETED")),
+    ]);
+    for item in [&beside, &other] {
+        client
+            .put_item()
+            .table_name(&table)
+            .set_item(Some(item.clone()))
+            .send()
+            .await
+            .expect("put business item");
+    }
+    let get = |pk: String, sk: &'static str| {
+        let (client, table) = (client.clone(), table.clone());
+        async move {
+            client
+                .get_item()
+                .table_name(&table)
+                .key("pk", AttributeValue::S(pk))
+                .key("sk", AttributeValue::S(sk.to_owned()))
+                .consistent_read(true)
+                .send()
+                .await
+                .expect("get")
+                .item
+        }
+    };
+    let untouched = || async {
+        assert_eq!(
+            get(format!("CLAIM#{key}"), "ORDER").await.as_ref(),
+            Some(&beside)
+        );
+        assert_eq!(get(key.to_owned(), "CLAIM").await.as_ref(), Some(&other));
+    };
+
+    // Nothing claimed yet: the business items are not claims.
+    assert_eq!(store.inspect(key).await.expect("inspect"), None);
+    assert!(!store.force_release(key).await.expect("force_release"));
+    assert!(!store.forget(key).await.expect("forget"));
+
+    // Claim, release, claim again, complete with an effect that writes an order into the same
+    // table: only the claim's own item changes.
+    let token = acquire(&store, request(key, now)).await;
+    untouched().await;
+    store.release(key, &token).await.expect("release");
+    untouched().await;
+    let token = acquire(&store, request(key, now)).await;
+    let probe = Probe::same_table(&store);
+    store
+        .complete_with(
+            key,
+            &token,
+            Completion::new(now + HOUR)
+                .with_response(StoredResponse::new("\"done\""))
+                .with_effects(vec![probe.write("o-1")].into()),
+        )
+        .await
+        .expect("complete with a business write");
+    assert!(probe.applied("o-1").await);
+    untouched().await;
+    let claim_item = get(format!("CLAIM#{key}"), "CLAIM")
+        .await
+        .expect("the claim's item");
+    assert_eq!(claim_item.get("data"), Some(&s("\"done\"")));
+    let seen = store.inspect(key).await.expect("inspect").expect("record");
+    assert_eq!(seen.record.status, Status::Completed);
+    assert_eq!(seen.token, Some(token));
+    match store.claim(request(key, now)).await {
+        Ok(Claim::Completed(r)) => assert_eq!(
+            r.response.as_ref().map(StoredResponse::as_str),
+            Some("\"done\"")
+        ),
+        other => panic!("a duplicate, got {other:?}"),
+    }
+    assert!(!store.force_release(key).await.expect("force_release"));
+    assert!(store.forget(key).await.expect("forget"));
+    assert!(get(format!("CLAIM#{key}"), "CLAIM").await.is_none());
+    untouched().await;
+    assert!(
+        probe.applied("o-1").await,
+        "forget leaves the business write"
+    );
+    // The business item at `BIZ#o-1` is not a claim of key `o-1`.
+    assert_eq!(store.inspect("o-1").await.expect("inspect"), None);
+}
+
+/// The Powertools layout keeps every claim under one partition key: business items under other
+/// partition keys, and a claim's neighbours in the same partition, are left alone.
+#[tokio::test]
+async fn claims_under_one_partition_leave_their_neighbours_alone() {
+    let store = fresh_store_with("neighbours", sorted_under_one_partition()).await;
+    let now = SystemTime::now();
+    let a = acquire(&store, request("k#a", now)).await;
+    let b = acquire(&store, request("k#b", now)).await;
+    store
+        .complete_with(
+            "k#a",
+            &a,
+            Completion::new(now + HOUR).with_response(StoredResponse::new("a")),
+        )
+        .await
+        .expect("complete a");
+    assert!(store.forget("k#a").await.expect("forget a"));
+    let seen = store.inspect("k#b").await.expect("inspect").expect("b");
+    assert_eq!(seen.token, Some(b.clone()), "b is untouched by a's forget");
+    assert!(store.force_release("k#b").await.expect("force release b"));
+    assert_eq!(store.inspect("k#a").await.expect("inspect"), None);
+    let item = raw_item(&store, "k#b").await;
+    assert!(item.is_none());
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::conformance::{acquire, request};
-use sqs_claim::store::{Claim, ClaimStore, Effects};
+use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
 
 #[path = "support/servers.rs"]
@@ -227,6 +227,104 @@ async fn migrate_is_idempotent_and_concurrent() {
     for r in results {
         r.expect("concurrent migrate");
     }
+    drop_table(&store).await;
+}
+
+/// A table created by the version before the stored response (no `response` column): claims
+/// say to migrate rather than fail obscurely; `migrate` adds the column (concurrently too); the
+/// old completed row then reads as completed with no response, from a claim and `inspect`, and
+/// new completions store their responses, with effects or without.
+#[tokio::test]
+async fn a_table_without_the_response_column_is_upgraded_by_migrate() {
+    let table = format!("claims_old_{}", uuid::Uuid::new_v4().simple());
+    let store = PostgresStore::connect(&pg_url())
+        .and_then(|s| s.with_table(&table))
+        .expect("store config");
+    let now = SystemTime::now();
+    let expires = sqs_claim::store::epoch_millis(now + Duration::from_secs(3600));
+    // The previous version's migration, verbatim, and a row as its completion left it.
+    sql(
+        &store,
+        &format!(
+            "CREATE TABLE IF NOT EXISTS \"{table}\" (\
+               id TEXT PRIMARY KEY, \
+               status TEXT NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')), \
+               token TEXT NOT NULL, \
+               lease_until BIGINT, \
+               expires_at BIGINT NOT NULL, \
+               fingerprint TEXT); \
+             CREATE INDEX IF NOT EXISTS \"{table}_expires_at_idx\" ON \"{table}\" (expires_at); \
+             INSERT INTO \"{table}\" VALUES ('old-key', 'COMPLETED', 'old-token', NULL, {expires}, 'fp-old');"
+        ),
+    )
+    .await;
+    let err = store
+        .claim(request("old-key", now))
+        .await
+        .expect_err("a claim on the old table, before migrate");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    assert!(
+        format!("{err}").contains("migrate"),
+        "says what to do: {err}"
+    );
+
+    // The app's start-up check reads the newest column: check_error names the fix.
+    let client = store.client().await.expect("client");
+    let startup = client
+        .batch_execute(&format!("SELECT response FROM \"{table}\" LIMIT 0"))
+        .await
+        .map_err(|e| sqs_claim::store::postgres::check_error(&table, e))
+        .expect_err("the start-up check on an old table");
+    assert_eq!(startup.kind(), ErrorKind::StoreRejected, "{startup}");
+    assert!(
+        format!("{startup}").contains("older version") && format!("{startup}").contains("init"),
+        "{startup}"
+    );
+    drop(client);
+
+    let results = futures::future::join_all((0..3).map(|_| store.migrate())).await;
+    for r in results {
+        r.expect("migrate upgrades the old table");
+    }
+    match store.claim(request("old-key", now)).await {
+        Ok(Claim::Completed(rec)) => {
+            assert_eq!(rec.fingerprint.as_deref(), Some("fp-old"));
+            assert_eq!(rec.response, None, "an old record has no response");
+        }
+        other => panic!("the old record must read as completed, got {other:?}"),
+    }
+    let inspected = store.inspect("old-key").await.unwrap().expect("old record");
+    assert_eq!(inspected.record.response, None);
+
+    let probe = Probe::new(&store).await;
+    for (key, effects) in [
+        ("new-plain", Effects::none()),
+        ("new-effects", Effects::one(probe.write("m-new"))),
+    ] {
+        let token = acquire(&store, request(key, now)).await;
+        store
+            .complete_with(
+                key,
+                &token,
+                Completion::new(now + Duration::from_secs(3600))
+                    .with_response(StoredResponse::new("{\"ok\":  true}"))
+                    .with_effects(effects),
+            )
+            .await
+            .expect("complete with a response on the upgraded table");
+        match store.claim(request(key, now)).await {
+            Ok(Claim::Completed(rec)) => assert_eq!(
+                rec.response.as_ref().map(StoredResponse::as_str),
+                Some("{\"ok\":  true}")
+            ),
+            other => panic!("{key}: expected Completed, got {other:?}"),
+        }
+    }
+    assert!(probe.applied("m-new").await);
+    store
+        .migrate()
+        .await
+        .expect("migrate again changes nothing");
     drop_table(&store).await;
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::AsyncCommands;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::conformance::{acquire, request};
-use sqs_claim::store::{Claim, ClaimStore, Effects, epoch_millis};
+use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse, epoch_millis};
 use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
 
 #[path = "support/servers.rs"]
@@ -263,6 +263,89 @@ async fn caller_clock_behind_the_server_still_dedupes() {
             assert_eq!(epoch_millis(rec.expires_at), epoch_millis(now) + 600_000)
         }
         other => panic!("expected Completed, got {other:?}"),
+    }
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+/// A record written before the stored response (a hash without the `r` field) reads as
+/// completed with no response, from a claim and from `inspect`; a new completion keeps its
+/// response in `r`, as given.
+#[tokio::test]
+async fn a_record_without_the_response_field_reads_as_no_response() {
+    let store = store().await;
+    let mut conn = store.connection().clone();
+    let now = SystemTime::now();
+    let expires = epoch_millis(now + Duration::from_secs(600));
+    // The fields exactly as the previous version's claim and completion left them.
+    let () = redis::cmd("HSET")
+        .arg(store.record_key("old"))
+        .arg(&["s", "COMPLETED", "t", "old-token", "n"][..])
+        .arg(epoch_millis(now))
+        .arg("e")
+        .arg(expires)
+        .arg(&["f", "fp-old"][..])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    match store.claim(request("old", now)).await {
+        Ok(Claim::Completed(rec)) => {
+            assert_eq!(rec.fingerprint.as_deref(), Some("fp-old"));
+            assert_eq!(rec.response, None, "an old record has no response");
+        }
+        other => panic!("the old record must read as completed, got {other:?}"),
+    }
+    let inspected = store.inspect("old").await.unwrap().expect("the old record");
+    assert_eq!(inspected.record.response, None);
+
+    let token = acquire(&store, request("new", now)).await;
+    store
+        .complete_with(
+            "new",
+            &token,
+            Completion::new(now + Duration::from_secs(600))
+                .with_response(StoredResponse::new("{\"ok\":  true}")),
+        )
+        .await
+        .unwrap();
+    let stored: String = conn.hget(store.record_key("new"), "r").await.unwrap();
+    assert_eq!(stored, "{\"ok\":  true}", "stored as given, not re-encoded");
+    cleanup(store.connection(), store.prefix()).await;
+}
+
+/// A record the store cannot read is reported without its fields: the stored response (and
+/// the fingerprint) never reach error text.
+#[tokio::test]
+async fn an_unreadable_record_is_reported_without_its_response() {
+    let store = store().await;
+    let mut conn = store.connection().clone();
+    let () = redis::cmd("HSET")
+        .arg(store.record_key("broken"))
+        .arg(
+            &[
+                "s",
+                "COMPLETED",
+                "t",
+                "x",
+                "e",
+                "not-a-time",
+                "r",
+                "card-4242-secret",
+            ][..],
+        )
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let now = SystemTime::now();
+    for err in [
+        store
+            .claim(request("broken", now))
+            .await
+            .expect_err("claim"),
+        store.inspect("broken").await.expect_err("inspect"),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+        let text = format!("{err:#} {err:?}");
+        assert!(!text.contains("card-4242"), "the response leaked: {text}");
     }
     cleanup(store.connection(), store.prefix()).await;
 }

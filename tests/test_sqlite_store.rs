@@ -12,7 +12,7 @@ use sqs_claim::ErrorKind;
 use sqs_claim::store::conformance::request;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
-use sqs_claim::store::{Claim, ClaimStore, Effects};
+use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 
 /// A database file in a temp dir of its own, removed with the dir (and so with the WAL and
 /// shared-memory files SQLite puts beside it) on drop.
@@ -333,6 +333,81 @@ async fn completion_survives_reopen() {
         applied(&store, "m1").await,
         "the effect must be on disk with the completion"
     );
+}
+
+/// A file written by the version before the stored response (its `claims` table has no
+/// `response` column) opens: the store adds the column, an old completed record reads as
+/// completed with no response, and new completions store theirs. Opening it again changes
+/// nothing.
+#[tokio::test]
+async fn a_table_without_the_response_column_is_upgraded_on_open() {
+    let db = TempDb::new("old-schema");
+    let now = SystemTime::now();
+    let expires = i64::try_from(
+        (now + Duration::from_secs(3600))
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_millis(),
+    )
+    .expect("fits");
+    {
+        // The schema and a completed row exactly as the previous version wrote them.
+        let old = rusqlite::Connection::open(db.path()).expect("open the old file");
+        old.execute_batch(
+            "CREATE TABLE IF NOT EXISTS claims (
+                id             TEXT PRIMARY KEY NOT NULL,
+                status         TEXT NOT NULL CHECK (status IN ('INPROGRESS', 'COMPLETED')),
+                token          TEXT NOT NULL,
+                lease_until_ms INTEGER,
+                expires_at_ms  INTEGER NOT NULL,
+                fingerprint    TEXT
+            );",
+        )
+        .expect("old schema");
+        old.execute(
+            "INSERT INTO claims (id, status, token, lease_until_ms, expires_at_ms, fingerprint) \
+             VALUES ('old-key', 'COMPLETED', 'old-token', NULL, ?1, 'fp-old')",
+            [expires],
+        )
+        .expect("old completed row");
+    }
+    let store = open(&db);
+    match store.claim(request("old-key", now)).await {
+        Ok(Claim::Completed(rec)) => {
+            assert_eq!(rec.fingerprint.as_deref(), Some("fp-old"));
+            assert_eq!(rec.response, None, "an old record has no response");
+        }
+        other => panic!("the old record must read as completed, got {other:?}"),
+    }
+    let inspected = store
+        .inspect("old-key")
+        .await
+        .expect("inspect")
+        .expect("the old record");
+    assert_eq!(inspected.record.response, None);
+
+    let Ok(Claim::Acquired(token)) = store.claim(request("new-key", now)).await else {
+        panic!("a new key is claimed on the upgraded table");
+    };
+    store
+        .complete_with(
+            "new-key",
+            &token,
+            Completion::new(now + Duration::from_secs(3600))
+                .with_response(StoredResponse::new("{\"ok\": true}")),
+        )
+        .await
+        .expect("complete with a response on the upgraded table");
+    drop(store);
+    // Reopened: the column is there already, nothing to add, and the response was kept.
+    let store = open(&db);
+    match store.claim(request("new-key", now)).await {
+        Ok(Claim::Completed(rec)) => assert_eq!(
+            rec.response.as_ref().map(StoredResponse::as_str),
+            Some("{\"ok\": true}")
+        ),
+        other => panic!("the new completion must be a duplicate, got {other:?}"),
+    }
 }
 
 /// A statement that is not valid SQL is a refusal (`StoreRejected`), not an `EffectRejected`,

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
 use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects};
+use sqs_claim::store::{
+    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, StoredResponse,
+};
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
 
 #[path = "support/servers.rs"]
@@ -222,11 +224,13 @@ impl EffectProbe<TieredStore<PostgresStore>> for Probe {
     }
 }
 
-/// A durable store that counts the claims it is asked.
+/// A durable store that counts the claims it is asked, and can lose the answer of its next
+/// completion (commit it, then report a transient error).
 #[derive(Clone, Default)]
 struct Counting {
     inner: MemoryStore,
     claims: Arc<AtomicUsize>,
+    lose_next_answer: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Counting {
@@ -249,12 +253,14 @@ impl ClaimStore for Counting {
         token: &ClaimToken,
         completion: Completion<Self::Effect>,
     ) -> Result<(), Error> {
-        let Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        self.inner.complete(key, token, expires_at, effects).await
+        self.inner.complete_with(key, token, completion).await?;
+        if self.lose_next_answer.swap(false, Ordering::SeqCst) {
+            return Err(Error::new(
+                sqs_claim::ErrorKind::StoreUnavailable,
+                "the answer was lost (committed)",
+            ));
+        }
+        Ok(())
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
@@ -376,5 +382,134 @@ async fn in_progress_and_released_keys_are_not_cached() {
         store.claim(request("k", now)).await,
         Ok(Claim::Acquired(_))
     ));
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// A duplicate answered from Redis replays the stored response, byte for byte, and tells none
+/// from empty, without asking the durable store; a response too large to cache is answered
+/// by the durable store, every time.
+#[tokio::test]
+async fn a_duplicate_answered_from_redis_replays_the_stored_response() {
+    let durable = Counting::default();
+    let store = TieredStore::new(cache().await, durable.clone());
+    let now = SystemTime::now();
+    let awkward = "{\"b\": \"caf\u{e9} \u{1f4b3}\",\n  \"a\":1.50}:-:3:";
+    let large = "x".repeat(64 * 1024 + 1);
+    let cases = [
+        ("awkward", Some(awkward)),
+        ("empty", Some("")),
+        ("none", None),
+        ("large", Some(large.as_str())),
+    ];
+    for (key, response) in cases {
+        let Ok(Claim::Acquired(token)) = store.claim(request(key, now)).await else {
+            panic!("{key}: fresh key must be acquired");
+        };
+        let mut completion = Completion::new(now + Duration::from_secs(600));
+        if let Some(r) = response {
+            completion = completion.with_response(StoredResponse::new(r));
+        }
+        store.complete_with(key, &token, completion).await.unwrap();
+    }
+    let before = durable.claims();
+    for (key, response) in cases {
+        for _ in 0..2 {
+            match store.claim(request(key, now)).await {
+                Ok(Claim::Completed(rec)) => assert_eq!(
+                    rec.response.as_ref().map(StoredResponse::as_str),
+                    response,
+                    "{key}"
+                ),
+                other => panic!("{key}: expected Completed, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(
+        durable.claims() - before,
+        2,
+        "only the duplicates of the uncached large response reach the durable store"
+    );
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// A marker of the version before the stored response (`{expires_at_ms}:{fingerprint}`) knows
+/// nothing of the response: the durable store answers, with it, and the marker is rewritten so
+/// that the next duplicate is answered from Redis, response included.
+#[tokio::test]
+async fn an_older_marker_defers_to_the_durable_response() {
+    let durable = Counting::default();
+    let cache = cache().await;
+    let store = TieredStore::new(cache.clone(), durable.clone());
+    let now = SystemTime::now();
+    let expires = now + Duration::from_secs(600);
+    let Ok(Claim::Acquired(token)) = durable.inner.claim(request("k", now)).await else {
+        panic!("fresh key");
+    };
+    durable
+        .inner
+        .complete_with(
+            "k",
+            &token,
+            Completion::new(expires).with_response(StoredResponse::new("\"paid\"")),
+        )
+        .await
+        .unwrap();
+    let mut conn = cache.connection().clone();
+    let old_marker = format!("{}:fp", sqs_claim::store::epoch_millis(expires));
+    let () = conn.set(store.marker_key("k"), &old_marker).await.unwrap();
+    let before = durable.claims();
+    for _ in 0..2 {
+        match store.claim(request("k", now)).await {
+            Ok(Claim::Completed(rec)) => assert_eq!(
+                rec.response.as_ref().map(StoredResponse::as_str),
+                Some("\"paid\"")
+            ),
+            other => panic!("expected Completed, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        durable.claims() - before,
+        1,
+        "the old marker is read past once, then rewritten"
+    );
+    let marker: String = conn.get(store.marker_key("k")).await.unwrap();
+    assert_ne!(marker, old_marker);
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// A completion whose answer was lost, retried with another response: the durable store kept
+/// the first, and so must every duplicate; no marker is written from the retry (which could
+/// carry the second), the durable record is backfilled instead.
+#[tokio::test]
+async fn a_retried_completion_caches_the_durable_response_not_the_retrys() {
+    let durable = Counting::default();
+    let store = TieredStore::new(cache().await, durable.clone());
+    let now = SystemTime::now();
+    let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
+        panic!("fresh key");
+    };
+    let completion = |r: &str| {
+        Completion::new(now + Duration::from_secs(600)).with_response(StoredResponse::new(r))
+    };
+    durable.lose_next_answer.store(true, Ordering::SeqCst);
+    let err = store
+        .complete_with("k", &token, completion("\"first\""))
+        .await
+        .expect_err("the lost answer");
+    assert!(err.is_transient());
+    store
+        .complete_with("k", &token, completion("\"second\""))
+        .await
+        .expect("the retry is a no-op success");
+    for _ in 0..2 {
+        match store.claim(request("k", now)).await {
+            Ok(Claim::Completed(rec)) => assert_eq!(
+                rec.response.as_ref().map(StoredResponse::as_str),
+                Some("\"first\""),
+                "the durable record's response, from either tier"
+            ),
+            other => panic!("expected Completed, got {other:?}"),
+        }
+    }
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }

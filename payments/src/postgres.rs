@@ -106,7 +106,9 @@ impl Ledger for PostgresLedger {
 
 async fn check_claims_table(store: &PostgresStore) -> Result<(), Error> {
     let client = store.client().await?;
-    let sql = format!("SELECT 1 FROM {} LIMIT 0", quoted(store.table()));
+    // Names the newest column, so a table of an older version is caught here, with the fix,
+    // and not at the first claim.
+    let sql = format!("SELECT response FROM {} LIMIT 0", quoted(store.table()));
     client
         .batch_execute(&sql)
         .await

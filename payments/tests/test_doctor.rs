@@ -27,7 +27,7 @@ use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
 
 /// Every rule, in the report's order.
-const RULES: [&str; 9] = [
+const RULES: [&str; 10] = [
     "visibility-timeout",
     "redrive-policy",
     "report-batch-item-failures",
@@ -37,6 +37,7 @@ const RULES: [&str; 9] = [
     "key-schema",
     "fifo-settings",
     "batching-window",
+    "lease-window",
 ];
 
 fn endpoint(var: &str, default: &str) -> String {
@@ -396,9 +397,26 @@ async fn a_good_configuration_is_all_ok() {
     let run = doctor(&args(&queue, &table, &GOOD_FUNCTION), &[]);
     run.assert_all_ok("good configuration, flags");
     assert!(
-        run.stderr.contains("9 ok, 0 warn, 0 fail, 0 skip"),
+        run.stderr.contains("10 ok, 0 warn, 0 fail, 0 skip"),
         "{}",
         run.stderr
+    );
+
+    // A lease held past the deadline that outlasts the redelivery window: warned, with the fix.
+    let run = doctor(
+        &args(&queue, &table, &GOOD_FUNCTION),
+        &[("SQS_CLAIM_LEASE_AT_LEAST_SECS", "86400")],
+    );
+    assert_eq!(
+        run.with_status("warn"),
+        vec!["lease-window"],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("goes to the dead-letter queue"),
+        "{}",
+        run.stdout
     );
 
     // The machine report: the same verdicts, each with its rule, detail and no fix.

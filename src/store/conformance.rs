@@ -91,6 +91,7 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     fingerprint_is_returned(store).await;
     stored_response(store).await;
     response_size_limit(store).await;
+    expired_response_is_not_inherited(store).await;
     long_and_odd_keys(store).await;
     race(store, 200, 32).await;
     takeover_race(store, 50, 32).await;
@@ -691,6 +692,62 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
         Some("\"fresh\""),
         "the response is the one of the claimant that completed"
     );
+}
+
+/// After a completion with a response has expired: a new claim's in-progress record (as
+/// `inspect` shows it), its own completion without a response, and a one-shot write each carry
+/// no response; a stale response replayed for the new record would answer a duplicate with
+/// another message's result.
+pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
+    let p = prefix("replaced");
+    let now = base_time();
+    let expired = now + Duration::from_secs(10);
+    let later = expired + Duration::from_secs(1);
+    for (i, one_shot) in [false, true].into_iter().enumerate() {
+        let key = format!("{p}#{i}");
+        let token = must_acquire(store, request(&key, now), "first claim").await;
+        store
+            .complete_with(
+                &key,
+                &token,
+                Completion::new(expired).with_response(StoredResponse::new("\"old\"")),
+            )
+            .await
+            .expect("complete with a response");
+        if one_shot {
+            match store
+                .claim_completed(request(&key, later), Effects::none())
+                .await
+            {
+                Ok(OneShotWrite::Committed) => {}
+                other => panic!("one-shot after the expiry: expected Committed, got {other:?}"),
+            }
+        } else {
+            let token = must_acquire(store, request(&key, later), "claim after the expiry").await;
+            if let Ok(Some(inspected)) = store.inspect(&key).await {
+                assert_eq!(
+                    inspected.record.response, None,
+                    "an in-progress record carries no response"
+                );
+            }
+            store
+                .complete(
+                    &key,
+                    &token,
+                    later + Duration::from_secs(60),
+                    Effects::none(),
+                )
+                .await
+                .expect("complete without a response");
+        }
+        match store.claim(request(&key, later)).await {
+            Ok(Claim::Completed(record)) => assert_eq!(
+                record.response, None,
+                "the record that replaced an expired one (one-shot: {one_shot}) has no response"
+            ),
+            other => panic!("expected Completed, got {other:?}"),
+        }
+    }
 }
 
 /// A response of exactly [`ClaimStore::max_response_bytes`] is stored and replayed whole, even

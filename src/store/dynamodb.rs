@@ -12,8 +12,41 @@
 //! | `expiration`             | N    | epoch **seconds**: the TTL attribute, and the record's end |
 //! | `in_progress_expiration` | N    | epoch **milliseconds**: the claimant's lease (removed on completion) |
 //! | `status`                 | S    | `INPROGRESS` or `COMPLETED` |
-//! | `validation`             | S    | the payload fingerprint, if any |
+//! | `validation`             | S    | the payload fingerprint, if any (at most [`MAX_FINGERPRINT_BYTES`]) |
 //! | `claim_token`            | S    | the owner token that fences completion and release |
+//! | `data`                   | S    | the handler's response, exactly as given, if the completion stored one (`""` for an empty one) |
+//!
+//! # Single-table layouts
+//!
+//! The claims can live in a table shared with business items, under a partition key and a sort
+//! key whose values are made from the claim key by templates ([`DynamoDbKeySchema`],
+//! [`DynamoDbStore::with_key_schema`]): `pk = "CLAIM#{key}", sk = "CLAIM"` gives each claim its
+//! own partition beside items of other types; `pk = "idempotency#<function>", sk = "{key}"` is
+//! Powertools' own sort-key layout. `{key}` is the full claim key, hashed to `sha256:<hex>`
+//! when the value would pass DynamoDB's limit for the attribute (2048 bytes for a partition
+//! key, 1024 for a sort key). At least one template must carry `{key}`. A fixed partition
+//! template puts every claim under one partition key, which DynamoDB serves at about 1,000
+//! write units a second: a hot partition that caps the consumer. Every request names the whole
+//! primary key, so claims, completions, releases and the operator's deletes touch only the
+//! claim's own item, never a business item beside it. [`DynamoDbStore::create_table`] creates
+//! the composite key.
+//!
+//! # The response and the 400 KB limit
+//!
+//! A completion stores the response in the same conditional write that marks the record
+//! completed (the `UpdateItem`, or the update inside the `TransactWriteItems`), so a stale
+//! claimant never writes one, and a repeated completion by the same token keeps the first.
+//! Claims refused with the old item, cancelled one-shot writes and `inspect` return it.
+//!
+//! DynamoDB refuses an item over 400 KB (409,600 bytes, attribute names and values in UTF-8).
+//! [`ClaimStore::max_response_bytes`] is that less the most every other attribute of the record
+//! can take (each key attribute at its limit or fixed template, numbers at 21 bytes, the
+//! fingerprint at its cap, a 36-byte token, every name as configured): **406,375 bytes** with
+//! the default names and layout, so a response of that length fits for every key. A longer
+//! response is refused before anything is sent ([`ErrorKind::ResponseTooLarge`], nothing
+//! committed, the claim still held); if DynamoDB itself refuses the item's size (an item that
+//! carries attributes of someone else's), the completion fails with the same kind. For larger
+//! results, store a reference to them.
 //!
 //! # Round trips
 //!
@@ -25,7 +58,8 @@
 //!   The claim writes `expiration` as `max(expires_at, lease_until)`
 //!   ([`ClaimRequest::record_expires_at`]) rounded up to a second, so TTL deletion never
 //!   removes an item whose lease is live.
-//! * complete without effects: one `UpdateItem` conditional on the token and `INPROGRESS`.
+//! * complete without effects: one `UpdateItem` conditional on the token and `INPROGRESS`,
+//!   writing the response (if any) with the status.
 //! * complete with effects: one `TransactWriteItems` holding that same conditional update and
 //!   the handler's writes (at most 99), all or nothing. A cancelled transaction is reported
 //!   with the reason of every refused action.
@@ -48,6 +82,7 @@
 //! an unreadable answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
@@ -66,12 +101,37 @@ use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as Waiter
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, epoch_millis, from_epoch_millis, from_epoch_seconds,
+    OneShotWrite, Status, StoredResponse, epoch_millis, from_epoch_millis, from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
 
 /// DynamoDB's limit on a partition key value, in bytes.
 pub const MAX_KEY_BYTES: usize = 2048;
+
+/// DynamoDB's limit on a sort key value, in bytes.
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+
+/// DynamoDB's limit on one item, in bytes: 400 KB, attribute names and values (UTF-8) included.
+pub const MAX_ITEM_BYTES: usize = 409_600;
+
+/// The longest payload fingerprint a claim stores, in bytes. A fingerprint is a hash (the
+/// processor's is 64 hex digits, Powertools' 32); a longer one is refused before anything is
+/// sent, so that [`DynamoDbStore::max_response_bytes`](ClaimStore::max_response_bytes) can hold
+/// for every record.
+pub const MAX_FINGERPRINT_BYTES: usize = 1024;
+
+/// The most a number attribute takes in an item: DynamoDB counts 1 byte per two significant
+/// digits plus 1, and an `i64` has at most 19 digits (38 would take 20): 21 is a bound.
+const MAX_NUMBER_BYTES: usize = 21;
+
+/// The owner token this store writes: a hyphenated UUID.
+const TOKEN_BYTES: usize = uuid::fmt::Hyphenated::LENGTH;
+
+/// The longest status this store writes (`INPROGRESS`).
+const MAX_STATUS_BYTES: usize = 10;
+
+/// What a hashed key takes in a key attribute: `sha256:` and 64 hex digits.
+const HASHED_KEY_BYTES: usize = "sha256:".len() + 64;
 
 /// The most effects one completion can carry: `TransactWriteItems` takes 100 actions, one of
 /// which is the completion itself.
@@ -93,6 +153,9 @@ pub struct DynamoDbAttributes {
     pub fingerprint: String,
     /// Owner token (S). Default `claim_token`.
     pub token: String,
+    /// The handler's stored response, exactly as given (S). Default `data`, as Powertools names
+    /// it. Absent when the completion stored no response; an empty response is an empty string.
+    pub data: String,
 }
 
 impl Default for DynamoDbAttributes {
@@ -104,6 +167,7 @@ impl Default for DynamoDbAttributes {
             status: "status".into(),
             fingerprint: "validation".into(),
             token: "claim_token".into(),
+            data: "data".into(),
         }
     }
 }
@@ -151,6 +215,24 @@ impl DynamoDbAttributes {
         self
     }
 
+    /// Sets the stored response attribute name.
+    pub fn with_data(mut self, name: impl Into<String>) -> Self {
+        self.data = name.into();
+        self
+    }
+
+    /// The names of the attributes that are not part of the key, with what each holds.
+    fn non_key(&self) -> [(&str, &'static str); 6] {
+        [
+            (&self.expiration, "expiration"),
+            (&self.lease, "lease"),
+            (&self.status, "status"),
+            (&self.fingerprint, "fingerprint"),
+            (&self.token, "token"),
+            (&self.data, "data"),
+        ]
+    }
+
     fn names(&self) -> HashMap<String, String> {
         HashMap::from([
             ("#id".to_owned(), self.key.clone()),
@@ -159,6 +241,234 @@ impl DynamoDbAttributes {
             ("#status".to_owned(), self.status.clone()),
             ("#token".to_owned(), self.token.clone()),
         ])
+    }
+}
+
+/// The placeholder a key template replaces with the claim key.
+pub const KEY_PLACEHOLDER: &str = "{key}";
+
+/// One key attribute of the claims table: its name, and the template its value is made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoDbKeyAttribute {
+    name: String,
+    template: String,
+}
+
+impl DynamoDbKeyAttribute {
+    /// The attribute's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The template of its value: fixed text, with [`KEY_PLACEHOLDER`] (`{key}`) at most once.
+    pub fn template(&self) -> &str {
+        &self.template
+    }
+
+    /// Whether the value carries the claim key.
+    pub fn has_key(&self) -> bool {
+        self.template.contains(KEY_PLACEHOLDER)
+    }
+
+    /// The value for `key`, at most `limit` bytes: the template with `{key}` replaced by the
+    /// key, or by `sha256:<hex>` of it when the key would not fit. Deterministic, so every
+    /// worker maps a key to the same item.
+    fn value(&self, key: &str, limit: usize) -> String {
+        match self.template.split_once(KEY_PLACEHOLDER) {
+            None => self.template.clone(),
+            Some((before, after)) if before.len() + key.len() + after.len() <= limit => {
+                format!("{before}{key}{after}")
+            }
+            Some((before, after)) => format!(
+                "{before}sha256:{}{after}",
+                crate::key::sha256_hex(key.as_bytes())
+            ),
+        }
+    }
+
+    /// The most its name and value take in an item.
+    fn max_bytes(&self, limit: usize) -> usize {
+        self.name.len()
+            + if self.has_key() {
+                limit
+            } else {
+                self.template.len()
+            }
+    }
+
+    /// Checks the template of a key attribute whose values DynamoDB bounds at `limit` bytes.
+    fn validate(&self, role: &str, limit: usize) -> Result<(), Error> {
+        let bad = |why: String| {
+            Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "DynamoDB key schema: the {role} key {:?} with template {:?}: {why}",
+                    self.name, self.template
+                ),
+            ))
+        };
+        if self.name.is_empty() {
+            return bad("the attribute name is empty".into());
+        }
+        if self.template.is_empty() {
+            return bad("the template is empty (DynamoDB refuses an empty key value)".into());
+        }
+        if self.template.matches(KEY_PLACEHOLDER).count() > 1 {
+            return bad(format!("{KEY_PLACEHOLDER} may appear at most once"));
+        }
+        let fixed = self.template.replacen(KEY_PLACEHOLDER, "", 1);
+        if fixed.contains(['{', '}']) {
+            return bad(format!(
+                "the only placeholder is {KEY_PLACEHOLDER} (a brace elsewhere is a typo)"
+            ));
+        }
+        if self.has_key() && fixed.len() + HASHED_KEY_BYTES > limit {
+            return bad(format!(
+                "its fixed text is {} bytes: with a hashed key ({HASHED_KEY_BYTES} bytes) it \
+                 would pass DynamoDB's {limit}-byte limit",
+                fixed.len()
+            ));
+        }
+        if !self.has_key() && fixed.len() > limit {
+            return bad(format!("it passes DynamoDB's {limit}-byte limit"));
+        }
+        Ok(())
+    }
+}
+
+/// The claims table's primary key: a partition key, optionally a sort key, and how their
+/// values are made from the claim key (templates with `{key}`).
+///
+/// The default is the Powertools layout: a single partition key `id` holding the key itself
+/// (hashed past 2048 bytes). A single-table design puts claims beside the business items:
+///
+/// ```
+/// use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+///
+/// // One item per claim, under its own partition, beside the business items of other types.
+/// let single_table = DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM");
+/// assert!(single_table.validate().is_ok());
+/// // Powertools' sort-key layout: every claim of a function under one partition key.
+/// let sorted = DynamoDbKeySchema::partition("id", "idempotency#payments")
+///     .with_sort("sort_key", "{key}");
+/// assert!(sorted.validate().is_ok());
+/// // No template carries the key: every claim would be the same item.
+/// let broken = DynamoDbKeySchema::partition("pk", "CLAIM").with_sort("sk", "CLAIM");
+/// assert!(broken.validate().is_err());
+/// ```
+///
+/// `{key}` is replaced by the full claim key, or, when the value would pass DynamoDB's limit
+/// (2048 bytes for a partition key, 1024 for a sort key), by `sha256:<hex>` of it: each key
+/// attribute always fits. A fixed partition template (the Powertools sort-key layout) puts
+/// every claim under one partition key, and DynamoDB serves one partition key at about 1,000
+/// write units a second: a hot partition that caps the whole consumer's throughput.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DynamoDbKeySchema {
+    partition: DynamoDbKeyAttribute,
+    sort: Option<DynamoDbKeyAttribute>,
+}
+
+impl Default for DynamoDbKeySchema {
+    fn default() -> Self {
+        DynamoDbKeySchema::partition("id", KEY_PLACEHOLDER)
+    }
+}
+
+impl DynamoDbKeySchema {
+    /// A table keyed by the partition key `name` alone, its values made from `template`.
+    pub fn partition(name: impl Into<String>, template: impl Into<String>) -> Self {
+        DynamoDbKeySchema {
+            partition: DynamoDbKeyAttribute {
+                name: name.into(),
+                template: template.into(),
+            },
+            sort: None,
+        }
+    }
+
+    /// Adds the sort key `name`, its values made from `template`.
+    pub fn with_sort(mut self, name: impl Into<String>, template: impl Into<String>) -> Self {
+        self.sort = Some(DynamoDbKeyAttribute {
+            name: name.into(),
+            template: template.into(),
+        });
+        self
+    }
+
+    /// The partition key.
+    pub fn partition_key(&self) -> &DynamoDbKeyAttribute {
+        &self.partition
+    }
+
+    /// The sort key, if the table has one.
+    pub fn sort_key(&self) -> Option<&DynamoDbKeyAttribute> {
+        self.sort.as_ref()
+    }
+
+    /// Checks the schema: names present and distinct, templates within DynamoDB's key limits
+    /// (with room for a hashed key), `{key}` at most once each and in at least one of them
+    /// (otherwise every claim would be the same item). Fails with
+    /// [`ErrorKind::Config`].
+    pub fn validate(&self) -> Result<(), Error> {
+        self.partition.validate("partition", MAX_KEY_BYTES)?;
+        if let Some(sort) = &self.sort {
+            sort.validate("sort", MAX_SORT_KEY_BYTES)?;
+            if sort.name == self.partition.name {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "DynamoDB key schema: the partition and sort keys are both named {:?}",
+                        sort.name
+                    ),
+                ));
+            }
+        }
+        if !self.partition.has_key() && !self.sort.as_ref().is_some_and(|s| s.has_key()) {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "DynamoDB key schema: no template contains {KEY_PLACEHOLDER} (partition \
+                     {:?} = {:?}{}): every claim would be the same item",
+                    self.partition.name,
+                    self.partition.template,
+                    self.sort
+                        .as_ref()
+                        .map(|s| format!(", sort {:?} = {:?}", s.name, s.template))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The primary key of `key`'s item: each key attribute with its value.
+    pub fn item_key(&self, key: &str) -> HashMap<String, AttributeValue> {
+        let mut item = HashMap::with_capacity(2);
+        item.insert(
+            self.partition.name.clone(),
+            AttributeValue::S(self.partition.value(key, MAX_KEY_BYTES)),
+        );
+        if let Some(sort) = &self.sort {
+            item.insert(
+                sort.name.clone(),
+                AttributeValue::S(sort.value(key, MAX_SORT_KEY_BYTES)),
+            );
+        }
+        item
+    }
+
+    /// The most the key attributes take in an item, names included.
+    fn max_bytes(&self) -> usize {
+        self.partition.max_bytes(MAX_KEY_BYTES)
+            + self
+                .sort
+                .as_ref()
+                .map_or(0, |s| s.max_bytes(MAX_SORT_KEY_BYTES))
+    }
+
+    /// The key attributes, partition first.
+    fn attributes(&self) -> impl Iterator<Item = &DynamoDbKeyAttribute> {
+        std::iter::once(&self.partition).chain(self.sort.as_ref())
     }
 }
 
@@ -271,15 +581,26 @@ pub struct DynamoDbStore {
     client: Client,
     table: String,
     attrs: DynamoDbAttributes,
+    /// Behind an `Arc`: the store is cloned per ledger and task, and kept small.
+    schema: Arc<DynamoDbKeySchema>,
+    /// Whether `schema` was set by [`DynamoDbStore::with_key_schema`] (otherwise it is the
+    /// single partition key `attrs.key`).
+    schema_set: bool,
 }
 
 impl DynamoDbStore {
     /// A store on `table`, with the default attribute names.
     pub fn new(client: Client, table: impl Into<String>) -> Self {
+        let attrs = DynamoDbAttributes::default();
         DynamoDbStore {
             client,
             table: table.into(),
-            attrs: DynamoDbAttributes::default(),
+            schema: Arc::new(DynamoDbKeySchema::partition(
+                attrs.key.clone(),
+                KEY_PLACEHOLDER,
+            )),
+            attrs,
+            schema_set: false,
         }
     }
 
@@ -311,10 +632,70 @@ impl DynamoDbStore {
         Self::new(Client::from_conf(config), table)
     }
 
-    /// Uses other attribute names.
-    pub fn with_attributes(mut self, attrs: DynamoDbAttributes) -> Self {
+    /// Uses other attribute names. Without a key schema ([`with_key_schema`]), the table's
+    /// single partition key is `attrs.key`; with one, the schema names the keys and
+    /// [`attributes`](Self::attributes)`().key` reports its partition key. Set the attributes
+    /// first: [`with_key_schema`] checks the key names against them.
+    ///
+    /// [`with_key_schema`]: Self::with_key_schema
+    pub fn with_attributes(mut self, mut attrs: DynamoDbAttributes) -> Self {
+        if self.schema_set {
+            attrs.key = self.schema.partition.name.clone();
+        } else {
+            self.schema = Arc::new(DynamoDbKeySchema::partition(
+                attrs.key.clone(),
+                KEY_PLACEHOLDER,
+            ));
+        }
         self.attrs = attrs;
         self
+    }
+
+    /// Uses the primary key `schema` (a partition key and an optional sort key, their values
+    /// made from templates: see [`DynamoDbKeySchema`]), for a single-table design or the
+    /// Powertools sort-key layout.
+    ///
+    /// Fails with [`ErrorKind::Config`] if the schema is invalid
+    /// ([`DynamoDbKeySchema::validate`]) or a key attribute has the name of one of the
+    /// record's other attributes ([`DynamoDbAttributes`]).
+    ///
+    /// ```
+    /// # fn demo(client: sqs_claim::aws_sdk_dynamodb::Client) -> Result<(), sqs_claim::Error> {
+    /// use sqs_claim::DynamoDbStore;
+    /// use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+    ///
+    /// let store = DynamoDbStore::new(client, "app")
+    ///     .with_key_schema(DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM"))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_key_schema(mut self, schema: DynamoDbKeySchema) -> Result<Self, Error> {
+        schema.validate()?;
+        for key in schema.attributes() {
+            if let Some((_, what)) = self.attrs.non_key().iter().find(|(n, _)| *n == key.name) {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "DynamoDB key schema: the key attribute {:?} is also the record's {what}                          attribute: rename one of them",
+                        key.name
+                    ),
+                ));
+            }
+        }
+        self.attrs.key = schema.partition.name.clone();
+        self.schema = Arc::new(schema);
+        self.schema_set = true;
+        Ok(self)
+    }
+
+    /// The primary key schema in use.
+    pub fn key_schema(&self) -> &DynamoDbKeySchema {
+        &self.schema
+    }
+
+    /// The primary key of the item that holds `key`'s claim (to read it, or to write a business
+    /// item beside it, under the same layout).
+    pub fn item_key(&self, key: &str) -> HashMap<String, AttributeValue> {
+        self.schema.item_key(key)
     }
 
     /// The SDK client (to build effects on other tables with the same configuration).
@@ -342,19 +723,54 @@ impl DynamoDbStore {
         }
     }
 
-    /// Creates the table (on-demand capacity, string partition key) and enables TTL on the
-    /// expiry attribute. Idempotent: an existing table is left as it is, and TTL is enabled
-    /// only if it is not already.
+    /// Creates the table (on-demand capacity; the string partition key, and the string sort
+    /// key if the [key schema](Self::with_key_schema) has one) and enables TTL on the expiry
+    /// attribute. Idempotent: an existing table is left as it is, and TTL is enabled only if
+    /// it is not already.
     pub async fn create_table(&self) -> Result<(), Error> {
-        create_table_with_key(&self.client, &self.table, &self.attrs.key).await?;
+        let sort = self.schema.sort.as_ref().map(|s| s.name.as_str());
+        create_table_with_keys(&self.client, &self.table, &self.schema.partition.name, sort)
+            .await?;
         enable_ttl(&self.client, &self.table, &self.attrs.expiration).await
     }
 
     fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
-        HashMap::from([(
-            self.attrs.key.clone(),
-            AttributeValue::S(Self::storage_key(key)),
-        )])
+        self.schema.item_key(key)
+    }
+
+    /// The most a record takes in an item besides its response's value: every attribute's
+    /// name, and the longest value of each (the key attributes at DynamoDB's key limits, or
+    /// their fixed templates; numbers at 21 bytes; the fingerprint at its cap). The lease is
+    /// counted although a completion removes it.
+    fn record_overhead_bytes(&self) -> usize {
+        let a = &self.attrs;
+        self.schema.max_bytes()
+            + a.expiration.len()
+            + MAX_NUMBER_BYTES
+            + a.lease.len()
+            + MAX_NUMBER_BYTES
+            + a.status.len()
+            + MAX_STATUS_BYTES
+            + a.fingerprint.len()
+            + MAX_FINGERPRINT_BYTES
+            + a.token.len()
+            + TOKEN_BYTES
+            + a.data.len()
+    }
+
+    /// Refuses a fingerprint past [`MAX_FINGERPRINT_BYTES`] before anything is sent.
+    fn check_fingerprint(req: &ClaimRequest<'_>) -> Result<(), Error> {
+        match req.fingerprint {
+            Some(fp) if fp.len() > MAX_FINGERPRINT_BYTES => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "the payload fingerprint for key {:?} is {} bytes: the DynamoDB store keeps                      at most {MAX_FINGERPRINT_BYTES} (a fingerprint is a hash); nothing was sent",
+                    req.key,
+                    fp.len()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn parse_record(&self, item: &HashMap<String, AttributeValue>) -> Option<Parsed> {
@@ -378,7 +794,11 @@ impl DynamoDbStore {
                     .get(&self.attrs.fingerprint)
                     .and_then(|v| v.as_s().ok())
                     .cloned(),
-                response: None,
+                // A completed record's response; an in-progress record has none.
+                response: (status == Status::Completed)
+                    .then(|| item.get(&self.attrs.data).and_then(|v| v.as_s().ok()))
+                    .flatten()
+                    .map(|text| StoredResponse::new(text.as_str())),
             },
             token: item
                 .get(&self.attrs.token)
@@ -434,26 +854,41 @@ impl DynamoDbStore {
         }
     }
 
+    /// The completion's update, fenced by the token and the in-progress status; it stores the
+    /// response, if any, in the same write.
     fn completion_update(
         &self,
         key: &str,
         token: &ClaimToken,
         expires_at: SystemTime,
+        response: Option<StoredResponse>,
     ) -> Result<Update, Error> {
         let mut names = self.attrs.names();
         names.remove("#id");
+        let mut values = HashMap::from([
+            (":completed".to_owned(), s(Status::Completed.as_str())),
+            (":inprogress".to_owned(), s(Status::InProgress.as_str())),
+            (":exp".to_owned(), n(expiry_seconds(expires_at))),
+            (":token".to_owned(), s(token.as_str())),
+        ]);
+        let update = match response {
+            Some(response) => {
+                names.insert("#data".to_owned(), self.attrs.data.clone());
+                values.insert(
+                    ":data".to_owned(),
+                    AttributeValue::S(response.into_string()),
+                );
+                "SET #status = :completed, #exp = :exp, #data = :data REMOVE #lease"
+            }
+            None => "SET #status = :completed, #exp = :exp REMOVE #lease",
+        };
         Update::builder()
             .table_name(&self.table)
             .set_key(Some(self.key_value(key)))
-            .update_expression("SET #status = :completed, #exp = :exp REMOVE #lease")
+            .update_expression(update)
             .condition_expression("#token = :token AND #status = :inprogress")
             .set_expression_attribute_names(Some(names))
-            .set_expression_attribute_values(Some(HashMap::from([
-                (":completed".to_owned(), s(Status::Completed.as_str())),
-                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
-                (":exp".to_owned(), n(expiry_seconds(expires_at))),
-                (":token".to_owned(), s(token.as_str())),
-            ])))
+            .set_expression_attribute_values(Some(values))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(build_error)
@@ -469,6 +904,7 @@ impl ClaimStore for DynamoDbStore {
     type Effect = TransactWriteItem;
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+        Self::check_fingerprint(&req)?;
         let token = ClaimToken::generate();
         let item = self.claim_item(&req, &token, Status::InProgress);
         let (condition, names, values) = self.claim_condition(req.now);
@@ -503,20 +939,47 @@ impl ClaimStore for DynamoDbStore {
     ) -> Result<(), Error> {
         let Completion {
             expires_at,
+            response,
             effects,
             ..
         } = completion;
-        let update = self.completion_update(key, token, expires_at)?;
+        // Refused before anything is sent: nothing committed, the claim stays in progress.
+        if let Some(r) = &response {
+            let limit = self.max_response_bytes();
+            if r.len() > limit {
+                return Err(Completion::<TransactWriteItem>::too_large(
+                    key,
+                    r.len(),
+                    limit,
+                ));
+            }
+        }
+        if effects.len() > MAX_EFFECTS {
+            return Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "{} effects in one completion: DynamoDB transactions take at most {MAX_EFFECTS} \
+                     besides the completion",
+                    effects.len()
+                ),
+            ));
+        }
+        let update = self.completion_update(key, token, expires_at, response)?;
         if effects.is_empty() {
+            // Moved out of the `Update`: the response is sent once, not copied.
+            let (names, values) = (
+                update.expression_attribute_names,
+                update.expression_attribute_values,
+            );
             let result = self
                 .client
                 .update_item()
-                .table_name(update.table_name())
-                .set_key(Some(update.key().clone()))
-                .update_expression(update.update_expression())
-                .condition_expression(update.condition_expression().unwrap_or_default())
-                .set_expression_attribute_names(update.expression_attribute_names().cloned())
-                .set_expression_attribute_values(update.expression_attribute_values().cloned())
+                .table_name(update.table_name)
+                .set_key(Some(update.key))
+                .update_expression(update.update_expression)
+                .set_condition_expression(update.condition_expression)
+                .set_expression_attribute_names(names)
+                .set_expression_attribute_values(values)
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
                 )
@@ -528,22 +991,15 @@ impl ClaimStore for DynamoDbStore {
                     UpdateItemError::ConditionalCheckFailedException(ccf) => {
                         self.refused_completion(key, token, ccf.item())
                     }
+                    other if item_too_large(other.code(), other.message()) => {
+                        Err(Self::item_refused_as_too_large(key, other.message()))
+                    }
                     _ => Err(classify("UpdateItem (complete)", SdkError::ServiceError(e))),
                 },
                 Err(e) => Err(classify("UpdateItem (complete)", e)),
             };
         }
 
-        if effects.len() > MAX_EFFECTS {
-            return Err(Error::new(
-                ErrorKind::StoreRejected,
-                format!(
-                    "{} effects in one completion: DynamoDB transactions take at most {MAX_EFFECTS} \
-                     besides the completion",
-                    effects.len()
-                ),
-            ));
-        }
         let mut items = Vec::with_capacity(effects.len() + 1);
         items.push(TransactWriteItem::builder().update(update).build());
         items.extend(effects.into_vec());
@@ -558,6 +1014,9 @@ impl ClaimStore for DynamoDbStore {
             Err(SdkError::ServiceError(e)) => match e.err() {
                 TransactWriteItemsError::TransactionCanceledException(tc) => {
                     self.cancelled(key, token, tc.cancellation_reasons())
+                }
+                other if item_too_large(other.code(), other.message()) => {
+                    Err(Self::item_refused_as_too_large(key, other.message()))
                 }
                 _ => Err(classify(
                     "TransactWriteItems (complete)",
@@ -576,6 +1035,7 @@ impl ClaimStore for DynamoDbStore {
         req: ClaimRequest<'_>,
         effects: Effects<TransactWriteItem>,
     ) -> Result<OneShotWrite, Error> {
+        Self::check_fingerprint(&req)?;
         let token = ClaimToken::generate();
         let item = self.claim_item(&req, &token, Status::Completed);
         let (condition, names, values) = self.claim_condition(req.now);
@@ -655,6 +1115,21 @@ impl ClaimStore for DynamoDbStore {
 
     fn one_shot_is_atomic(&self) -> bool {
         true
+    }
+
+    /// [`MAX_ITEM_BYTES`] (409,600) less the most the record's other attributes can take, so a
+    /// response of this length fits for every key the store accepts: each key attribute at
+    /// DynamoDB's limit (2048 bytes for the partition key, 1024 for the sort key; a fixed
+    /// template at its own length) with its name, the expiry and the lease at 21 bytes each
+    /// (DynamoDB's bound for a number), the status at 10 (`INPROGRESS`), the fingerprint at
+    /// [`MAX_FINGERPRINT_BYTES`], the token at 36 (a UUID), and every attribute name as
+    /// configured, the response's own (`data`) included.
+    ///
+    /// With the default names and layout: 409,600 − 3,225 = **406,375 bytes** (the key 2 + 2048,
+    /// `expiration` 10 + 21, `in_progress_expiration` 22 + 21, `status` 6 + 10, `validation`
+    /// 10 + 1024, `claim_token` 11 + 36, `data` 4).
+    fn max_response_bytes(&self) -> usize {
+        MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes())
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
@@ -767,6 +1242,24 @@ impl DynamoDbStore {
 }
 
 impl DynamoDbStore {
+    /// The error of a completion DynamoDB refused because the completed item would pass its
+    /// 400 KB limit. [`max_response_bytes`](ClaimStore::max_response_bytes) rules this out for
+    /// the records this store writes; an item that carries attributes of someone else's gets
+    /// here.
+    fn item_refused_as_too_large(key: &str, message: Option<&str>) -> Error {
+        let what = format!(
+            "DynamoDB refused the completion of key {key:?}: the completed item would pass \
+             DynamoDB's item limit of {MAX_ITEM_BYTES} bytes (names and values), with the \
+             response and the attributes the item already holds; nothing was committed"
+        );
+        match message {
+            Some(m) if !m.is_empty() => {
+                Error::with_source(ErrorKind::ResponseTooLarge, what, m.to_owned())
+            }
+            _ => Error::new(ErrorKind::ResponseTooLarge, what),
+        }
+    }
+
     /// Interprets a cancelled completion transaction. Action 0 is the completion; the rest are
     /// the handler's effects.
     fn cancelled(
@@ -780,6 +1273,11 @@ impl DynamoDbStore {
             // Either this token completed already (a retry after an ambiguous error: its
             // effects committed then, and must not be applied again) or the claim was lost.
             return self.refused_completion(key, token, reasons.first().and_then(|r| r.item()));
+        }
+        if let Some(first) = reasons.first()
+            && item_too_large(first.code(), first.message())
+        {
+            return Err(Self::item_refused_as_too_large(key, first.message()));
         }
         Err(Self::cancelled_by_effects(reasons))
     }
@@ -906,26 +1404,40 @@ impl DynamoDbStore {
 /// For tables of your own beside the claims table (the example app's accounts table uses it);
 /// [`DynamoDbStore::create_table`] creates the claims table itself.
 pub async fn create_table_with_key(client: &Client, table: &str, key: &str) -> Result<(), Error> {
-    let created = client
+    create_table_with_keys(client, table, key, None).await
+}
+
+/// [`create_table_with_key`] with an optional string sort key `sort`.
+pub async fn create_table_with_keys(
+    client: &Client,
+    table: &str,
+    partition: &str,
+    sort: Option<&str>,
+) -> Result<(), Error> {
+    let mut request = client
         .create_table()
         .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(key)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(build_error)?,
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name(key)
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(build_error)?,
-        )
-        .send()
-        .await;
+        .billing_mode(BillingMode::PayPerRequest);
+    for (name, kind) in
+        std::iter::once((partition, KeyType::Hash)).chain(sort.map(|name| (name, KeyType::Range)))
+    {
+        request = request
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(name)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(build_error)?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(name)
+                    .key_type(kind)
+                    .build()
+                    .map_err(build_error)?,
+            );
+    }
+    let created = request.send().await;
     match created {
         Ok(_) => {}
         // Already there: creation is idempotent.
@@ -1040,6 +1552,14 @@ pub(crate) async fn enable_ttl(client: &Client, table: &str, attribute: &str) ->
 fn expiry_seconds(t: SystemTime) -> i64 {
     let ms = epoch_millis(t);
     ms.div_euclid(1000) + i64::from(ms.rem_euclid(1000) != 0)
+}
+
+/// Whether DynamoDB refused a write because the item would pass its 400 KB limit: a
+/// `ValidationException` (or, inside a transaction, a `ValidationError` reason) saying "Item
+/// size has exceeded the maximum allowed size" ("Item size to update has ..." for an update).
+fn item_too_large(code: Option<&str>, message: Option<&str>) -> bool {
+    matches!(code, Some("ValidationException" | "ValidationError"))
+        && message.is_some_and(|m| m.contains("Item size") && m.contains("exceeded the maximum"))
 }
 
 fn s(v: &str) -> AttributeValue {

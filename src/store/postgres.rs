@@ -13,11 +13,18 @@
 //!     token       TEXT NOT NULL,     -- owner token of the claim that wrote the row
 //!     lease_until BIGINT,            -- epoch ms; NULL once completed
 //!     expires_at  BIGINT NOT NULL,   -- epoch ms; the row counts as absent from then on
-//!     fingerprint TEXT
+//!     fingerprint TEXT,
+//!     response    TEXT               -- the stored response, as given; NULL for none
 //! );
 //! CREATE INDEX IF NOT EXISTS sqs_claim_processed_events_expires_at_idx
 //!     ON sqs_claim_processed_events (expires_at);
 //! ```
+//!
+//! A table created before the stored response has no `response` column: `migrate` adds it
+//! (`ALTER TABLE ... ADD COLUMN response TEXT`, only if it is missing, so a current table is
+//! not locked for it), and the rows already there read as completed with no response. Until
+//! `migrate` has run on such a table, every claim fails with [`ErrorKind::StoreRejected`]
+//! saying so.
 //!
 //! Times are epoch milliseconds, the caller's clock, compared as plain integers: the contract
 //! forbids deciding on the server's clock (`now()`), and integers avoid any time-zone or
@@ -46,8 +53,11 @@
 //! # Completion: fenced, and atomic with the effects
 //!
 //! Without effects, completion is one `UPDATE ... WHERE id = $1 AND token = $2 AND status =
-//! 'INPROGRESS'`. With effects, it is one transaction: lock the row (`SELECT ... FOR UPDATE`,
-//! checking token and status), run each [`PgEffect`], mark the row completed, commit. The
+//! 'INPROGRESS'`, which also writes the response. With effects, it is one transaction: lock the
+//! row (`SELECT ... FOR UPDATE`, checking token and status), run each [`PgEffect`], mark the
+//! row completed with its response, commit. A response over
+//! [`ClaimStore::max_response_bytes`] (the default 6 MiB; a `TEXT` value holds up to 1 GB) is
+//! refused before a connection is taken. The
 //! business writes and the completion are committed together or not at all: the
 //! transactional-idempotency-table pattern. A repeated completion by the same token finds the
 //! row completed and commits nothing.
@@ -120,7 +130,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, epoch_millis, from_epoch_millis,
+    OneShotWrite, Status, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -296,7 +306,8 @@ impl std::fmt::Debug for PgEffect {
 
 /// The claim statement, writing the record with `status`: `INPROGRESS` for a claim,
 /// `COMPLETED` for a one-shot write. It takes the row only if it is absent, expired, or in
-/// progress under a lapsed lease, and answers whether it won with the row as it stands.
+/// progress under a lapsed lease, and answers whether it won with the row as it stands. A row
+/// it takes starts with no response (a one-shot write stores none).
 fn claim_sql(quoted: &str, status: &str) -> String {
     let claimable = "(r.expires_at <= $6 OR (r.status = 'INPROGRESS' AND r.lease_until <= $6))";
     format!(
@@ -307,8 +318,9 @@ fn claim_sql(quoted: &str, status: &str) -> String {
            token = CASE WHEN {claimable} THEN EXCLUDED.token ELSE r.token END, \
            lease_until = CASE WHEN {claimable} THEN EXCLUDED.lease_until ELSE r.lease_until END, \
            expires_at = CASE WHEN {claimable} THEN EXCLUDED.expires_at ELSE r.expires_at END, \
-           fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END \
-         RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint"
+           fingerprint = CASE WHEN {claimable} THEN EXCLUDED.fingerprint ELSE r.fingerprint END, \
+           response = CASE WHEN {claimable} THEN NULL ELSE r.response END \
+         RETURNING token = $2 AS won, status, lease_until, expires_at, fingerprint, response"
     )
 }
 
@@ -341,8 +353,8 @@ impl Statements {
             // The one-shot write: the claim's condition, the record written completed.
             claim_completed: claim_sql(&quoted, "COMPLETED"),
             complete: format!(
-                "UPDATE {quoted} SET status = 'COMPLETED', lease_until = NULL, expires_at = $3 \
-                 WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
+                "UPDATE {quoted} SET status = 'COMPLETED', lease_until = NULL, expires_at = $3, \
+                 response = $4 WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
             ),
             completed_by: format!("SELECT status FROM {quoted} WHERE id = $1 AND token = $2"),
             lock: format!("SELECT status FROM {quoted} WHERE id = $1 AND token = $2 FOR UPDATE"),
@@ -350,8 +362,8 @@ impl Statements {
                 "DELETE FROM {quoted} WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
             ),
             inspect: format!(
-                "SELECT status, token, lease_until, expires_at, fingerprint FROM {quoted} \
-                 WHERE id = $1"
+                "SELECT status, token, lease_until, expires_at, fingerprint, response \
+                 FROM {quoted} WHERE id = $1"
             ),
             // The operator's force_release and forget: the status is checked by the delete.
             delete_if: format!("DELETE FROM {quoted} WHERE id = $1 AND status = $2"),
@@ -364,7 +376,11 @@ impl Statements {
                  AND expires_at <= $1"
             ),
             // The advisory lock serialises concurrent migrations: two `CREATE TABLE IF NOT
-            // EXISTS` racing can otherwise fail on the catalog's unique index.
+            // EXISTS` racing can otherwise fail on the catalog's unique index (and two
+            // upgrades could both find the column missing). The column of the stored response
+            // is added to a table of an older version only if it is missing: `ALTER TABLE`
+            // takes an exclusive lock even when `IF NOT EXISTS` finds nothing to do, which
+            // would queue every claim behind each start-up's migration.
             migrate: format!(
                 "SELECT pg_advisory_xact_lock(7262871090); \
                  CREATE TABLE IF NOT EXISTS {quoted} (\
@@ -373,7 +389,15 @@ impl Statements {
                    token TEXT NOT NULL, \
                    lease_until BIGINT, \
                    expires_at BIGINT NOT NULL, \
-                   fingerprint TEXT); \
+                   fingerprint TEXT, \
+                   response TEXT); \
+                 DO $migrate$ BEGIN \
+                   IF NOT EXISTS (SELECT 1 FROM pg_attribute \
+                       WHERE attrelid = '{quoted}'::regclass AND attname = 'response' \
+                       AND NOT attisdropped) THEN \
+                     ALTER TABLE {quoted} ADD COLUMN IF NOT EXISTS response TEXT; \
+                   END IF; \
+                 END $migrate$; \
                  CREATE INDEX IF NOT EXISTS {index} ON {quoted} (expires_at);"
             ),
         }
@@ -670,6 +694,7 @@ impl PostgresStore {
         key: &str,
         token: &ClaimToken,
         expires_at: SystemTime,
+        response: Option<&str>,
         effects: Vec<PgEffect>,
     ) -> Result<(), Error> {
         let mut client = self.client().await?;
@@ -695,7 +720,7 @@ impl PostgresStore {
         let updated = txn
             .execute(
                 &complete,
-                &[&id, &token.as_str(), &epoch_millis(expires_at)],
+                &[&id, &token.as_str(), &epoch_millis(expires_at), &response],
             )
             .await
             .map_err(err)?;
@@ -729,6 +754,15 @@ fn map_pg_err(op: &str, key: &str, table: &str, e: tokio_postgres::Error) -> Err
         Some(code) if is_transient_state(code) => Error::with_source(
             ErrorKind::StoreUnavailable,
             format!("PostgreSQL unavailable during {op} (table {table:?}); retry later"),
+            e,
+        ),
+        // A table of an older version, without the response column.
+        Some(code) if *code == SqlState::UNDEFINED_COLUMN => Error::with_source(
+            ErrorKind::StoreRejected,
+            format!(
+                "table {table:?} lacks a column this version needs (an older schema): run \
+                 PostgresStore::migrate() (`sqs-claim init`) to add it, then retry {op}"
+            ),
             e,
         ),
         Some(code) if *code == SqlState::UNDEFINED_TABLE => Error::with_source(
@@ -819,6 +853,17 @@ pub fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
             e,
         );
     }
+    if e.code() == Some(&SqlState::UNDEFINED_COLUMN) {
+        return Error::with_source(
+            ErrorKind::StoreRejected,
+            format!(
+                "table {table:?} has the layout of an older version (no response column): run \
+                 `sqs-claim init` (or Ledger::init / PostgresStore::migrate) to add it; records \
+                 already stored are kept"
+            ),
+            e,
+        );
+    }
     map_pg_err("the start-up check of", "", table, e)
 }
 
@@ -889,12 +934,25 @@ impl ClaimStore for PostgresStore {
     ) -> Result<(), Error> {
         let Completion {
             expires_at,
+            response,
             effects,
             ..
         } = completion;
+        // Refused before a connection is taken: nothing is written, the claim stays in progress.
+        if let Some(r) = response
+            .as_ref()
+            .filter(|r| r.len() > self.max_response_bytes())
+        {
+            return Err(Completion::<PgEffect>::too_large(
+                key,
+                r.len(),
+                self.max_response_bytes(),
+            ));
+        }
+        let response = response.as_ref().map(StoredResponse::as_str);
         self.bounded(
             "completion",
-            self.complete_unbounded(key, token, expires_at, effects),
+            self.complete_unbounded(key, token, expires_at, response, effects),
         )
         .await
     }
@@ -959,6 +1017,7 @@ impl PostgresStore {
         let lease_until: Option<i64> = row.try_get(2).map_err(bad)?;
         let expires_at: i64 = row.try_get(3).map_err(bad)?;
         let fingerprint: Option<String> = row.try_get(4).map_err(bad)?;
+        let response: Option<String> = row.try_get(5).map_err(bad)?;
         let Some(status) = Status::parse(&status) else {
             return Err(Error::new(
                 ErrorKind::StoreRejected,
@@ -975,7 +1034,7 @@ impl PostgresStore {
                 expires_at: from_epoch_millis(expires_at),
                 lease_until: lease_until.map(from_epoch_millis),
                 fingerprint,
-                response: None,
+                response: response.map(StoredResponse::new),
             },
             Some(ClaimToken::from_string(token)),
         )))
@@ -1050,13 +1109,14 @@ impl PostgresStore {
         let lease_until: Option<i64> = row.try_get(2).map_err(bad)?;
         let expires_at: i64 = row.try_get(3).map_err(bad)?;
         let fingerprint: Option<String> = row.try_get(4).map_err(bad)?;
+        let response: Option<String> = row.try_get(5).map_err(bad)?;
         match Status::parse(&status) {
             Some(Status::Completed) => Ok(Claim::Completed(ClaimRecord {
                 status: Status::Completed,
                 expires_at: from_epoch_millis(expires_at),
                 lease_until: lease_until.map(from_epoch_millis),
                 fingerprint,
-                response: None,
+                response: response.map(StoredResponse::new),
             })),
             Some(Status::InProgress) => Ok(Claim::HeldElsewhere {
                 lease_until: lease_until.map(from_epoch_millis),
@@ -1104,12 +1164,13 @@ impl PostgresStore {
         key: &str,
         token: &ClaimToken,
         expires_at: SystemTime,
+        response: Option<&str>,
         effects: Effects<PgEffect>,
     ) -> Result<(), Error> {
         let id = stored_id(key);
         if !effects.is_empty() {
             return self
-                .complete_with_effects(&id, key, token, expires_at, effects.into_vec())
+                .complete_with_effects(&id, key, token, expires_at, response, effects.into_vec())
                 .await;
         }
         let client = self.client().await?;
@@ -1121,7 +1182,12 @@ impl PostgresStore {
         let updated = client
             .execute(
                 &stmt,
-                &[&id.as_ref(), &token.as_str(), &epoch_millis(expires_at)],
+                &[
+                    &id.as_ref(),
+                    &token.as_str(),
+                    &epoch_millis(expires_at),
+                    &response,
+                ],
             )
             .await
             .map_err(err)?;

@@ -13,6 +13,10 @@
 //! | `e`   | `expires_at`, epoch ms |
 //! | `n`   | the claimant's `now` at claim time, epoch ms (to size the key's TTL, see below) |
 //! | `f`   | payload fingerprint, if any |
+//! | `r`   | the stored response, as given (completed only; absent for none, empty for an empty one) |
+//!
+//! Records written before the stored response have no `r` field: they read as completed with
+//! no response.
 //!
 //! Claim, completion and release (and the operator's conditional deletes, `force_release` and
 //! `forget`) are each **one** server-side Lua script (sent as `EVALSHA`, falling back to
@@ -82,7 +86,7 @@ use redis::{RedisError, Script, ServerErrorKind};
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-    epoch_millis, from_epoch_millis,
+    StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -93,19 +97,21 @@ pub const DEFAULT_PREFIX: &str = "sqs-claim:";
 pub const DEFAULT_EXPIRY_SLACK: Duration = Duration::from_secs(60);
 
 // ARGV: now_ms, lease_until_ms, expires_at_ms, token, slack_ms, [fingerprint]
-// Returns {'ACQUIRED'} or {status, lease_until_ms|nil, expires_at_ms|nil, fingerprint|nil}.
+// Returns {'ACQUIRED'} or {status, lease_until_ms|nil, expires_at_ms|nil, fingerprint|nil,
+// response|nil}. (A missing field comes back from HMGET as `false`, which the reply turns into
+// nil without cutting the array short as a Lua nil would.)
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local now = tonumber(ARGV[1])
-local rec = redis.call('HMGET', KEYS[1], 's', 'l', 'e', 'f')
+local rec = redis.call('HMGET', KEYS[1], 's', 'l', 'e', 'f', 'r')
 if rec[1] then
   local lease = tonumber(rec[2])
   local expires = tonumber(rec[3])
   local expired = expires ~= nil and expires <= now
   local lapsed = rec[1] == 'INPROGRESS' and lease ~= nil and lease <= now
   if not expired and not lapsed then
-    return {rec[1], rec[2], rec[3], rec[4]}
+    return {rec[1], rec[2], rec[3], rec[4], rec[5]}
   end
 end
 redis.call('DEL', KEYS[1])
@@ -121,8 +127,8 @@ return {'ACQUIRED'}
     )
 });
 
-// KEYS: record, then one key per effect. ARGV: token, expires_at_ms, slack_ms, then five
-// arguments per effect (op, a, b, c, d). Returns {'OK'}, {'DONE'} (already completed by this token),
+// KEYS: record, then one key per effect. ARGV: token, expires_at_ms, slack_ms, has_response
+// ('1' or '0'), response ('' if none), then five arguments per effect (op, a, b, c, d). Returns {'OK'}, {'DONE'} (already completed by this token),
 // {'LOST'}, or {'REJECTED', index, reason}.
 static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -148,7 +154,7 @@ local after = {}
 local n = #KEYS - 1
 for i = 1, n do
   local k = KEYS[i + 1]
-  local base = 5 * i - 1
+  local base = 5 * i + 1
   local op, a, b, c, d = ARGV[base], ARGV[base + 1], ARGV[base + 2], ARGV[base + 3], ARGV[base + 4]
   if op == 'incrby' then
     local t = redis.call('TYPE', k)['ok']
@@ -204,7 +210,7 @@ end
 -- Pass 2: apply, then complete.
 for i = 1, n do
   local k = KEYS[i + 1]
-  local base = 5 * i - 1
+  local base = 5 * i + 1
   local op, a, b = ARGV[base], ARGV[base + 1], ARGV[base + 2]
   if op == 'incrby' then
     redis.call('INCRBY', k, a)
@@ -215,6 +221,9 @@ for i = 1, n do
   end
 end
 redis.call('HSET', KEYS[1], 's', 'COMPLETED', 'e', ARGV[2])
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], 'r', ARGV[5])
+end
 redis.call('HDEL', KEYS[1], 'l')
 local claimed_at = tonumber(rec[3]) or tonumber(ARGV[2])
 local ttl = tonumber(ARGV[2]) - claimed_at + tonumber(ARGV[3])
@@ -630,13 +639,18 @@ fn short(key: &str) -> &str {
     }
 }
 
+/// The reply is described, not printed: a record's fields include the stored response, which
+/// never goes into error text.
 fn bad_reply(op: &str, key: &str, reply: &[Option<String>]) -> Error {
+    let first = reply.first().cloned().flatten();
     Error::new(
         ErrorKind::StoreRejected,
         format!(
-            "unexpected Redis reply to {op} {:?}: {reply:?}; the record under this key is not \
-             one this store wrote (check the prefix)",
-            short(key)
+            "unexpected Redis reply to {op} {:?} (first field {:?}, {} fields); the record \
+             under this key is not one this store wrote (check the prefix)",
+            short(key),
+            first.as_deref().map(short),
+            reply.len()
         ),
     )
 }
@@ -687,7 +701,7 @@ impl ClaimStore for RedisStore {
                     lease_until: parse_millis(reply.get(1).and_then(Option::as_ref))
                         .map(from_epoch_millis),
                     fingerprint: reply.get(3).cloned().flatten(),
-                    response: None,
+                    response: reply.get(4).cloned().flatten().map(StoredResponse::new),
                 }))
             }
             _ => Err(bad_reply("claim of", req.key, &reply)),
@@ -702,16 +716,30 @@ impl ClaimStore for RedisStore {
     ) -> Result<(), Error> {
         let Completion {
             expires_at,
+            response,
             effects,
             ..
         } = completion;
+        // Refused before the script is sent: nothing is written, the claim stays in progress.
+        if let Some(r) = response
+            .as_ref()
+            .filter(|r| r.len() > self.max_response_bytes())
+        {
+            return Err(Completion::<RedisEffect>::too_large(
+                key,
+                r.len(),
+                self.max_response_bytes(),
+            ));
+        }
         let effects = effects.into_vec();
         check_effects(&effects)?;
         let mut invocation = COMPLETE.key(self.record_key(key));
         invocation
             .arg(token.as_str())
             .arg(epoch_millis(expires_at))
-            .arg(self.slack_ms());
+            .arg(self.slack_ms())
+            .arg(if response.is_some() { "1" } else { "0" })
+            .arg(response.as_ref().map_or("", StoredResponse::as_str));
         for effect in &effects {
             invocation.key(effect.key()).arg(&effect.args()[..]);
         }
@@ -762,7 +790,7 @@ impl ClaimStore for RedisStore {
         let mut conn = self.conn.clone();
         let reply: Vec<Option<String>> = redis::cmd("HMGET")
             .arg(self.record_key(key))
-            .arg(&["s", "t", "l", "e", "f"][..])
+            .arg(&["s", "t", "l", "e", "f", "r"][..])
             .query_async(&mut conn)
             .await
             .map_err(|e| map_err("inspect of", key, e))?;
@@ -783,7 +811,7 @@ impl ClaimStore for RedisStore {
                 lease_until: parse_millis(reply.get(2).and_then(Option::as_ref))
                     .map(from_epoch_millis),
                 fingerprint: field(4),
-                response: None,
+                response: field(5).map(StoredResponse::new),
             },
             field(1).map(ClaimToken::from_string),
         )))

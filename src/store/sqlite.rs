@@ -5,6 +5,21 @@
 //! single host. One file, WAL mode, `synchronous = FULL` (a completed claim survives a power
 //! cut), and a busy timeout so several processes can share the file.
 //!
+//! # The table
+//!
+//! One table, `claims`, created (and, for a file made by an older version, completed with the
+//! `response` column) when the store opens:
+//!
+//! | column           | meaning |
+//! |------------------|---------|
+//! | `id`             | the idempotency key (primary key) |
+//! | `status`         | `INPROGRESS` or `COMPLETED` |
+//! | `token`          | owner token of the claim that wrote the row |
+//! | `lease_until_ms` | lease end, epoch ms; `NULL` once completed |
+//! | `expires_at_ms`  | epoch ms; the row counts as absent from then on |
+//! | `fingerprint`    | payload fingerprint, if any |
+//! | `response`       | the stored response, as given (`TEXT`); `NULL` for none, `''` for an empty one |
+//!
 //! # How the contract maps onto SQL
 //!
 //! * **claim** is one upsert, inside `BEGIN IMMEDIATE` (which takes the database's write lock
@@ -13,7 +28,9 @@
 //!   `INSERT ... ON CONFLICT(id) DO UPDATE SET ... WHERE <expired> OR <lease lapsed>`.
 //!   One changed row means the claim was won; no change means the existing row says why not.
 //! * **complete** checks the row still carries the token, runs the handler's [`SqlEffect`]s and
-//!   marks the row completed, in one transaction: all or nothing. A row already completed by
+//!   marks the row completed with its response, in one transaction: all or nothing. A response
+//!   over [`ClaimStore::max_response_bytes`] (the default 6 MiB: SQLite's `TEXT` holds up to
+//!   1 GB) is refused before anything is sent to the connection thread. A row already completed by
 //!   the same token is a no-op success (effects are not run again).
 //! * **release** is one `DELETE ... WHERE id = ? AND token = ? AND status = 'INPROGRESS'`.
 //! * the operator's **force_release** and **forget** are one `DELETE ... WHERE id = ? AND
@@ -63,7 +80,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, epoch_millis, from_epoch_millis,
+    OneShotWrite, Status, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -83,21 +100,27 @@ CREATE TABLE IF NOT EXISTS claims (
     token          TEXT NOT NULL,
     lease_until_ms INTEGER,
     expires_at_ms  INTEGER NOT NULL,
-    fingerprint    TEXT
+    fingerprint    TEXT,
+    response       TEXT
 );
 ";
 
+/// The column tables created before the stored response lack; [`setup`] adds it.
+const ADD_RESPONSE: &str = "ALTER TABLE claims ADD COLUMN response TEXT";
+
 /// The claim, in one statement. `?6` is the caller's `now`; the `WHERE` is the contract's
-/// "expired, or in progress with a lapsed lease".
+/// "expired, or in progress with a lapsed lease". A takeover clears the response of the record
+/// it replaces (an expired completion's).
 const CLAIM_SQL: &str = "
-INSERT INTO claims (id, status, token, lease_until_ms, expires_at_ms, fingerprint)
-VALUES (?1, 'INPROGRESS', ?2, ?3, ?4, ?5)
+INSERT INTO claims (id, status, token, lease_until_ms, expires_at_ms, fingerprint, response)
+VALUES (?1, 'INPROGRESS', ?2, ?3, ?4, ?5, NULL)
 ON CONFLICT (id) DO UPDATE SET
     status = 'INPROGRESS',
     token = excluded.token,
     lease_until_ms = excluded.lease_until_ms,
     expires_at_ms = excluded.expires_at_ms,
-    fingerprint = excluded.fingerprint
+    fingerprint = excluded.fingerprint,
+    response = NULL
 WHERE claims.expires_at_ms <= ?6
    OR (claims.status = 'INPROGRESS' AND claims.lease_until_ms IS NOT NULL AND claims.lease_until_ms <= ?6)
 ";
@@ -601,7 +624,32 @@ fn setup(conn: &Connection, file: bool) -> rusqlite::Result<()> {
         }
         conn.pragma_update(None, "synchronous", "FULL")?;
     }
-    conn.execute_batch(SCHEMA)
+    conn.execute_batch(SCHEMA)?;
+    // A table created before the stored response lacks its column. Checked first without a
+    // lock (the usual case, a current table, writes nothing), then again under the write lock:
+    // two processes upgrading one file at once must not both add it (the second would fail
+    // with "duplicate column name").
+    if !has_response_column(conn)? {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let added = match has_response_column(conn) {
+            Ok(true) => Ok(()),
+            Ok(false) => conn.execute_batch(ADD_RESPONSE),
+            Err(e) => Err(e),
+        };
+        let done = added.and_then(|()| conn.execute_batch("COMMIT"));
+        if done.is_err() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        done?;
+    }
+    Ok(())
+}
+
+/// Whether the `claims` table has the `response` column.
+fn has_response_column(conn: &Connection) -> rusqlite::Result<bool> {
+    let mut stmt =
+        conn.prepare("SELECT 1 FROM pragma_table_info('claims') WHERE name = 'response'")?;
+    stmt.exists([])
 }
 
 fn worker(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn Job>>) {
@@ -749,7 +797,8 @@ fn claim_blocking(
     } else {
         let row = conn
             .query_row(
-                "SELECT status, lease_until_ms, expires_at_ms, fingerprint FROM claims WHERE id = ?1",
+                "SELECT status, lease_until_ms, expires_at_ms, fingerprint, response \
+                 FROM claims WHERE id = ?1",
                 [key],
                 |r| {
                     Ok((
@@ -757,12 +806,13 @@ fn claim_blocking(
                         r.get::<_, Option<i64>>(1)?,
                         r.get::<_, i64>(2)?,
                         r.get::<_, Option<String>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
                     ))
                 },
             )
             .optional()
             .map_err(fail)?;
-        let Some((status, lease, expires, fingerprint)) = row else {
+        let Some((status, lease, expires, fingerprint, response)) = row else {
             // The upsert changed nothing, so the row existed, and the write lock kept anyone
             // from deleting it since. Not reachable unless the schema was altered.
             return Err(Error::new(
@@ -777,7 +827,7 @@ fn claim_blocking(
                 expires_at: from_epoch_millis(expires),
                 lease_until,
                 fingerprint,
-                response: None,
+                response: response.map(StoredResponse::new),
             }),
             Some(Status::InProgress) => Claim::HeldElsewhere { lease_until },
             None => {
@@ -796,6 +846,7 @@ fn complete_blocking(
     key: &str,
     token: &str,
     expires_at_ms: i64,
+    response: Option<&str>,
     effects: Vec<SqlEffect>,
 ) -> Result<(), Error> {
     let fail = |e| classify(e, format!("completion of key {key:?} failed"));
@@ -832,9 +883,9 @@ fn complete_blocking(
     }
     let changed = conn
         .execute(
-            "UPDATE claims SET status = 'COMPLETED', lease_until_ms = NULL, expires_at_ms = ?2 \
-             WHERE id = ?1 AND token = ?3 AND status = 'INPROGRESS'",
-            params![key, expires_at_ms, token],
+            "UPDATE claims SET status = 'COMPLETED', lease_until_ms = NULL, expires_at_ms = ?2, \
+             response = ?4 WHERE id = ?1 AND token = ?3 AND status = 'INPROGRESS'",
+            params![key, expires_at_ms, token, response],
         )
         .map_err(fail)?;
     if changed != 1 {
@@ -876,15 +927,30 @@ impl ClaimStore for SqliteStore {
     ) -> Result<(), Error> {
         let Completion {
             expires_at,
+            response,
             effects,
             ..
         } = completion;
+        // Refused before the job is queued: nothing is written, the claim stays in progress.
+        if let Some(r) = response
+            .as_ref()
+            .filter(|r| r.len() > self.max_response_bytes())
+        {
+            return Err(Completion::<SqlEffect>::too_large(
+                key,
+                r.len(),
+                self.max_response_bytes(),
+            ));
+        }
         let key = key.to_owned();
         let token = token.as_str().to_owned();
         let expires = epoch_millis(expires_at);
         let effects = effects.into_vec();
-        self.run(move |conn| complete_blocking(conn, &key, &token, expires, effects))
-            .await
+        self.run(move |conn| {
+            let response = response.as_ref().map(StoredResponse::as_str);
+            complete_blocking(conn, &key, &token, expires, response, effects)
+        })
+        .await
     }
 
     /// One job, so one savepoint of one transaction: the claim's upsert, the effects and the
@@ -906,7 +972,15 @@ impl ClaimStore for SqliteStore {
         self.run(move |conn| {
             match claim_blocking(conn, &key, now, lease, expires, fingerprint.as_deref())? {
                 Claim::Acquired(token) => {
-                    complete_blocking(conn, &key, token.as_str(), completed_expires, effects)?;
+                    // A one-shot write stores no response.
+                    complete_blocking(
+                        conn,
+                        &key,
+                        token.as_str(),
+                        completed_expires,
+                        None,
+                        effects,
+                    )?;
                     Ok(OneShotWrite::Committed)
                 }
                 Claim::Completed(record) => Ok(OneShotWrite::Completed(record)),
@@ -946,7 +1020,7 @@ impl ClaimStore for SqliteStore {
             let fail = |e| classify(e, format!("inspect of key {key:?} failed"));
             let row = conn
                 .query_row(
-                    "SELECT status, token, lease_until_ms, expires_at_ms, fingerprint \
+                    "SELECT status, token, lease_until_ms, expires_at_ms, fingerprint, response \
                      FROM claims WHERE id = ?1",
                     [&key],
                     |r| {
@@ -956,12 +1030,13 @@ impl ClaimStore for SqliteStore {
                             r.get::<_, Option<i64>>(2)?,
                             r.get::<_, i64>(3)?,
                             r.get::<_, Option<String>>(4)?,
+                            r.get::<_, Option<String>>(5)?,
                         ))
                     },
                 )
                 .optional()
                 .map_err(fail)?;
-            let Some((status, token, lease, expires, fingerprint)) = row else {
+            let Some((status, token, lease, expires, fingerprint, response)) = row else {
                 return Ok(None);
             };
             let Some(status) = Status::parse(&status) else {
@@ -976,7 +1051,7 @@ impl ClaimStore for SqliteStore {
                     expires_at: from_epoch_millis(expires),
                     lease_until: lease.map(from_epoch_millis),
                     fingerprint,
-                    response: None,
+                    response: response.map(StoredResponse::new),
                 },
                 Some(ClaimToken::from_string(token)),
             )))

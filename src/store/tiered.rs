@@ -9,29 +9,44 @@
 //!   (by the caller's `now`), answer [`Claim::Completed`] without touching the durable store.
 //!   Otherwise claim on the durable store, and if that says `Completed`, write the marker back
 //!   (backfill) so the next duplicate is cheap.
-//! * **complete**: complete on the durable store (with the effects, atomically there); on
-//!   success, write the marker with the same expiry.
+//! * **complete**: complete on the durable store (with the effects and the response,
+//!   atomically there); on success, write the marker with the same expiry and the same
+//!   response.
 //! * **release**: the durable store only (a marker is only ever written for a completed key,
 //!   and a completed key cannot be released).
 //!
 //! # Why this is safe
 //!
 //! Redis only ever says "completed", and only after the durable store said so, with the
-//! durable record's expiry: a marker can make the tiered store answer `Completed` where the
-//! durable store would too, never `Acquired`. Claims, leases and fencing are decided by the
-//! durable store alone, so losing Redis (a restart, a failover, an eviction) loses only
-//! speed, never correctness.
+//! durable record's expiry and response: a marker can make the tiered store answer `Completed`
+//! where the durable store would too, with the same record, never `Acquired`. Claims, leases
+//! and fencing are decided by the durable store alone, so losing Redis (a restart, a failover,
+//! an eviction) loses only speed, never correctness.
 //!
-//! One edge: a completion retried after an ambiguous error succeeds as a no-op on the durable
-//! store, which keeps the first attempt's expiry, while the marker gets the retry's. The marker
-//! can then outlive the durable record by the time between the two attempts (normally
-//! milliseconds), extending the dedup window by as much for that key. And an operator who
-//! deletes a durable record by hand, to have a message processed again, must delete its marker
-//! too ([`TieredStore::marker_key`]); [`ClaimStore::forget`] does both (the durable record
-//! first, so a claim in between cannot backfill a marker for a record already gone), and fails
-//! if Redis does not answer, because a marker left behind would keep the message "completed".
+//! An operator who deletes a durable record by hand, to have a message processed again, must
+//! delete its marker too ([`TieredStore::marker_key`]); [`ClaimStore::forget`] does both (the
+//! durable record first, so a claim in between cannot backfill a marker for a record already
+//! gone), and fails if Redis does not answer, because a marker left behind would keep the
+//! message "completed".
 //! `inspect` and `force_release` are the durable store's (a marker is never written for an
 //! in-progress record).
+//!
+//! # The stored response
+//!
+//! The response lives in the durable store; the marker carries a copy, so that a duplicate
+//! answered from Redis replays the same response, byte for byte, without a durable read. A
+//! marker says whether the completion had a response (none and empty are told apart). Three
+//! cases are left to the durable store instead, which answers and backfills as for a missing
+//! marker:
+//!
+//! * a response over 64 KiB is not copied into Redis (no marker is written for its key): Redis
+//!   is sized for small markers, and values of megabytes would crowd them out and stall its
+//!   single thread while they are copied;
+//! * a marker written by an older version (which knew nothing of responses) counts as absent,
+//!   and is rewritten from the durable record at the next duplicate;
+//! * after a completion that failed ambiguously (a transient error), no marker is written even
+//!   if a retry succeeds: the retry is a no-op on the durable store, which keeps the first
+//!   attempt's response and expiry, and only the durable record says which those are.
 //!
 //! # When Redis is down, or silent
 //!
@@ -63,7 +78,7 @@ use redis::AsyncCommands;
 use super::redis::RedisStore;
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-    epoch_millis, from_epoch_millis,
+    StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::Error;
 
@@ -73,6 +88,16 @@ pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(1);
 /// At most this many claims in flight remember their fingerprint for the marker (see
 /// [`TieredStore`]); beyond it, completions skip the marker and the next duplicate backfills it.
 const MAX_PENDING: usize = 100_000;
+
+/// The longest response copied into a marker (see "The stored response" in the module docs);
+/// a key with a longer one gets no marker, and its duplicates read the durable store.
+const MAX_CACHED_RESPONSE: usize = 64 * 1024;
+
+/// The start of a marker in the current format ([`encode_marker`]). An older marker
+/// (`{expires_at_ms}` or `{expires_at_ms}:{fingerprint}`) cannot start with it, and the older
+/// version's decoder cannot read a current one: each version sees the other's markers as
+/// absent, which only costs a durable read.
+const MARKER_V2: &str = "v2:";
 
 /// A durable claim store with a Redis cache of completed keys in front. See the
 /// [module documentation](self). Cloning it shares the cache state (cool-down, in-flight
@@ -191,7 +216,12 @@ impl<D: ClaimStore> TieredStore<D> {
             return;
         }
         let expires_ms = epoch_millis(record.expires_at);
-        if expires_ms <= 0 {
+        if expires_ms <= 0
+            || record
+                .response
+                .as_ref()
+                .is_some_and(|r| r.len() > MAX_CACHED_RESPONSE)
+        {
             return;
         }
         let mut cmd = redis::cmd("SET");
@@ -209,27 +239,54 @@ impl<D: ClaimStore> TieredStore<D> {
     }
 }
 
-/// `{expires_at_ms}` or `{expires_at_ms}:{fingerprint}`.
+/// `v2:{expires_at_ms}:{fingerprint length}:{response length}:{fingerprint}{response}`, each
+/// length in bytes, or `-` for none (so any text, `:` included, round-trips, and an empty
+/// value is not a missing one).
 fn encode_marker(record: &ClaimRecord) -> String {
-    let expires = epoch_millis(record.expires_at);
-    match &record.fingerprint {
-        Some(fp) => format!("{expires}:{fp}"),
-        None => expires.to_string(),
-    }
+    let len = |v: Option<&str>| v.map_or_else(|| "-".to_owned(), |v| v.len().to_string());
+    let fingerprint = record.fingerprint.as_deref();
+    let response = record.response.as_ref().map(StoredResponse::as_str);
+    format!(
+        "{MARKER_V2}{}:{}:{}:{}{}",
+        epoch_millis(record.expires_at),
+        len(fingerprint),
+        len(response),
+        fingerprint.unwrap_or_default(),
+        response.unwrap_or_default()
+    )
 }
 
+/// The record a marker stands for; `None` for anything else, an older marker included (see
+/// [`MARKER_V2`]): the caller then asks the durable store.
 fn decode_marker(value: &str) -> Option<ClaimRecord> {
-    let (expires, fingerprint) = match value.split_once(':') {
-        Some((e, fp)) => (e, Some(fp.to_owned())),
-        None => (value, None),
-    };
-    let expires: i64 = expires.parse().ok()?;
+    fn len(field: &str) -> Option<Option<usize>> {
+        if field == "-" {
+            Some(None)
+        } else {
+            field.parse().ok().map(Some)
+        }
+    }
+    fn take(rest: &str, len: Option<usize>) -> Option<(Option<String>, &str)> {
+        match len {
+            None => Some((None, rest)),
+            Some(n) => Some((Some(rest.get(..n)?.to_owned()), rest.get(n..)?)),
+        }
+    }
+    let mut fields = value.strip_prefix(MARKER_V2)?.splitn(4, ':');
+    let expires: i64 = fields.next()?.parse().ok()?;
+    let fingerprint_len = len(fields.next()?)?;
+    let response_len = len(fields.next()?)?;
+    let (fingerprint, rest) = take(fields.next()?, fingerprint_len)?;
+    let (response, rest) = take(rest, response_len)?;
+    if !rest.is_empty() {
+        return None;
+    }
     Some(ClaimRecord {
         status: Status::Completed,
         expires_at: from_epoch_millis(expires),
         lease_until: None,
         fingerprint,
-        response: None,
+        response: response.map(StoredResponse::new),
     })
 }
 
@@ -263,17 +320,17 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
         token: &ClaimToken,
         completion: Completion<D::Effect>,
     ) -> Result<(), Error> {
-        let Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        let result = self.durable.complete(key, token, expires_at, effects).await;
-        // Keep the fingerprint while a retry is still possible (a transient error).
-        let fingerprint = match &result {
-            Err(e) if e.is_transient() => return result,
-            _ => self.pending().remove(token),
-        };
+        let expires_at = completion.expires_at;
+        // The marker's copy of the response; a completion with none caches "none".
+        let response = completion.response.clone();
+        let result = self.durable.complete_with(key, token, completion).await;
+        // Why the fingerprint goes whatever the outcome, a transient error included: after an
+        // ambiguous failure the first attempt may have landed, and a retry is then a no-op on
+        // the durable store, which keeps the first attempt's response and expiry. A marker
+        // written from the retry's could differ from the durable record (and replay another
+        // response); without the fingerprint no marker is written, and the next duplicate
+        // backfills one from the durable record instead.
+        let fingerprint = self.pending().remove(token);
         result?;
         // Only claims acquired through this instance have a known fingerprint; for others the
         // next duplicate's claim backfills the marker from the durable record.
@@ -283,7 +340,7 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
                 expires_at,
                 lease_until: None,
                 fingerprint,
-                response: None,
+                response,
             };
             // `NX`: a marker already there came from the durable record; keep its expiry.
             self.remember(key, &record, true).await;
@@ -338,5 +395,54 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
     /// The durable store's: every call that misses the cache reaches it.
     fn max_in_flight(&self) -> usize {
         self.durable.max_in_flight()
+    }
+
+    /// The durable store's: it keeps the response (the marker's copy is optional).
+    fn max_response_bytes(&self) -> usize {
+        self.durable.max_response_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(fingerprint: Option<&str>, response: Option<&str>) -> ClaimRecord {
+        ClaimRecord {
+            status: Status::Completed,
+            expires_at: from_epoch_millis(1_700_000_000_123),
+            lease_until: None,
+            fingerprint: fingerprint.map(str::to_owned),
+            response: response.map(StoredResponse::new),
+        }
+    }
+
+    #[test]
+    fn markers_round_trip_any_fingerprint_and_response() {
+        let odd = "a:b:-:3:\u{1f4b3}\n{\"x\": 1}";
+        for fingerprint in [None, Some(""), Some("fp"), Some(odd)] {
+            for response in [None, Some(""), Some("\"ok\""), Some(odd)] {
+                let record = record(fingerprint, response);
+                assert_eq!(
+                    decode_marker(&encode_marker(&record)),
+                    Some(record),
+                    "{fingerprint:?} / {response:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn older_and_damaged_markers_read_as_absent() {
+        for value in [
+            "1700000000123",
+            "1700000000123:fp",
+            "v2:1700000000123:2:-:f",
+            "v2:1700000000123:-:-:extra",
+            "v2:x:-:-:",
+            "v2:1700000000123:1:-:\u{e9}",
+        ] {
+            assert_eq!(decode_marker(value), None, "{value:?}");
+        }
     }
 }

@@ -148,8 +148,10 @@ pub enum TableFacts {
 pub struct TableShape {
     /// The claims table.
     pub table: String,
-    /// The partition key the store writes (`DynamoDbAttributes::key`).
+    /// The partition key the store writes (its `DynamoDbKeySchema`'s partition key).
     pub expected_key: String,
+    /// The sort key the store writes, if its key schema has one (a single-table layout).
+    pub expected_sort_key: Option<String>,
     /// The expiry attribute the store writes (`DynamoDbAttributes::expiration`).
     pub expected_ttl_attribute: String,
     /// The key schema: (attribute, `HASH` or `RANGE`, its type `S`/`N`/`B` if defined).
@@ -228,6 +230,7 @@ pub(super) async fn gather(
         function,
         table,
         claim_ttl_secs: settings.ttl.as_secs(),
+        lease_at_least_secs: settings.lease_at_least.map(|d| d.as_secs()),
         content_based_dedup_expected: args.content_based_dedup.is_some_and(|v| v.as_bool()),
     })
 }
@@ -532,7 +535,8 @@ async fn read_table(config: &SdkConfig, table: &str) -> Result<TableFacts, Error
     };
     Ok(TableFacts::Found(TableShape {
         table: table.to_owned(),
-        expected_key: attrs.key.clone(),
+        expected_key: store.key_schema().partition_key().name().to_owned(),
+        expected_sort_key: store.key_schema().sort_key().map(|s| s.name().to_owned()),
         expected_ttl_attribute: attrs.expiration.clone(),
         key_schema,
         ttl,

@@ -234,6 +234,8 @@ pub struct Facts {
     pub table: TableFacts,
     /// How long a completed key is remembered (`SQS_CLAIM_TTL_SECS`), in seconds.
     pub claim_ttl_secs: u64,
+    /// The least lease of a claim (`SQS_CLAIM_LEASE_AT_LEAST_SECS`), in seconds, if set.
+    pub lease_at_least_secs: Option<u64>,
     /// Whether producers rely on content-based deduplication (`--content-based-dedup`).
     pub content_based_dedup_expected: bool,
 }

@@ -32,6 +32,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         key_schema(facts),
         fifo_settings(facts),
         batching_window(facts),
+        lease_window(facts),
     ]
 }
 
@@ -271,6 +272,59 @@ fn claim_ttl_window(facts: &Facts) -> Finding {
     ))
 }
 
+/// An `at least` lease (`SQS_CLAIM_LEASE_AT_LEAST_SECS`) holds a dead worker's claim past the
+/// deadline; every delivery meanwhile is `held_elsewhere` and uses up a receive. If the
+/// redelivery window is shorter than the lease, the message reaches the DLQ while still held.
+fn lease_window(facts: &Facts) -> Finding {
+    const RULE: &str = "lease-window";
+    let Some(q) = &facts.queue else {
+        return skip(RULE, format!("queue unknown: {HOW_QUEUE}"));
+    };
+    let Some(lease) = facts.lease_at_least_secs else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            "claims are leased until the invocation's deadline (SQS_CLAIM_LEASE_AT_LEAST_SECS \
+             unset)",
+        );
+    };
+    let Some(r) = &q.redrive else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            format!(
+                "lease at least {lease} s (SQS_CLAIM_LEASE_AT_LEAST_SECS); no redrive policy, \
+                 so a held message is retried until its retention ({} s) ends",
+                q.retention_secs
+            ),
+        );
+    };
+    let window = q
+        .visibility_timeout_secs
+        .saturating_mul(r.max_receive_count);
+    let detail = format!(
+        "lease at least {lease} s (SQS_CLAIM_LEASE_AT_LEAST_SECS), redelivery window {} s x \
+         maxReceiveCount {} = {window} s",
+        q.visibility_timeout_secs, r.max_receive_count
+    );
+    if window > lease {
+        return Finding::new(RULE, Status::Ok, detail);
+    }
+    Finding::new(
+        RULE,
+        Status::Warn,
+        format!(
+            "{detail}: a message whose invocation died is received {} times while its claim is \
+             still held, then goes to the dead-letter queue unprocessed",
+            r.max_receive_count
+        ),
+    )
+    .fix(format!(
+        "raise visibility timeout x maxReceiveCount above {lease} s, lower \
+         SQS_CLAIM_LEASE_AT_LEAST_SECS, or plan to redrive the DLQ after the lease"
+    ))
+}
+
 fn claim_ttl_retention(facts: &Facts) -> Finding {
     const RULE: &str = "claim-ttl-retention";
     let Some(q) = &facts.queue else {
@@ -307,29 +361,44 @@ fn key_schema(facts: &Facts) -> Finding {
         Err(finding) => return finding,
     };
     let key = &t.expected_key;
+    let sort = t.expected_sort_key.as_deref();
     let seen = t
         .key_schema
         .iter()
         .map(|(name, kind, ty)| format!("{name} ({kind}, {})", ty.as_deref().unwrap_or("?")))
         .collect::<Vec<_>>()
         .join(", ");
-    let good = matches!(
-        t.key_schema.as_slice(),
-        [(name, kind, Some(ty))] if name == key && kind == "HASH" && ty == "S"
-    );
+    let string_key = |(name, kind, ty): &(String, String, Option<String>), want: &str, of: &str| {
+        name == want && kind == of && ty.as_deref() == Some("S")
+    };
+    let (good, expected) = match (t.key_schema.as_slice(), sort) {
+        ([pk], None) => (
+            string_key(pk, key, "HASH"),
+            format!("a single HASH key {key}"),
+        ),
+        ([pk, sk], Some(sort)) => (
+            string_key(pk, key, "HASH") && string_key(sk, sort, "RANGE"),
+            format!("the HASH key {key} and the RANGE key {sort}"),
+        ),
+        (_, None) => (false, format!("a single HASH key {key}")),
+        (_, Some(sort)) => (
+            false,
+            format!("the HASH key {key} and the RANGE key {sort}"),
+        ),
+    };
     if good {
         return Finding::new(
             RULE,
             Status::Ok,
-            format!("table {} has the single HASH key {seen}", t.table),
+            format!("table {} has {expected}: {seen}", t.table),
         );
     }
     Finding::new(
         RULE,
         Status::Fail,
         format!(
-            "table {} has the key schema {seen}; the store writes a single HASH key {key} of \
-             type S, so every claim would be refused",
+            "table {} has the key schema {seen}; the store writes {expected} of type S, so \
+             every claim would be refused",
             t.table
         ),
     )
@@ -494,13 +563,31 @@ mod tests {
             table: TableFacts::Found(TableShape {
                 table: "claims".into(),
                 expected_key: "id".into(),
+                expected_sort_key: None,
                 expected_ttl_attribute: "expiration".into(),
                 key_schema: vec![("id".into(), "HASH".into(), Some("S".into()))],
                 ttl: Ttl::new("ENABLED", Some("expiration".into())),
             }),
             claim_ttl_secs: 86_400,
+            lease_at_least_secs: None,
             content_based_dedup_expected: false,
         }
+    }
+
+    #[test]
+    fn an_at_least_lease_must_fit_in_the_redelivery_window() {
+        let mut f = good();
+        assert_eq!(status_of(&f, "lease-window"), Status::Ok);
+        // 180 s visibility x 5 receives = 900 s.
+        f.lease_at_least_secs = Some(3600);
+        assert_eq!(status_of(&f, "lease-window"), Status::Warn);
+        f.lease_at_least_secs = Some(900);
+        assert_eq!(status_of(&f, "lease-window"), Status::Warn);
+        f.lease_at_least_secs = Some(899);
+        assert_eq!(status_of(&f, "lease-window"), Status::Ok);
+        f.queue = None;
+        f.lease_at_least_secs = Some(3600);
+        assert_eq!(status_of(&f, "lease-window"), Status::Skip);
     }
 
     fn status_of(facts: &Facts, rule: &str) -> Status {
@@ -525,7 +612,7 @@ mod tests {
     #[test]
     fn a_good_configuration_passes_every_rule() {
         let findings = check(&good());
-        assert_eq!(findings.len(), 9);
+        assert_eq!(findings.len(), 10);
         for f in &findings {
             assert_eq!(f.status, Status::Ok, "{f}");
         }
@@ -607,6 +694,55 @@ mod tests {
         assert_eq!(status_of(&f, "table-ttl"), Status::Skip);
     }
 
+    /// A single-table layout: the composite key the store's schema names passes; the same
+    /// table fails a store expecting the single `id` key, and a composite key with another sort
+    /// key, a numeric one, or the keys swapped fails the single-table store.
+    #[test]
+    fn a_composite_key_passes_when_the_store_writes_it() {
+        let mut f = good();
+        let composite = vec![
+            ("pk".into(), "HASH".into(), Some("S".into())),
+            ("sk".into(), "RANGE".into(), Some("S".into())),
+        ];
+        let TableFacts::Found(t) = &mut f.table else {
+            unreachable!()
+        };
+        t.key_schema = composite.clone();
+        t.expected_key = "pk".into();
+        assert_eq!(
+            status_of(&f, "key-schema"),
+            Status::Fail,
+            "store expects no sort key"
+        );
+        let set = |f: &mut Facts, schema: Vec<(String, String, Option<String>)>| {
+            let TableFacts::Found(t) = &mut f.table else {
+                unreachable!()
+            };
+            t.expected_sort_key = Some("sk".into());
+            t.key_schema = schema;
+        };
+        set(&mut f, composite.clone());
+        assert_eq!(status_of(&f, "key-schema"), Status::Ok);
+        for wrong in [
+            vec![("pk".into(), "HASH".into(), Some("S".into()))],
+            vec![
+                ("pk".into(), "HASH".into(), Some("S".into())),
+                ("sort".into(), "RANGE".into(), Some("S".into())),
+            ],
+            vec![
+                ("pk".into(), "HASH".into(), Some("S".into())),
+                ("sk".into(), "RANGE".into(), Some("N".into())),
+            ],
+            vec![
+                ("sk".into(), "HASH".into(), Some("S".into())),
+                ("pk".into(), "RANGE".into(), Some("S".into())),
+            ],
+        ] {
+            set(&mut f, wrong.clone());
+            assert_eq!(status_of(&f, "key-schema"), Status::Fail, "{wrong:?}");
+        }
+    }
+
     #[test]
     fn a_fifo_queue_is_named_and_flagged_as_one() {
         let mut f = good();
@@ -651,6 +787,7 @@ mod tests {
             function: FunctionFacts::default(),
             table: TableFacts::NotDynamoDb("sqlite:x.db".into()),
             claim_ttl_secs: 86_400,
+            lease_at_least_secs: Some(3600),
             content_based_dedup_expected: false,
         };
         for finding in check(&f) {
