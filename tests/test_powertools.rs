@@ -17,7 +17,8 @@ use sqs_claim::ClaimStore;
 use sqs_claim::powertools::{
     HashFunction, PowertoolsFormat, is_missing_key, python_json_dumps, python_json_dumps_text,
 };
-use sqs_claim::store::{Claim, ClaimRequest, Completion, Status};
+use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+use sqs_claim::store::{Claim, ClaimRequest, Completion, Status, StoredResponse};
 
 #[path = "support/dynamodb.rs"]
 mod dynamodb;
@@ -264,7 +265,12 @@ async fn a_request_powertools_completed_is_a_duplicate_for_sqs_claim() {
         .await
         .unwrap()
     {
-        Claim::Completed(record) => assert_eq!(record.status, Status::Completed),
+        Claim::Completed(record) => {
+            assert_eq!(record.status, Status::Completed);
+            // Its `data`: the handler's response as `json.dumps(result, sort_keys=True)`.
+            let response = record.response.expect("Powertools stored the response");
+            assert_eq!(response.as_str(), python_json_dumps(&first["response"]));
+        }
         other => panic!("Powertools' completed request must be a duplicate, got {other:?}"),
     }
     // Its own second delivery is one too (the handler does not run again).
@@ -338,17 +344,86 @@ async fn a_key_sqs_claim_completed_is_a_duplicate_for_powertools() {
     assert_eq!(held["ran"], false, "{held}");
     assert_eq!(held["error"], "IdempotencyAlreadyInProgressError", "{held}");
 
+    // Completed with a response (JSON text, as Powertools reads `data` with `json.loads`).
+    let response = json!({"statusCode": 201, "body": "from sqs-claim, é"});
     store
         .complete_with(
             &key,
             &token,
-            Completion::new(now + Duration::from_secs(3600)),
+            Completion::new(now + Duration::from_secs(3600))
+                .with_response(StoredResponse::new(python_json_dumps(&response))),
         )
         .await
         .unwrap();
     let done = apigw(store.table(), &event, &[]);
     assert_eq!(done["ran"], false, "{done}");
     assert_eq!(done["error"], Value::Null, "{done}");
+    assert_eq!(
+        done["response"], response,
+        "Powertools returns our stored response"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn powertools_sort_key_mode_table_is_shared_both_ways() {
+    if !dynamodb_configured("powertools_sort_key_mode_table_is_shared_both_ways") {
+        return;
+    }
+    // DynamoDBPersistenceLayer(sort_key_attr="sk"): every record under the partition key
+    // `idempotency#{AWS_LAMBDA_FUNCTION_NAME}`, the key in `sk`.
+    let table = format!("pt-sortkey-{}", uuid::Uuid::new_v4());
+    let schema = DynamoDbKeySchema::partition("id", format!("idempotency#{FUNCTION}"))
+        .with_sort("sk", "{key}");
+    let store = sqs_claim::DynamoDbStore::new(
+        dynamodb::dynamodb_client(&dynamodb::dynamodb_endpoint()),
+        table,
+    )
+    .with_key_schema(schema)
+    .unwrap();
+    store.create_table().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sort_key = ["--sort-key-attr", "sk"];
+
+    let first = apigw(
+        store.table(),
+        &api_event(dir.path(), "s-1", "{}"),
+        &sort_key,
+    );
+    assert_eq!(first["ran"], true, "{first}");
+    let key = api_format().key(&json!("s-1"));
+    let Claim::Completed(record) = store
+        .claim(request(&key, SystemTime::now(), None))
+        .await
+        .unwrap()
+    else {
+        panic!("completed by Powertools");
+    };
+    assert_eq!(
+        record.response.map(|r| r.into_string()),
+        Some(python_json_dumps(&first["response"]))
+    );
+
+    let key = api_format().key(&json!("s-2"));
+    let now = SystemTime::now();
+    let Claim::Acquired(token) = store.claim(request(&key, now, None)).await.unwrap() else {
+        panic!("a fresh key is acquired");
+    };
+    store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + Duration::from_secs(3600))
+                .with_response(StoredResponse::new(r#"{"from": "sqs-claim"}"#)),
+        )
+        .await
+        .unwrap();
+    let done = apigw(
+        store.table(),
+        &api_event(dir.path(), "s-2", "{}"),
+        &sort_key,
+    );
+    assert_eq!(done["ran"], false, "{done}");
+    assert_eq!(done["response"], json!({"from": "sqs-claim"}), "{done}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
