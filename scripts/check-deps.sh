@@ -11,7 +11,8 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-readonly DENY=(rusqlite libsqlite3-sys tracing-subscriber clap saphyr aws-sdk-lambda redis tokio-postgres deadpool-postgres)
+# query_map: what aws_lambda_events' "apigw" feature (our `apigw`) adds to the tree.
+readonly DENY=(rusqlite libsqlite3-sys tracing-subscriber clap saphyr aws-sdk-lambda redis tokio-postgres deadpool-postgres query_map)
 
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

@@ -32,6 +32,21 @@ pub enum ErrorKind {
     /// ([`ClaimStore::max_response_bytes`](crate::ClaimStore::max_response_bytes)): it was
     /// not stored and nothing was committed.
     ResponseTooLarge,
+    /// The idempotency layer found the request's key claimed by another invocation still
+    /// running (its lease is live): nothing ran. Retry later.
+    InProgress,
+    /// The idempotency layer found the request's key completed by a request with another
+    /// payload (same key, other request): nothing ran, nothing was replayed.
+    PayloadMismatch,
+    /// The idempotency layer found the request's key completed, but the record holds no
+    /// response to replay (it was written by the SQS processor or a one-shot write, which store
+    /// none): nothing ran.
+    NotReplayable,
+    /// The invocation's time budget ran out before the step finished (the deadline minus the
+    /// answer reserve): the step was cut off and the answer sent in time.
+    OutOfTime,
+    /// The handler panicked; the panic was caught and the claim released.
+    Panicked,
     /// A message body could not be decoded as the type the handler asked for.
     BadBody,
     /// The message does not carry the idempotency key the processor is configured to use.
@@ -56,6 +71,11 @@ impl ErrorKind {
             ErrorKind::LostClaim => "lost_claim",
             ErrorKind::EffectRejected => "effect_rejected",
             ErrorKind::ResponseTooLarge => "response_too_large",
+            ErrorKind::InProgress => "in_progress",
+            ErrorKind::PayloadMismatch => "payload_mismatch",
+            ErrorKind::NotReplayable => "not_replayable",
+            ErrorKind::OutOfTime => "out_of_time",
+            ErrorKind::Panicked => "panicked",
             ErrorKind::BadBody => "bad_body",
             ErrorKind::MissingKey => "missing_key",
             ErrorKind::InvalidEvent => "invalid_event",

@@ -19,6 +19,18 @@
 //! [`DEFAULT_TIMEOUT`], as `template.yaml`'s default; `0` runs without a deadline, leases then
 //! last the processor's `lease`): SQS events carry no deadline of their own.
 //!
+//! [`serve`] is the same for any other event: a service of `LambdaEvent<T>` (say an API
+//! Gateway handler under the [idempotency layer](crate::idempotency)) is served under Lambda,
+//! and called once locally with the event in `--event FILE` (an API Gateway request, say), its
+//! response printed on stdout as one line of JSON, exactly as Lambda would send it:
+//!
+//! ```text
+//! my-api --event examples/events/payment.json [--timeout SECS]
+//! ```
+//!
+//! The exit status is 0 when the service answered, 1 when it failed (or the file could not be
+//! read as the event type), with one `error: ...` line on stderr, 2 for a usage mistake.
+//!
 //! ```no_run
 //! use sqs_claim::{MemoryStore, Message, Processor};
 //! use tower::service_fn;
@@ -41,7 +53,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Context, LambdaEvent};
-use tower::Service;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tower::{Service, ServiceExt};
 
 use crate::message::Message;
 use crate::outcome::{BatchReport, Outcome};
@@ -54,6 +68,7 @@ use crate::{BoxError, Error, ErrorKind};
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 const USAGE: &str = "usage: --event FILE [--timeout SECS] [--report json]";
+const SERVE_USAGE: &str = "usage: --event FILE [--timeout SECS]";
 
 /// Serves Lambda invocations with `processor`, or, outside Lambda, processes the event file
 /// named by `--event FILE` and prints the report (see the [module docs](self)).
@@ -82,7 +97,11 @@ where
             Err(e) => fail(1, &one_line(e.as_ref())),
         };
     }
-    let args = match LocalArgs::parse(std::env::args_os().skip(1)) {
+    let args = match LocalArgs::parse(
+        std::env::args_os().skip(1),
+        USAGE,
+        "to process an SQS event file locally",
+    ) {
         Ok(args) => args,
         Err(message) => return fail(2, &message),
     };
@@ -121,6 +140,132 @@ where
     H::Error: Into<BoxError>,
 {
     let event = read_event_file(path)?;
+    processor
+        .process(LambdaEvent::new(event, local_context(timeout)))
+        .await
+}
+
+/// Serves Lambda invocations with `service`, for any event type `T`; outside Lambda, calls it
+/// once with the event in `--event FILE` and prints its response as one line of JSON (see the
+/// [module docs](self)). What [`run`] is for an SQS processor, for every other handler.
+///
+/// Under Lambda it serves with `lambda_runtime::run`, or `run_concurrent` when
+/// `AWS_LAMBDA_MAX_CONCURRENCY` is set. Returns the process's exit status.
+///
+/// ```no_run
+/// use lambda_runtime::LambdaEvent;
+/// use sqs_claim::MemoryStore;
+/// use sqs_claim::idempotency::{Idempotency, key};
+///
+/// #[tokio::main]
+/// async fn main() -> std::process::ExitCode {
+///     let idempotency = Idempotency::new(MemoryStore::new(), key::json_pointer("/id"));
+///     let service = idempotency.service(tower::service_fn(
+///         |event: LambdaEvent<serde_json::Value>| async move {
+///             Ok::<_, sqs_claim::BoxError>(serde_json::json!({"done": event.payload["id"]}))
+///         },
+///     ));
+///     sqs_claim::lambda::serve(service).await
+/// }
+/// ```
+pub async fn serve<T, Svc>(service: Svc) -> ExitCode
+where
+    T: DeserializeOwned + Send + 'static,
+    Svc: Service<LambdaEvent<T>> + Clone + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Response: Serialize + Send + 'static,
+    Svc::Error: Into<BoxError> + Send + 'static,
+{
+    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|v| !v.is_empty()) {
+        // The runtime reports errors through its `Diagnostic`, which a `BoxError` converts to.
+        let service = service.map_err(Into::<BoxError>::into);
+        let served =
+            if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
+                lambda_runtime::run_concurrent(service).await
+            } else {
+                lambda_runtime::run(service).await
+            };
+        return match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(1, &one_line(e.as_ref())),
+        };
+    }
+    let args = match LocalArgs::parse(
+        std::env::args_os().skip(1),
+        SERVE_USAGE,
+        "to call the handler once with an event file",
+    ) {
+        Ok(args) if args.json_report => {
+            return fail(
+                2,
+                &format!("--report is for SQS batches (lambda::run) ({SERVE_USAGE})"),
+            );
+        }
+        Ok(args) => args,
+        Err(message) => return fail(2, &message),
+    };
+    let response = match call_event_file(service, &args.event, args.timeout).await {
+        Ok(response) => response,
+        Err(e) => return fail(1, &one_line(e.as_ref())),
+    };
+    match serde_json::to_string(&response) {
+        Ok(text) => println!("{text}"),
+        Err(e) => return fail(1, &format!("cannot print the response: {e}")),
+    }
+    ExitCode::SUCCESS
+}
+
+/// Reads the event in `path` as a `T` and calls `service` with it once, as one invocation
+/// whose deadline is `timeout` from now (`Duration::ZERO`: no deadline). What [`serve`] does
+/// outside Lambda, without the printing.
+///
+/// A file that cannot be read, is not JSON or is not a `T` fails with
+/// [`ErrorKind::InvalidEvent`], naming the file and the line and column, never the content;
+/// otherwise the service's own error is returned.
+pub async fn call_event_file<T, Svc>(
+    service: Svc,
+    path: impl AsRef<Path>,
+    timeout: Duration,
+) -> Result<Svc::Response, BoxError>
+where
+    T: DeserializeOwned,
+    Svc: Service<LambdaEvent<T>>,
+    Svc::Error: Into<BoxError>,
+{
+    let path = path.as_ref();
+    let shown = path.display();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Error::with_source(
+            ErrorKind::InvalidEvent,
+            format!("cannot read event file {shown}"),
+            e,
+        )
+    })?;
+    // serde's own message may quote the offending value (a body): give its place only.
+    let event: T = serde_json::from_str(&text).map_err(|e| {
+        let what = if e.is_syntax() || e.is_eof() {
+            "is not JSON"
+        } else {
+            "is not an event of the type the handler takes"
+        };
+        Error::new(
+            ErrorKind::InvalidEvent,
+            format!(
+                "event file {shown} {what} (line {} column {})",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
+    service
+        .oneshot(LambdaEvent::new(event, local_context(timeout)))
+        .await
+        .map_err(Into::into)
+}
+
+/// The context of a local invocation: a fresh request id, and a deadline `timeout` from now
+/// (none for `Duration::ZERO`).
+fn local_context(timeout: Duration) -> Context {
     let mut context = Context::default();
     context.request_id = format!("local-{}", uuid::Uuid::new_v4());
     if !timeout.is_zero() {
@@ -130,7 +275,7 @@ where
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
     }
-    processor.process(LambdaEvent::new(event, context)).await
+    context
 }
 
 /// Reads and checks an SQS event file (the JSON Lambda hands an SQS-triggered function).
@@ -251,7 +396,13 @@ struct LocalArgs {
 }
 
 impl LocalArgs {
-    fn parse(args: impl IntoIterator<Item = OsString>) -> Result<LocalArgs, String> {
+    /// `usage` is the usage line to quote; `local` says what `--event` does ("to process an SQS
+    /// event file locally").
+    fn parse(
+        args: impl IntoIterator<Item = OsString>,
+        usage: &str,
+        local: &str,
+    ) -> Result<LocalArgs, String> {
         let (mut event, mut timeout, mut report) = (None, None, None);
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -266,19 +417,19 @@ impl LocalArgs {
                 "--event" => &mut event,
                 "--timeout" => &mut timeout,
                 "--report" => &mut report,
-                other => return Err(format!("unexpected argument {other:?} ({USAGE})")),
+                other => return Err(format!("unexpected argument {other:?} ({usage})")),
             };
             let value = inline
                 .or_else(|| args.next())
-                .ok_or_else(|| format!("{name} needs a value ({USAGE})"))?;
+                .ok_or_else(|| format!("{name} needs a value ({usage})"))?;
             if slot.replace(value).is_some() {
                 return Err(format!("{name} given twice"));
             }
         }
         let Some(event) = event else {
             return Err(format!(
-                "not running in Lambda (AWS_LAMBDA_RUNTIME_API is not set): to process an SQS \
-                 event file locally, run with --event FILE ({USAGE})"
+                "not running in Lambda (AWS_LAMBDA_RUNTIME_API is not set): {local}, run with \
+                 --event FILE ({usage})"
             ));
         };
         let timeout = match timeout {
@@ -339,7 +490,11 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<LocalArgs, String> {
-        LocalArgs::parse(args.iter().map(OsString::from))
+        LocalArgs::parse(
+            args.iter().map(OsString::from),
+            USAGE,
+            "to process an SQS event file locally",
+        )
     }
 
     #[test]

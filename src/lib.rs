@@ -47,6 +47,7 @@
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
 //! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
+//! | **any other event** (API Gateway, webhooks, direct invocations): key → claim → handler → the response stored with the completion and **replayed byte for byte** for a duplicate; 409 / 422 / 400 answers | [`idempotency`] (a `tower::Layer`), served by [`lambda::serve`] |
 //!
 //! ## Stores
 //!
@@ -67,6 +68,7 @@
 //! | `postgres` | no | the PostgreSQL store |
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
+//! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them, to share its table (docs/powertools.md) |
 //! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
@@ -82,6 +84,7 @@
 pub mod aws;
 pub mod deadline;
 mod error;
+pub mod idempotency;
 pub mod key;
 pub mod lambda;
 #[cfg(feature = "logging")]
@@ -140,6 +143,9 @@ pub struct LibraryDoctests;
 #[cfg(all(doctest, feature = "sqs"))]
 #[doc = include_str!("../docs/fifo.md")]
 pub struct FifoDoctests;
+#[cfg(all(doctest, feature = "apigw", feature = "sqlite"))]
+#[doc = include_str!("../docs/idempotency.md")]
+pub struct IdempotencyDoctests;
 #[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "dynamodb"))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;

@@ -185,6 +185,34 @@ impl PowertoolsFormat {
     }
 }
 
+/// The idempotency layer's keys and fingerprints the Powertools way: the key is
+/// [`PowertoolsFormat::key`] of the extractor's datum (the layer's namespace does not enter
+/// it: the prefix is Powertools'), the fingerprint [`PowertoolsFormat::hash`] of the
+/// request, which is Powertools' `validation` of `payload_validation_jmespath="powertools_json(body)"`
+/// for an API Gateway event with a JSON body (`"body"` for one that is not JSON), and of
+/// `"@"` for a `LambdaEvent<serde_json::Value>`.
+///
+/// ```
+/// use sqs_claim::MemoryStore;
+/// use sqs_claim::idempotency::{Idempotency, key};
+/// use sqs_claim::powertools::PowertoolsFormat;
+///
+/// // @idempotent(event_key_jmespath='headers."Idempotency-Key"') on app.lambda_handler
+/// let idempotency = Idempotency::builder(MemoryStore::new(), key::json_pointer("/transfer_id"))
+///     .key_format(PowertoolsFormat::new("transfers-fn", "app.lambda_handler"))
+///     .build();
+/// # let _ = idempotency;
+/// ```
+impl crate::idempotency::KeyFormat for PowertoolsFormat {
+    fn stored_key(&self, _namespace: &str, datum: &Value) -> String {
+        self.key(datum)
+    }
+
+    fn fingerprint(&self, request: &Value) -> String {
+        self.hash(request)
+    }
+}
+
 /// What a Powertools `payload_validation_jmespath` selects from an SQS record, for the
 /// processor's payload fingerprint ([`PowertoolsFormat::with_record_validation`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

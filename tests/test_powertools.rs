@@ -221,6 +221,13 @@ fn api_event(dir: &Path, idempotency_key: &str, body: &str) -> PathBuf {
         "path": "/orders",
         "httpMethod": "POST",
         "headers": {"Idempotency-Key": idempotency_key, "Content-Type": "application/json"},
+        "requestContext": {
+            "accountId": "123456789012",
+            "resourcePath": "/orders",
+            "httpMethod": "POST",
+            "stage": "prod",
+            "requestId": "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"
+        },
         "body": body,
         "isBase64Encoded": false,
     });
@@ -738,4 +745,89 @@ async fn record_payload_validation_is_shared_with_powertools() {
     );
     let pt = powertools_batch(store.table(), dir.path(), &[("m-2", "C")], &validation);
     assert_eq!(pt["response"]["batchItemFailures"], json!([]), "{pt}");
+}
+
+// ---- the idempotency layer and a Powertools `@idempotent` handler on one table ----------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idempotency_layer_and_a_powertools_handler_share_requests() {
+    use sqs_claim::idempotency::{Idempotency, key};
+    if !dynamodb_configured("the_idempotency_layer_and_a_powertools_handler_share_requests") {
+        return;
+    }
+    let store = dynamodb::dynamodb_store("pt-layer").await;
+    let dir = tempfile::tempdir().unwrap();
+    // Powertools validates what the layer fingerprints for an API Gateway event: the body.
+    let validation = ["--validation", "powertools_json(body)"];
+    let idempotency = Idempotency::builder(store.clone(), key::header("Idempotency-Key"))
+        .key_format(api_format())
+        .build();
+    let ran = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let call = |key: &str, body: &str| {
+        let event_path = api_event(dir.path(), key, body);
+        let text = std::fs::read_to_string(&event_path).unwrap();
+        let event: aws_lambda_events::apigw::ApiGatewayProxyRequest =
+            serde_json::from_str(&text).unwrap();
+        let idempotency = idempotency.clone();
+        let ran = std::sync::Arc::clone(&ran);
+        async move {
+            idempotency
+                .call(
+                    lambda_runtime::LambdaEvent::new(event, lambda_runtime::Context::default()),
+                    |_event| async move {
+                        ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        Ok::<_, sqs_claim::BoxError>(
+                            json!({"statusCode": 200, "body": "from the layer"}),
+                        )
+                    },
+                )
+                .await
+                .unwrap()
+        }
+    };
+
+    // Powertools -> the layer: the stored response is replayed, the handler does not run.
+    let body = r#"{"cents": 500, "to": "acct-1"}"#;
+    let first = apigw(
+        store.table(),
+        &api_event(dir.path(), "L-1", body),
+        &validation,
+    );
+    assert_eq!(first["ran"], true, "{first}");
+    let replay = call("L-1", body).await;
+    assert!(replay.is_replay());
+    assert_eq!(replay.parse::<Value>().unwrap(), first["response"]);
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Same key, other body: the layer refuses it (Powertools' validation hash differs).
+    let other = call("L-1", r#"{"cents": 900, "to": "acct-1"}"#).await;
+    assert_eq!(
+        other.parse::<Value>().unwrap()["statusCode"],
+        422,
+        "{}",
+        other.json()
+    );
+
+    // The layer -> Powertools: its response, and its validation.
+    let ours = call("L-2", body).await;
+    assert!(!ours.is_replay());
+    assert_eq!(ran.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let dup = apigw(
+        store.table(),
+        &api_event(dir.path(), "L-2", body),
+        &validation,
+    );
+    assert_eq!(dup["ran"], false, "{dup}");
+    assert_eq!(
+        dup["response"],
+        json!({"statusCode": 200, "body": "from the layer"})
+    );
+    let mismatch = apigw(
+        store.table(),
+        &api_event(dir.path(), "L-2", r#"{"cents": 1}"#),
+        &validation,
+    );
+    assert_eq!(
+        mismatch["error"], "IdempotencyValidationError",
+        "{mismatch}"
+    );
 }

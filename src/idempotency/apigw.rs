@@ -1,0 +1,278 @@
+//! The API Gateway events (feature `apigw`): REST API (`ApiGatewayProxyRequest`, payload
+//! format 1.0) and HTTP API (`ApiGatewayV2httpRequest`, payload format 2.0).
+//!
+//! For both, the request the fingerprint covers and [`json_pointer`](super::key::json_pointer)
+//! reads is the **body**: parsed as JSON when it is JSON, else the body text as is. A body API
+//! Gateway base64-encoded (`isBase64Encoded: true`, as it sends binary media types, and some
+//! clients' JSON) is decoded first; if it is not valid base64 or not UTF-8 text, the request is
+//! its base64 text as sent (a pointer then finds nothing in it). Headers are read case-insensitively ([`header`](super::key::header)).
+//! Refusals are answered with HTTP responses ([`HttpAnswers`]: 409, 422, 400), which both
+//! payload formats accept.
+
+use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayV2httpRequest};
+use aws_lambda_events::http::HeaderMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use super::answers::{Answers, HttpAnswers};
+use super::key::Payload;
+use crate::Error;
+
+/// The answers of both API Gateway events.
+static HTTP_ANSWERS: HttpAnswers = HttpAnswers::new();
+
+/// The body as a request: its JSON, or its text when it is not JSON; a base64-encoded body
+/// decoded first (kept as sent if it does not decode to UTF-8 text); `null` without a body.
+fn body_request(body: Option<&str>, base64: bool) -> Value {
+    let parse =
+        |text: &str| serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+    match body {
+        None => Value::Null,
+        Some(text) if base64 => {
+            use base64::Engine as _;
+            match base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok())
+            {
+                Some(decoded) => parse(&decoded),
+                None => Value::String(text.to_owned()),
+            }
+        }
+        Some(text) => parse(text),
+    }
+}
+
+/// Header `name` in `headers` (case-insensitive: header names are kept lower-cased, and the
+/// lookup lower-cases `name`). A value that is not visible ASCII is treated as absent.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// REST API (payload format 1.0). `multiValueHeaders` is read when `headers` lacks the name.
+impl Payload for ApiGatewayProxyRequest {
+    fn request(&self) -> Result<Value, Error> {
+        Ok(body_request(self.body.as_deref(), self.is_base64_encoded))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        header(&self.headers, name).or_else(|| header(&self.multi_value_headers, name))
+    }
+
+    fn default_answers() -> &'static dyn Answers {
+        &HTTP_ANSWERS
+    }
+}
+
+/// HTTP API (payload format 2.0). Repeated headers arrive joined with commas, as API Gateway
+/// sends them.
+impl Payload for ApiGatewayV2httpRequest {
+    fn request(&self) -> Result<Value, Error> {
+        Ok(body_request(self.body.as_deref(), self.is_base64_encoded))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        header(&self.headers, name)
+    }
+
+    fn default_answers() -> &'static dyn Answers {
+        &HTTP_ANSWERS
+    }
+}
+
+/// An API Gateway request of either payload format: an HTTP API event (`"version": "2.0"`) or
+/// a REST API / HTTP API 1.0 event (anything else). A handler that takes it serves both, and
+/// its answer (`statusCode`, `headers`, `body`) suits both.
+///
+/// ```
+/// use sqs_claim::idempotency::apigw::ApiGatewayRequest;
+///
+/// let rest: ApiGatewayRequest = serde_json::from_str(
+///     r#"{"httpMethod": "POST", "path": "/payments", "headers": {"Idempotency-Key": "k-1"},
+///         "requestContext": {"httpMethod": "POST"}, "body": "{}", "isBase64Encoded": false}"#,
+/// )?;
+/// assert_eq!(rest.method(), "POST");
+/// assert_eq!(rest.body(), Some("{}"));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub enum ApiGatewayRequest {
+    /// A REST API event (payload format 1.0).
+    Rest(Box<ApiGatewayProxyRequest>),
+    /// An HTTP API event (payload format 2.0).
+    Http(Box<ApiGatewayV2httpRequest>),
+}
+
+impl ApiGatewayRequest {
+    /// The body as API Gateway sent it (base64 when [`is_base64_encoded`](Self::is_base64_encoded)).
+    pub fn body(&self) -> Option<&str> {
+        match self {
+            ApiGatewayRequest::Rest(r) => r.body.as_deref(),
+            ApiGatewayRequest::Http(r) => r.body.as_deref(),
+        }
+    }
+
+    /// The body as text, decoded from base64 when API Gateway encoded it; `None` without a
+    /// body, or when a base64 body is not valid base64 or not UTF-8.
+    pub fn body_text(&self) -> Option<std::borrow::Cow<'_, str>> {
+        let body = self.body()?;
+        if !self.is_base64_encoded() {
+            return Some(std::borrow::Cow::Borrowed(body));
+        }
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(body.trim())
+            .ok()?;
+        String::from_utf8(bytes).ok().map(std::borrow::Cow::Owned)
+    }
+
+    /// Whether API Gateway base64-encoded the body.
+    pub fn is_base64_encoded(&self) -> bool {
+        match self {
+            ApiGatewayRequest::Rest(r) => r.is_base64_encoded,
+            ApiGatewayRequest::Http(r) => r.is_base64_encoded,
+        }
+    }
+
+    /// The HTTP method (`POST`, ...).
+    pub fn method(&self) -> &str {
+        match self {
+            ApiGatewayRequest::Rest(r) => r.http_method.as_str(),
+            ApiGatewayRequest::Http(r) => r.request_context.http.method.as_str(),
+        }
+    }
+
+    /// The request path.
+    pub fn path(&self) -> Option<&str> {
+        match self {
+            ApiGatewayRequest::Rest(r) => r.path.as_deref(),
+            ApiGatewayRequest::Http(r) => r.raw_path.as_deref(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ApiGatewayRequest {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        let v2 = value.get("version").and_then(Value::as_str) == Some("2.0");
+        if v2 {
+            serde_json::from_value(value)
+                .map(|r| ApiGatewayRequest::Http(Box::new(r)))
+                .map_err(serde::de::Error::custom)
+        } else {
+            serde_json::from_value(value)
+                .map(|r| ApiGatewayRequest::Rest(Box::new(r)))
+                .map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+impl Serialize for ApiGatewayRequest {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ApiGatewayRequest::Rest(r) => r.serialize(serializer),
+            ApiGatewayRequest::Http(r) => r.serialize(serializer),
+        }
+    }
+}
+
+impl Payload for ApiGatewayRequest {
+    fn request(&self) -> Result<Value, Error> {
+        Ok(body_request(self.body(), self.is_base64_encoded()))
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        match self {
+            ApiGatewayRequest::Rest(r) => Payload::header(r.as_ref(), name),
+            ApiGatewayRequest::Http(r) => Payload::header(r.as_ref(), name),
+        }
+    }
+
+    fn default_answers() -> &'static dyn Answers {
+        &HTTP_ANSWERS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn headers_are_case_insensitive_and_the_body_is_the_request() {
+        let event: ApiGatewayV2httpRequest = serde_json::from_value(json!({
+            "version": "2.0",
+            "routeKey": "POST /payments",
+            "rawPath": "/payments",
+            "headers": {"Idempotency-Key": "k-1", "content-type": "application/json"},
+            "requestContext": {"http": {"method": "POST", "path": "/payments"}},
+            "body": "{\"amount\": 5}",
+            "isBase64Encoded": false
+        }))
+        .unwrap();
+        assert_eq!(event.header("idempotency-key"), Some("k-1"));
+        assert_eq!(event.header("IDEMPOTENCY-KEY"), Some("k-1"));
+        assert_eq!(event.request().unwrap(), json!({"amount": 5}));
+        let mut raw = event.clone();
+        raw.body = Some("not json".into());
+        assert_eq!(raw.request().unwrap(), json!("not json"));
+    }
+
+    #[test]
+    fn a_base64_body_is_decoded_before_it_is_read() {
+        let event: ApiGatewayProxyRequest = serde_json::from_value(json!({
+            "resource": "/webhook",
+            "path": "/webhook",
+            "httpMethod": "POST",
+            "headers": {"Content-Type": "application/json"},
+            // {"id":"evt_1","amount":5}
+            "body": "eyJpZCI6ImV2dF8xIiwiYW1vdW50Ijo1fQ==",
+            "isBase64Encoded": true,
+            "requestContext": {"httpMethod": "POST"}
+        }))
+        .unwrap();
+        assert_eq!(
+            event.request().unwrap(),
+            json!({"id": "evt_1", "amount": 5})
+        );
+        let mut binary = event.clone();
+        binary.body = Some("/w==".into()); // 0xFF: not UTF-8
+        assert_eq!(binary.request().unwrap(), json!("/w=="));
+        binary.body = Some("not base64!".into());
+        assert_eq!(binary.request().unwrap(), json!("not base64!"));
+    }
+
+    #[test]
+    fn either_payload_format_reads_the_same() {
+        let v2: ApiGatewayRequest = serde_json::from_value(json!({
+            "version": "2.0",
+            "routeKey": "POST /payments",
+            "rawPath": "/payments",
+            "headers": {"idempotency-key": "k-1"},
+            "requestContext": {"http": {"method": "POST", "path": "/payments"}},
+            "body": "{\"amount\": 5}",
+            "isBase64Encoded": false
+        }))
+        .unwrap();
+        let v1: ApiGatewayRequest = serde_json::from_value(json!({
+            "resource": "/payments",
+            "path": "/payments",
+            "httpMethod": "POST",
+            "headers": {"Idempotency-Key": "k-1"},
+            "multiValueHeaders": {"Idempotency-Key": ["k-1"]},
+            "requestContext": {"httpMethod": "POST"},
+            "body": "{\"amount\": 5}",
+            "isBase64Encoded": false
+        }))
+        .unwrap();
+        assert!(matches!(v2, ApiGatewayRequest::Http(_)));
+        assert!(matches!(v1, ApiGatewayRequest::Rest(_)));
+        for e in [&v1, &v2] {
+            assert_eq!(Payload::header(e, "Idempotency-Key"), Some("k-1"));
+            assert_eq!(e.request().unwrap(), json!({"amount": 5}));
+            assert_eq!(e.method(), "POST");
+            assert_eq!(e.path(), Some("/payments"));
+            assert_eq!(e.body_text().as_deref(), Some("{\"amount\": 5}"));
+        }
+    }
+}

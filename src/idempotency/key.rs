@@ -1,0 +1,384 @@
+//! Where a request's idempotency key comes from, what its fingerprint covers, and how both are
+//! written into the store.
+//!
+//! Three pieces, each a small trait:
+//!
+//! * [`Payload`]: what the layer reads from an event type: the **request** (the JSON a key
+//!   pointer reads and the fingerprint hashes: an API Gateway event's body, any other event's
+//!   whole payload), its headers, and the answers that suit it. Implemented for the API Gateway
+//!   events (feature `apigw`) and `serde_json::Value`; for your own event type it is one line.
+//! * [`KeyExtractor`]: the key's datum from one event: [`header`], [`json_pointer`],
+//!   [`payload_hash`], or your own ([`from_fn`]).
+//! * [`KeyFormat`]: how the datum becomes the stored key and the request its fingerprint:
+//!   [`NativeFormat`] (the default, as the SQS processor writes them), or another format for
+//!   records shared with another library.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::answers::{Answers, ErrorAnswers};
+use crate::key::sha256_hex;
+use crate::{Error, ErrorKind};
+
+/// What the idempotency layer reads from an event type.
+///
+/// Every method has a default that suits an event carried whole (an EventBridge detail, a
+/// direct invocation's JSON): the request is the whole payload, there are no headers, and a
+/// refused request is answered with an error. So for your own event type:
+///
+/// ```
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Transfer {
+///     transfer_id: String,
+///     amount_cents: i64,
+/// }
+///
+/// impl sqs_claim::idempotency::Payload for Transfer {}
+/// ```
+///
+/// The API Gateway events (feature `apigw`) read the request from the body, the headers from
+/// the event's headers, and answer with HTTP responses (409, 422, 400).
+pub trait Payload: Serialize {
+    /// The request: what [`json_pointer`] reads and the fingerprint covers. Default: the whole
+    /// payload, as JSON.
+    fn request(&self) -> Result<Value, Error> {
+        serde_json::to_value(self).map_err(|e| {
+            Error::with_source(
+                ErrorKind::BadBody,
+                "the event payload cannot be turned into JSON",
+                e,
+            )
+        })
+    }
+
+    /// The value of header `name` (compared case-insensitively), for events that have headers.
+    /// Default: none.
+    fn header(&self, name: &str) -> Option<&str> {
+        let _ = name;
+        None
+    }
+
+    /// How a request refused by the layer is answered unless the builder says otherwise
+    /// ([`IdempotencyBuilder::answers`](super::IdempotencyBuilder::answers)). Default: [`ErrorAnswers`], an
+    /// error with the refusal's kind.
+    fn default_answers() -> &'static dyn Answers {
+        &ErrorAnswers
+    }
+}
+
+impl Payload for Value {
+    fn request(&self) -> Result<Value, Error> {
+        Ok(self.clone())
+    }
+}
+
+/// Where the idempotency key of an event comes from.
+///
+/// `key` returns the key's datum (`Ok(None)`: the event does not carry it); the
+/// [`KeyFormat`] turns it into the stored key. `request` is the JSON the layer computed once
+/// for the event ([`Payload::request`]), so an extractor that reads the body does not parse it
+/// again.
+///
+/// ```
+/// use serde_json::{Value, json};
+/// use sqs_claim::Error;
+/// use sqs_claim::idempotency::{KeyExtractor, Payload};
+///
+/// /// The customer and their order number together.
+/// struct CustomerOrder;
+///
+/// impl<T: Payload> KeyExtractor<T> for CustomerOrder {
+///     fn key(&self, _event: &T, request: &Value) -> Result<Option<Value>, Error> {
+///         Ok(match (request.get("customer"), request.get("order")) {
+///             (Some(c), Some(o)) => Some(json!([c, o])),
+///             _ => None,
+///         })
+///     }
+///
+///     fn describe(&self) -> String {
+///         "the customer and order number".into()
+///     }
+/// }
+/// ```
+pub trait KeyExtractor<T: Payload>: Send + Sync + 'static {
+    /// The key's datum for `event`, whose request is `request`; `Ok(None)` if it carries none
+    /// (a missing or `null` value, an empty string). An `Err` must not quote the payload.
+    fn key(&self, event: &T, request: &Value) -> Result<Option<Value>, Error>;
+
+    /// Where the key comes from, for errors and answers ("the Idempotency-Key header").
+    fn describe(&self) -> String;
+}
+
+/// The value of header `name`, compared case-insensitively (an HTTP event's
+/// `Idempotency-Key`): see [`header`].
+#[derive(Debug, Clone)]
+pub struct Header {
+    name: String,
+}
+
+/// The key is the value of header `name` (case-insensitive), trimmed; a missing or blank header
+/// means the key is missing. For events whose [`Payload`] has headers: the API Gateway events
+/// (feature `apigw`).
+pub fn header(name: impl Into<String>) -> Header {
+    Header { name: name.into() }
+}
+
+impl<T: Payload> KeyExtractor<T> for Header {
+    fn key(&self, event: &T, _request: &Value) -> Result<Option<Value>, Error> {
+        Ok(event
+            .header(&self.name)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| Value::String(v.to_owned())))
+    }
+
+    fn describe(&self) -> String {
+        format!("the {} header", self.name)
+    }
+}
+
+/// A JSON pointer into the request: see [`json_pointer`].
+#[derive(Debug, Clone)]
+pub struct JsonPointer {
+    pointer: String,
+}
+
+/// The key is the value at JSON `pointer` (RFC 6901, e.g. `/id` or `/data/object/id`) in the
+/// request: an API Gateway event's JSON body, any other event's payload. A missing or `null`
+/// value or an empty string means the key is missing, as does a body that is not JSON.
+///
+/// The pointer must start with `/`: the empty pointer (the whole request) would store the
+/// request itself as the key; key on [`payload_hash`] instead.
+pub fn json_pointer(pointer: impl Into<String>) -> JsonPointer {
+    JsonPointer {
+        pointer: pointer.into(),
+    }
+}
+
+impl<T: Payload> KeyExtractor<T> for JsonPointer {
+    fn key(&self, _event: &T, request: &Value) -> Result<Option<Value>, Error> {
+        if !self.pointer.starts_with('/') {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "JSON pointer {:?} must start with '/' (e.g. /id); to key on the whole \
+                     request, use key::payload_hash()",
+                    self.pointer
+                ),
+            ));
+        }
+        Ok(match request.pointer(&self.pointer) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s.is_empty() => None,
+            Some(v) => Some(v.clone()),
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("JSON pointer {:?}", self.pointer)
+    }
+}
+
+/// The SHA-256 of the request: see [`payload_hash`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PayloadHash;
+
+/// The key is the SHA-256 (lowercase hex) of the request, as [`NativeFormat`] fingerprints it:
+/// identical requests are the same request. For events that carry no id of their own.
+pub fn payload_hash() -> PayloadHash {
+    PayloadHash
+}
+
+impl<T: Payload> KeyExtractor<T> for PayloadHash {
+    fn key(&self, _event: &T, request: &Value) -> Result<Option<Value>, Error> {
+        Ok(Some(Value::String(sha256_hex(text(request).as_bytes()))))
+    }
+
+    fn describe(&self) -> String {
+        "the request's SHA-256".into()
+    }
+}
+
+/// A key from a function of the event: see [`from_fn`].
+pub struct FromFn<F> {
+    f: F,
+    what: String,
+}
+
+impl<F> std::fmt::Debug for FromFn<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FromFn").field("what", &self.what).finish()
+    }
+}
+
+/// The key is what `f` returns for the event (`None`: missing); `what` says where it comes
+/// from, for errors and answers.
+///
+/// ```
+/// use sqs_claim::idempotency::key;
+///
+/// let by_user = key::from_fn("the user id", |event: &serde_json::Value| {
+///     event.get("user").cloned()
+/// });
+/// # let _ = by_user;
+/// ```
+pub fn from_fn<T, F>(what: impl Into<String>, f: F) -> FromFn<F>
+where
+    F: Fn(&T) -> Option<Value> + Send + Sync + 'static,
+{
+    FromFn {
+        f,
+        what: what.into(),
+    }
+}
+
+impl<T, F> KeyExtractor<T> for FromFn<F>
+where
+    T: Payload,
+    F: Fn(&T) -> Option<Value> + Send + Sync + 'static,
+{
+    fn key(&self, event: &T, _request: &Value) -> Result<Option<Value>, Error> {
+        Ok((self.f)(event).filter(|v| !v.is_null() && v.as_str() != Some("")))
+    }
+
+    fn describe(&self) -> String {
+        self.what.clone()
+    }
+}
+
+/// How a key's datum becomes the key a store keeps, and a request its fingerprint.
+///
+/// [`NativeFormat`] is the default. A format that writes another library's keys lets two
+/// implementations share one table (Powertools for AWS Lambda writes
+/// `<function>.<handler>#<md5 of the datum>`): both then see each other's records.
+pub trait KeyFormat: Send + Sync + 'static {
+    /// The stored key for `datum` under `namespace`.
+    fn stored_key(&self, namespace: &str, datum: &serde_json::Value) -> String;
+    /// The fingerprint of `request`, stored with the claim to tell "same key, other request".
+    fn fingerprint(&self, request: &serde_json::Value) -> String;
+}
+
+/// The keys and fingerprints of this crate: the key is `namespace#<datum>`, a string datum as
+/// is and any other as its JSON text (object members sorted), as the SQS processor writes its
+/// keys; the fingerprint is the SHA-256 (lowercase hex) of the request, a string as is (an HTTP
+/// body that is not JSON: its bytes) and any other as its JSON text.
+///
+/// ```
+/// use serde_json::json;
+/// use sqs_claim::idempotency::{KeyFormat, NativeFormat};
+///
+/// assert_eq!(NativeFormat.stored_key("payments", &json!("k-1")), "payments#k-1");
+/// assert_eq!(NativeFormat.stored_key("payments", &json!(42)), "payments#42");
+/// assert_eq!(
+///     NativeFormat.fingerprint(&json!({"b": 1, "a": 2})),
+///     NativeFormat.fingerprint(&json!({"a": 2, "b": 1})),
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NativeFormat;
+
+impl KeyFormat for NativeFormat {
+    fn stored_key(&self, namespace: &str, datum: &Value) -> String {
+        crate::key::namespaced(namespace, &text(datum))
+    }
+
+    fn fingerprint(&self, request: &Value) -> String {
+        sha256_hex(text(request).as_bytes())
+    }
+}
+
+/// A string as is, anything else as its canonical JSON text.
+fn text(value: &Value) -> Cow<'_, str> {
+    match value {
+        Value::String(s) => Cow::Borrowed(s),
+        other => Cow::Owned(canonical_json(other)),
+    }
+}
+
+/// Compact JSON text with every object's members sorted by name: the same for the same value
+/// whatever order its members arrived in, even if `serde_json`'s `preserve_order` feature is on
+/// somewhere in the dependency graph (then `Value`'s own text follows insertion order, and a
+/// payload with a `HashMap` would fingerprint differently on every invocation).
+pub(crate) fn canonical_json(value: &Value) -> String {
+    fn write(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                out.push('{');
+                for (i, (name, member)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(name.clone()).to_string());
+                    out.push(':');
+                    write(member, out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    write(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    write(value, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_json_sorts_members_and_matches_value_text() {
+        let v = json!({"b": [1, {"z": null, "a": "x\"y"}], "a": 1.5});
+        assert_eq!(
+            canonical_json(&v),
+            r#"{"a":1.5,"b":[1,{"a":"x\"y","z":null}]}"#
+        );
+        // Without preserve_order (this crate's own build), Value's text is already sorted.
+        assert_eq!(canonical_json(&v), v.to_string());
+    }
+
+    #[test]
+    fn native_keys_are_the_processors() {
+        assert_eq!(NativeFormat.stored_key("ns", &json!("a#b")), "ns#a#b");
+        assert_eq!(
+            NativeFormat.stored_key("ns", &json!({"y": 1, "x": 2})),
+            r#"ns#{"x":2,"y":1}"#
+        );
+        assert_eq!(
+            NativeFormat.fingerprint(&json!("raw body")),
+            sha256_hex(b"raw body")
+        );
+    }
+
+    #[test]
+    fn pointer_misses_are_missing_keys() {
+        let p = json_pointer("/id");
+        let req = json!({"id": "", "other": 1});
+        assert_eq!(KeyExtractor::<Value>::key(&p, &req, &req).unwrap(), None);
+        let req = json!({"id": null});
+        assert_eq!(KeyExtractor::<Value>::key(&p, &req, &req).unwrap(), None);
+        let req = json!({"id": 7});
+        assert_eq!(
+            KeyExtractor::<Value>::key(&p, &req, &req).unwrap(),
+            Some(json!(7))
+        );
+        let bad = json_pointer("id");
+        let err = KeyExtractor::<Value>::key(&bad, &req, &req).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config);
+    }
+}
