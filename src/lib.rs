@@ -69,6 +69,7 @@
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
+//! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them, to share its table (docs/powertools.md) |
 //! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
@@ -93,6 +94,9 @@ pub mod message;
 pub mod metrics;
 pub mod outcome;
 mod pointer;
+#[cfg(feature = "powertools")]
+#[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+pub mod powertools;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
@@ -145,6 +149,9 @@ pub struct IdempotencyDoctests;
 #[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "dynamodb"))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;
+#[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]
+#[doc = include_str!("../docs/powertools.md")]
+pub struct PowertoolsDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

@@ -25,6 +25,19 @@ pub(crate) enum Found {
 /// The value at `pointer` (RFC 6901, starting with `/`, or empty for the whole text) in
 /// `text`, which must be one JSON value as a whole, as `serde_json::from_str` requires.
 pub(crate) fn find(text: &str, pointer: &str) -> Result<Found, serde_json::Error> {
+    match find_raw(text, pointer)? {
+        Some(raw) => leaf(raw),
+        None => Ok(Found::Nothing),
+    }
+}
+
+/// The raw JSON text of the value at `pointer` in `text` (`null` included), or `None` if
+/// there is nothing there. The same walk as [`find`], for a caller that reads the value's
+/// text itself (the `powertools` key keeps numbers exactly as written).
+pub(crate) fn find_raw<'t>(
+    text: &'t str,
+    pointer: &str,
+) -> Result<Option<&'t str>, serde_json::Error> {
     let tokens: Vec<String> = if pointer.is_empty() {
         Vec::new()
     } else {
@@ -42,10 +55,10 @@ pub(crate) fn find(text: &str, pointer: &str) -> Result<Found, serde_json::Error
         let mut de = serde_json::Deserializer::from_str(raw.get());
         match de.deserialize_any(Step { token })? {
             Some(next) => raw = next,
-            None => return Ok(Found::Nothing),
+            None => return Ok(None),
         }
     }
-    leaf(raw.get())
+    Ok(Some(raw.get()))
 }
 
 /// The key text of the raw value at the end of the path.

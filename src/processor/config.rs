@@ -99,6 +99,44 @@ pub(crate) struct Config {
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
+    /// Keys and fingerprints as Powertools derives them ([`ProcessorBuilder::powertools`]).
+    #[cfg(feature = "powertools")]
+    pub(super) powertools: Option<crate::powertools::PowertoolsFormat>,
+}
+
+impl Config {
+    /// The stored key of `record` (`namespace#raw`, or Powertools' key), `None` if it has none.
+    pub(super) fn stored_key(
+        &self,
+        record: &aws_lambda_events::sqs::SqsMessage,
+        namespace: &str,
+    ) -> Result<Option<String>, crate::Error> {
+        #[cfg(feature = "powertools")]
+        if let Some(format) = &self.powertools {
+            return format.record_key(&self.key, record);
+        }
+        Ok(self
+            .key
+            .extract(record)?
+            .map(|raw| crate::key::namespaced(namespace, &raw)))
+    }
+
+    /// The payload fingerprint of `record` under the payload check, `None` when it is off.
+    pub(super) fn fingerprint(
+        &self,
+        record: &aws_lambda_events::sqs::SqsMessage,
+    ) -> Option<String> {
+        if self.payload_check == PayloadCheck::Off {
+            return None;
+        }
+        #[cfg(feature = "powertools")]
+        if let Some(format) = &self.powertools {
+            return format.record_fingerprint(record);
+        }
+        Some(crate::key::sha256_hex(
+            record.body.as_deref().unwrap_or("").as_bytes(),
+        ))
+    }
 }
 
 impl Default for Config {
@@ -123,6 +161,8 @@ impl Default for Config {
             failure_destination: None,
             metrics: None,
             one_shot: false,
+            #[cfg(feature = "powertools")]
+            powertools: None,
         }
     }
 }
@@ -155,6 +195,37 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// deduplication, and two consumers of one table must use different namespaces.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
         self.config.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Keys and payload fingerprints as Powertools for AWS Lambda (Python) derives them for an
+    /// `@idempotent_function` SQS record handler, from the [`key`](Self::key) source's value
+    /// ([`PowertoolsFormat::record_key`] says what each source is to Powertools), so the
+    /// processor and a Powertools consumer of the same table see each other's messages as
+    /// duplicates (docs/powertools.md). The key is Powertools' `{prefix}#{hash}`: the
+    /// [`namespace`](Self::namespace) does not enter it. Payload fingerprints are Powertools'
+    /// `validation` hashes, of what [`PowertoolsFormat::with_record_validation`] names, and
+    /// none without it. Default: off, sqs-claim's own keys. Feature `powertools`.
+    ///
+    /// ```
+    /// use sqs_claim::powertools::PowertoolsFormat;
+    /// use sqs_claim::{KeySource, MemoryStore, Message, Processor};
+    ///
+    /// let handler = tower::service_fn(|_msg: Message| async { Ok::<(), sqs_claim::Error>(()) });
+    /// // Powertools: event_key_jmespath="powertools_json(body).order_id" on app.record_handler
+    /// let processor = Processor::builder(MemoryStore::new(), handler)
+    ///     .key(KeySource::JsonPointer("/order_id".into()))
+    ///     .powertools(PowertoolsFormat::new("orders-fn", "app.record_handler"))
+    ///     .build();
+    /// # let _ = processor;
+    /// ```
+    ///
+    /// [`PowertoolsFormat::record_key`]: crate::powertools::PowertoolsFormat::record_key
+    /// [`PowertoolsFormat::with_record_validation`]: crate::powertools::PowertoolsFormat::with_record_validation
+    #[cfg(feature = "powertools")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
+    pub fn powertools(mut self, format: crate::powertools::PowertoolsFormat) -> Self {
+        self.config.powertools = Some(format);
         self
     }
 

@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use aws_lambda_events::sqs::SqsMessage;
 use tracing::warn;
 
-use super::config::{Config, FifoMode, PayloadCheck};
-use crate::key::{self, MissingKey};
+use super::config::{Config, FifoMode};
+use crate::key::MissingKey;
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind};
 use crate::{Error, ErrorKind};
@@ -99,11 +99,9 @@ impl Plan {
         let mut actions = Vec::with_capacity(records.len());
         for (i, record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
-            let (key, action) = match config.key.extract(&record) {
-                Ok(Some(raw)) => {
-                    let key = key::namespaced(namespace, &raw);
-                    let fingerprint = (config.payload_check != PayloadCheck::Off)
-                        .then(|| key::sha256_hex(record.body.as_deref().unwrap_or("").as_bytes()));
+            let (key, action) = match config.stored_key(&record, namespace) {
+                Ok(Some(key)) => {
+                    let fingerprint = config.fingerprint(&record);
                     let action = match leaders.get(&key) {
                         Some((leader, leader_fingerprint)) => Action::Follow {
                             leader: *leader,
