@@ -74,8 +74,9 @@ clippy:
 cfn-lint:
 	"$$(scripts/pytool.sh cfn-lint)" template.yaml
 
-lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, cfn-lint, sample events up to date
+lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, rustdoc -D warnings, cfn-lint, sample events up to date
 	$(CARGO) fmt --all -- --check
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --all-features --no-deps --quiet
 	python3 scripts/gen-events.py --check
 
 # cargo-fuzz needs nightly-only compiler flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain

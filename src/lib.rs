@@ -134,7 +134,12 @@ pub use store::tiered::TieredStore;
 
 // The Rust blocks of the README and of docs/ compile as doctests (`cargo test --doc`), each
 // file under the features its examples use.
-#[cfg(all(doctest, feature = "dynamodb", feature = "apigw"))]
+#[cfg(all(
+    doctest,
+    feature = "dynamodb",
+    feature = "apigw",
+    feature = "powertools"
+))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "dynamodb"))]

@@ -93,7 +93,7 @@
 //! | `key.rs` | [`Payload`], [`KeyExtractor`] and the extractors, [`KeyFormat`] |
 //! | `answers.rs` | [`Answers`]: [`HttpAnswers`], [`ErrorAnswers`] |
 //! | `response.rs` | [`IdempotentResponse`], [`WithEffects`] |
-//! | `apigw.rs` | the API Gateway events (feature `apigw`), and [`ApiGatewayRequest`](apigw::ApiGatewayRequest) for a handler serving both payload formats |
+//! | `apigw.rs` | the API Gateway events (feature `apigw`), and [`ApiGatewayRequest`] for a handler serving both payload formats |
 
 mod answers;
 #[cfg(feature = "apigw")]

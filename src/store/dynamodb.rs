@@ -937,23 +937,14 @@ impl ClaimStore for DynamoDbStore {
         token: &ClaimToken,
         completion: Completion<TransactWriteItem>,
     ) -> Result<(), Error> {
+        // Refused before anything is sent: nothing committed, the claim stays in progress.
+        completion.check_response_size(key, self.max_response_bytes())?;
         let Completion {
             expires_at,
             response,
             effects,
             ..
         } = completion;
-        // Refused before anything is sent: nothing committed, the claim stays in progress.
-        if let Some(r) = &response {
-            let limit = self.max_response_bytes();
-            if r.len() > limit {
-                return Err(Completion::<TransactWriteItem>::too_large(
-                    key,
-                    r.len(),
-                    limit,
-                ));
-            }
-        }
         if effects.len() > MAX_EFFECTS {
             return Err(Error::new(
                 ErrorKind::StoreRejected,

@@ -183,6 +183,7 @@ impl ClaimStore for MemoryStore {
         token: &ClaimToken,
         completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
+        completion.check_response_size(key, self.max_response_bytes())?;
         let Completion {
             expires_at,
             response,
@@ -198,16 +199,6 @@ impl ClaimStore for MemoryStore {
         if entry.status == Status::Completed {
             // A retry of a completion that already landed: nothing to do, effects included.
             return Ok(());
-        }
-        if let Some(r) = response
-            .as_ref()
-            .filter(|r| r.len() > self.max_response_bytes())
-        {
-            return Err(Completion::<MemoryEffect>::too_large(
-                key,
-                r.len(),
-                self.max_response_bytes(),
-            ));
         }
         let applies = checked(effects)?;
         for apply in applies {

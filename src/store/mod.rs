@@ -285,6 +285,16 @@ impl<E> Completion<E> {
         self
     }
 
+    /// Refuses a response longer than `limit` (the store's
+    /// [`max_response_bytes`](ClaimStore::max_response_bytes)) with the error
+    /// [`too_large`](Self::too_large) gives; a store calls it before it writes anything.
+    pub fn check_response_size(&self, key: &str, limit: usize) -> Result<(), Error> {
+        match &self.response {
+            Some(r) if r.len() > limit => Err(Self::too_large(key, r.len(), limit)),
+            _ => Ok(()),
+        }
+    }
+
     /// The error a store answers for a response longer than its `limit`.
     pub fn too_large(key: &str, len: usize, limit: usize) -> Error {
         Error::new(

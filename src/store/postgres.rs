@@ -932,23 +932,14 @@ impl ClaimStore for PostgresStore {
         token: &ClaimToken,
         completion: Completion<PgEffect>,
     ) -> Result<(), Error> {
+        // Refused before a connection is taken: nothing is written, the claim stays in progress.
+        completion.check_response_size(key, self.max_response_bytes())?;
         let Completion {
             expires_at,
             response,
             effects,
             ..
         } = completion;
-        // Refused before a connection is taken: nothing is written, the claim stays in progress.
-        if let Some(r) = response
-            .as_ref()
-            .filter(|r| r.len() > self.max_response_bytes())
-        {
-            return Err(Completion::<PgEffect>::too_large(
-                key,
-                r.len(),
-                self.max_response_bytes(),
-            ));
-        }
         let response = response.as_ref().map(StoredResponse::as_str);
         self.bounded(
             "completion",

@@ -714,23 +714,14 @@ impl ClaimStore for RedisStore {
         token: &ClaimToken,
         completion: Completion<RedisEffect>,
     ) -> Result<(), Error> {
+        // Refused before the script is sent: nothing is written, the claim stays in progress.
+        completion.check_response_size(key, self.max_response_bytes())?;
         let Completion {
             expires_at,
             response,
             effects,
             ..
         } = completion;
-        // Refused before the script is sent: nothing is written, the claim stays in progress.
-        if let Some(r) = response
-            .as_ref()
-            .filter(|r| r.len() > self.max_response_bytes())
-        {
-            return Err(Completion::<RedisEffect>::too_large(
-                key,
-                r.len(),
-                self.max_response_bytes(),
-            ));
-        }
         let effects = effects.into_vec();
         check_effects(&effects)?;
         let mut invocation = COMPLETE.key(self.record_key(key));

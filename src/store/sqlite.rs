@@ -925,23 +925,14 @@ impl ClaimStore for SqliteStore {
         token: &ClaimToken,
         completion: Completion<SqlEffect>,
     ) -> Result<(), Error> {
+        // Refused before the job is queued: nothing is written, the claim stays in progress.
+        completion.check_response_size(key, self.max_response_bytes())?;
         let Completion {
             expires_at,
             response,
             effects,
             ..
         } = completion;
-        // Refused before the job is queued: nothing is written, the claim stays in progress.
-        if let Some(r) = response
-            .as_ref()
-            .filter(|r| r.len() > self.max_response_bytes())
-        {
-            return Err(Completion::<SqlEffect>::too_large(
-                key,
-                r.len(),
-                self.max_response_bytes(),
-            ));
-        }
         let key = key.to_owned();
         let token = token.as_str().to_owned();
         let expires = epoch_millis(expires_at);
