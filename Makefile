@@ -55,7 +55,8 @@ test: standins-up services ## Run the whole test suite against the real servers
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher)
 	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \
 		--test test_memory_store --test test_events --test test_publish --test test_deadline \
-		--test test_properties --test test_fault_proxy --test test_lambda_run
+		--test test_properties --test test_fault_proxy --test test_lambda_run --test test_lease \
+		--test test_idempotency
 	$(CARGO) test -p payments --all-features --lib --test test_properties
 
 chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
