@@ -103,8 +103,10 @@ type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
 /// | [`Lease::until_deadline(fallback)`](Lease::until_deadline) (default, fallback 5 min) | the invocation's deadline; `now + fallback` when there is none (outside Lambda) | as soon as the next delivery arrives after the deadline | a handler killed midway may run again seconds later: its side effects must be safe to repeat after a crash (pass the key to the provider) |
 /// | [`Lease::at_least(d)`](Lease::at_least) | the later of the deadline and `now + d` | not before `now + d`, even if the invocation died at once | every redelivery before then is answered "held elsewhere" and retried; if visibility timeout × `maxReceiveCount` is shorter than `d`, the message reaches the dead-letter queue before the lease lapses |
 ///
-/// A lease is never shorter than the invocation's deadline: a handler still running is never
-/// overtaken by a second worker.
+/// A lease is never shorter than the invocation's deadline: inside Lambda, a handler still
+/// running is never overtaken by a second worker. Without a deadline (local runs,
+/// `Context::default()`) nothing stops a handler at the fallback: keep the fallback above the
+/// longest handler run, or a second caller may take the key over while the first still runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease(LeaseKind);
 

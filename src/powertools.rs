@@ -211,6 +211,12 @@ impl crate::idempotency::KeyFormat for PowertoolsFormat {
     fn fingerprint(&self, request: &Value) -> String {
         self.hash(request)
     }
+
+    /// Powertools' `validation` hash covers what `payload_validation_jmespath` selects (the
+    /// body, for an API handler), never the route: the route is left out so both sides agree.
+    fn route_fingerprint(&self, _route: Option<&Value>, request: &Value) -> String {
+        self.hash(request)
+    }
 }
 
 /// What a Powertools `payload_validation_jmespath` selects from an SQS record, for the

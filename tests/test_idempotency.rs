@@ -352,6 +352,58 @@ async fn a_request_in_progress_elsewhere_gets_409_with_retry_after() {
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
+/// A key reused on another route with the same body (`/accounts/A/withdraw`, then
+/// `/accounts/B/withdraw`) is another request: 422, never A's response for B.
+#[tokio::test(start_paused = true)]
+async fn the_same_key_and_body_on_another_route_gets_422() {
+    let store = MemoryStore::new();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let service = payments(store)
+        .layer()
+        .layer(tower::service_fn(counting(&runs)));
+    let body = r#"{"amount": 100, "currency": "eur"}"#;
+    let on = |path: &str, query: &str| {
+        let mut event = v2(Some("k-route"), body);
+        event.raw_path = Some(path.to_owned());
+        event.raw_query_string = Some(query.to_owned());
+        event.query_string_parameters = query
+            .split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                (k.to_owned(), vec![v.to_owned()])
+            })
+            .collect::<std::collections::HashMap<_, _>>()
+            .into();
+        LambdaEvent::new(event, deadline_in(Duration::from_secs(30)))
+    };
+    let first = service
+        .clone()
+        .oneshot(on("/accounts/A/withdraw", ""))
+        .await
+        .unwrap();
+    assert_eq!(status_of(&first), 201);
+    let again = service
+        .clone()
+        .oneshot(on("/accounts/A/withdraw", ""))
+        .await
+        .unwrap();
+    assert!(again.is_replay(), "the same route is a duplicate");
+    let other = service
+        .clone()
+        .oneshot(on("/accounts/B/withdraw", ""))
+        .await
+        .unwrap();
+    assert_eq!(status_of(&other), 422, "another path");
+    let query = service
+        .clone()
+        .oneshot(on("/accounts/A/withdraw", "dry_run=true"))
+        .await
+        .unwrap();
+    assert_eq!(status_of(&query), 422, "another query");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_same_key_with_another_request_gets_422_and_does_not_run() {
     let store = MemoryStore::new();

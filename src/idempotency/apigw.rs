@@ -43,6 +43,21 @@ fn body_request(body: Option<&str>, base64: bool) -> Value {
     }
 }
 
+/// Query parameters as one value for both payload formats: each name with its values joined
+/// by commas (how payload format 2.0 delivers repeated parameters), names sorted.
+fn query(map: &aws_lambda_events::query_map::QueryMap) -> Value {
+    let mut joined: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (name, value) in map.iter() {
+        joined.entry(name).or_default().push(value);
+    }
+    Value::Object(
+        joined
+            .into_iter()
+            .map(|(name, values)| (name.to_owned(), Value::String(values.join(","))))
+            .collect(),
+    )
+}
+
 /// Header `name` in `headers` (case-insensitive: header names are kept lower-cased, and the
 /// lookup lower-cases `name`). A value that is not visible ASCII is treated as absent.
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -53,6 +68,19 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 impl Payload for ApiGatewayProxyRequest {
     fn request(&self) -> Result<Value, Error> {
         Ok(body_request(self.body.as_deref(), self.is_base64_encoded))
+    }
+
+    /// The method, the path as requested (path parameters in it) and the query parameters.
+    fn route(&self) -> Option<Value> {
+        Some(serde_json::json!({
+            "method": self.http_method.as_str(),
+            "path": self.path,
+            "query": query(if self.multi_value_query_string_parameters.is_empty() {
+                &self.query_string_parameters
+            } else {
+                &self.multi_value_query_string_parameters
+            }),
+        }))
     }
 
     fn header(&self, name: &str) -> Option<&str> {
@@ -69,6 +97,15 @@ impl Payload for ApiGatewayProxyRequest {
 impl Payload for ApiGatewayV2httpRequest {
     fn request(&self) -> Result<Value, Error> {
         Ok(body_request(self.body.as_deref(), self.is_base64_encoded))
+    }
+
+    /// The method, the raw path and the query parameters.
+    fn route(&self) -> Option<Value> {
+        Some(serde_json::json!({
+            "method": self.request_context.http.method.as_str(),
+            "path": self.raw_path,
+            "query": query(&self.query_string_parameters),
+        }))
     }
 
     fn header(&self, name: &str) -> Option<&str> {
@@ -95,7 +132,10 @@ impl Payload for ApiGatewayV2httpRequest {
 /// assert_eq!(rest.body(), Some("{}"));
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the payload format, the method, the path, the body's length and the header
+/// names: never the body, header values (an `Authorization`, a cookie) or the query.
+#[derive(Clone)]
 pub enum ApiGatewayRequest {
     /// A REST API event (payload format 1.0).
     Rest(Box<ApiGatewayProxyRequest>),
@@ -151,6 +191,23 @@ impl ApiGatewayRequest {
     }
 }
 
+impl std::fmt::Debug for ApiGatewayRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (format, headers) = match self {
+            ApiGatewayRequest::Rest(r) => ("rest", &r.headers),
+            ApiGatewayRequest::Http(r) => ("http", &r.headers),
+        };
+        let names: Vec<&str> = headers.keys().map(|k| k.as_str()).collect();
+        f.debug_struct("ApiGatewayRequest")
+            .field("format", &format)
+            .field("method", &self.method())
+            .field("path", &self.path())
+            .field("body_len", &self.body().map(str::len))
+            .field("header_names", &names)
+            .finish()
+    }
+}
+
 impl<'de> Deserialize<'de> for ApiGatewayRequest {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let value = Value::deserialize(deserializer)?;
@@ -179,6 +236,13 @@ impl Serialize for ApiGatewayRequest {
 impl Payload for ApiGatewayRequest {
     fn request(&self) -> Result<Value, Error> {
         Ok(body_request(self.body(), self.is_base64_encoded()))
+    }
+
+    fn route(&self) -> Option<Value> {
+        match self {
+            ApiGatewayRequest::Rest(r) => r.route(),
+            ApiGatewayRequest::Http(r) => r.route(),
+        }
     }
 
     fn header(&self, name: &str) -> Option<&str> {
@@ -274,5 +338,44 @@ mod tests {
             assert_eq!(e.path(), Some("/payments"));
             assert_eq!(e.body_text().as_deref(), Some("{\"amount\": 5}"));
         }
+    }
+
+    #[test]
+    fn debug_shows_neither_the_body_nor_header_values() {
+        let e: ApiGatewayRequest = serde_json::from_value(json!({
+            "version": "2.0",
+            "rawPath": "/payments",
+            "rawQueryString": "secret-query=Q-SECRET",
+            "headers": {"authorization": "Bearer TOKEN-SECRET", "idempotency-key": "k-1"},
+            "requestContext": {"http": {"method": "POST", "path": "/payments"}},
+            "body": "{\"card\": \"BODY-SECRET\"}",
+            "isBase64Encoded": false
+        }))
+        .unwrap();
+        let debug = format!("{e:?}");
+        for secret in ["BODY-SECRET", "TOKEN-SECRET", "Q-SECRET", "k-1"] {
+            assert!(!debug.contains(secret), "{secret} in {debug}");
+        }
+        assert!(
+            debug.contains("POST") && debug.contains("authorization"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn the_route_is_method_path_and_query() {
+        let mut e: ApiGatewayV2httpRequest = serde_json::from_value(json!({
+            "version": "2.0",
+            "rawPath": "/accounts/A/withdraw",
+            "rawQueryString": "",
+            "requestContext": {"http": {"method": "POST", "path": "/accounts/A/withdraw"}},
+            "body": "{\"amount\": 100}",
+            "isBase64Encoded": false
+        }))
+        .unwrap();
+        let a = e.route();
+        e.raw_path = Some("/accounts/B/withdraw".into());
+        assert_ne!(a, e.route(), "another path is another route");
+        assert_eq!(a.unwrap()["method"], "POST");
     }
 }

@@ -53,6 +53,15 @@ pub trait Payload: Serialize {
         })
     }
 
+    /// Where the request was sent, for events that name it: for HTTP events the method, the
+    /// path and the query. Under [`NativeFormat`] it is part of the fingerprint, so a key
+    /// reused on another route (`POST /accounts/A/withdraw`, then `/accounts/B/withdraw`, same
+    /// body) is "another request" (422), not a duplicate answered with the first route's
+    /// response. Default: none (the request is the whole payload).
+    fn route(&self) -> Option<Value> {
+        None
+    }
+
     /// The value of header `name` (compared case-insensitively), for events that have headers.
     /// Default: none.
     fn header(&self, name: &str) -> Option<&str> {
@@ -258,6 +267,24 @@ pub trait KeyFormat: Send + Sync + 'static {
     fn stored_key(&self, namespace: &str, datum: &serde_json::Value) -> String;
     /// The fingerprint of `request`, stored with the claim to tell "same key, other request".
     fn fingerprint(&self, request: &serde_json::Value) -> String;
+
+    /// The fingerprint of `request` sent to `route` ([`Payload::route`]), the one the layer
+    /// stores. Default: [`fingerprint`](Self::fingerprint) of `{"route": route, "request":
+    /// request}` when there is a route, of `request` alone when there is none. A format that
+    /// must match another tool's hashes (Powertools hashes the body alone) overrides it.
+    fn route_fingerprint(
+        &self,
+        route: Option<&serde_json::Value>,
+        request: &serde_json::Value,
+    ) -> String {
+        match route {
+            Some(route) => self.fingerprint(&serde_json::json!({
+                "route": route,
+                "request": request,
+            })),
+            None => self.fingerprint(request),
+        }
+    }
 }
 
 /// The keys and fingerprints of this crate: the key is `namespace#<datum>`, a string datum as

@@ -110,7 +110,11 @@ where
         let key = config.format.stored_key(namespace, &datum);
         let fingerprint = match config.payload_check {
             PayloadCheck::Off => None,
-            PayloadCheck::Warn | PayloadCheck::Fail => Some(config.format.fingerprint(&request)),
+            PayloadCheck::Warn | PayloadCheck::Fail => Some(
+                config
+                    .format
+                    .route_fingerprint(payload.route().as_ref(), &request),
+            ),
         };
         drop((request, datum));
 

@@ -764,7 +764,7 @@ impl DynamoDbStore {
             Some(fp) if fp.len() > MAX_FINGERPRINT_BYTES => Err(Error::new(
                 ErrorKind::StoreRejected,
                 format!(
-                    "the payload fingerprint for key {:?} is {} bytes: the DynamoDB store keeps                      at most {MAX_FINGERPRINT_BYTES} (a fingerprint is a hash); nothing was sent",
+                    "the payload fingerprint for key {:?} is {} bytes: the DynamoDB store keeps at most {MAX_FINGERPRINT_BYTES} (a fingerprint is a hash); nothing was sent",
                     req.key,
                     fp.len()
                 ),
