@@ -29,6 +29,20 @@
 //!   machine share it.
 //! * `PROVIDER_LEDGER`: a file the fake payment provider appends one line to per charge (else it
 //!   only logs); `PROVIDER_DELAY_MS`: how long a charge takes (default 0).
+//! * `POWERTOOLS_HANDLER`: share the table of a Powertools-Python `@idempotent` handler
+//!   (feature `powertools`; docs/powertools.md), named by its `module.qualname`
+//!   (`app.lambda_handler`). Keys are then Powertools' own,
+//!   `{AWS_LAMBDA_FUNCTION_NAME}.{POWERTOOLS_HANDLER}#{md5}` of the `Idempotency-Key` header
+//!   (`event_key_jmespath='headers."Idempotency-Key"'`), the function name read as Powertools
+//!   reads it (`test-func` when unset), and the request hash is its `validation` of
+//!   `payload_validation_jmespath="powertools_json(body)"`: a request that Powertools answered
+//!   is replayed from its stored response, not charged again, and Powertools replays this
+//!   example's answers. Set without the feature, the example stops with exit code 2.
+//!
+//! ```text
+//! IDEMPOTENCY_TABLE=idempotency POWERTOOLS_HANDLER=app.lambda_handler AWS_LAMBDA_FUNCTION_NAME=orders-api \
+//!   cargo run --example apigw_payment --features apigw,sqlite,dynamodb,powertools -- --event examples/events/payment.json
+//! ```
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -93,10 +107,27 @@ async fn create_payment(event: LambdaEvent<ApiGatewayRequest>) -> Result<Value, 
     ))
 }
 
-async fn serve<St: ClaimStore>(store: St) -> ExitCode {
-    let idempotency = Idempotency::builder(store, key::header("Idempotency-Key"))
-        .namespace("payments-api")
-        .build();
+/// `POWERTOOLS_HANDLER`, when set (and not empty).
+fn powertools_handler() -> Option<String> {
+    std::env::var("POWERTOOLS_HANDLER")
+        .ok()
+        .filter(|h| !h.trim().is_empty())
+}
+
+async fn serve<St: ClaimStore>(store: St, powertools: Option<String>) -> ExitCode {
+    let builder =
+        Idempotency::builder(store, key::header("Idempotency-Key")).namespace("payments-api");
+    // Powertools' keys replace `payments-api#<key>`: the namespace does not enter them.
+    #[cfg(feature = "powertools")]
+    let builder = match powertools {
+        Some(handler) => builder.key_format(sqs_claim::powertools::PowertoolsFormat::from_env(
+            handler.trim(),
+        )),
+        None => builder,
+    };
+    #[cfg(not(feature = "powertools"))]
+    let _ = powertools; // refused in `main`
+    let idempotency = builder.build();
     let service = idempotency.service(tower::service_fn(create_payment));
     sqs_claim::lambda::serve(service).await
 }
@@ -109,12 +140,21 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    let powertools = powertools_handler();
+    #[cfg(not(feature = "powertools"))]
+    if let Some(handler) = &powertools {
+        eprintln!(
+            "error: POWERTOOLS_HANDLER={handler} needs the powertools feature (cargo run \
+             --example apigw_payment --features apigw,sqlite,dynamodb,powertools)"
+        );
+        return ExitCode::from(2);
+    }
     if let Some(table) = std::env::var("IDEMPOTENCY_TABLE")
         .ok()
         .filter(|t| !t.is_empty())
     {
         #[cfg(feature = "dynamodb")]
-        return serve(sqs_claim::DynamoDbStore::from_env(table).await).await;
+        return serve(sqs_claim::DynamoDbStore::from_env(table).await, powertools).await;
         #[cfg(not(feature = "dynamodb"))]
         {
             eprintln!("error: IDEMPOTENCY_TABLE={table} needs the dynamodb feature");
@@ -123,7 +163,7 @@ async fn main() -> ExitCode {
     }
     let path = std::env::var("IDEMPOTENCY_DB").unwrap_or_else(|_| "idempotency.sqlite3".into());
     match sqs_claim::SqliteStore::open(&path) {
-        Ok(store) => serve(store).await,
+        Ok(store) => serve(store, powertools).await,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)

@@ -16,6 +16,9 @@
 mod dynamodb;
 #[path = "support/fake_runtime.rs"]
 mod fake_runtime;
+#[cfg(all(feature = "dynamodb", feature = "powertools"))]
+#[path = "support/powertools.rs"]
+mod powertools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -48,6 +51,9 @@ fn example(name: &str) -> PathBuf {
         let mut features = vec!["apigw", "sqlite"];
         if cfg!(feature = "dynamodb") {
             features.push("dynamodb");
+        }
+        if cfg!(feature = "powertools") {
+            features.push("powertools");
         }
         let mut build = Command::new(env!("CARGO"));
         build
@@ -225,6 +231,89 @@ async fn on_dynamodb_a_payment_sent_twice_is_charged_once_and_answered_the_same_
     assert!(
         !dir.path().join("idempotency.sqlite3").exists(),
         "the records went to DynamoDB, not to SQLite"
+    );
+}
+
+/// A team moving an API from Powertools-Python: the example with `POWERTOOLS_HANDLER` on the
+/// table a Powertools `@idempotent` handler wrote (its HTTP API key,
+/// `headers."idempotency-key"`, validated on `powertools_json(body)`) replays what Powertools
+/// answered and charges nothing; what the example answers, Powertools replays.
+#[cfg(all(feature = "dynamodb", feature = "powertools"))]
+#[tokio::test]
+async fn with_powertools_handler_a_request_powertools_answered_is_replayed_not_charged() {
+    let store = dynamodb::dynamodb_store("apigw-powertools").await;
+    let endpoint = dynamodb::dynamodb_endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    const FUNCTION: &str = "payments-api";
+    let powertools_run = |event: &Path| {
+        powertools::driver(
+            FUNCTION,
+            &[
+                "apigw",
+                "--table",
+                store.table(),
+                "--event",
+                event.to_str().unwrap(),
+                "--key",
+                r#"headers."idempotency-key""#,
+                "--validation",
+                "powertools_json(body)",
+            ],
+            "",
+        )
+    };
+    let env = [
+        ("PROVIDER_LEDGER", "ledger"),
+        ("IDEMPOTENCY_TABLE", store.table()),
+        ("POWERTOOLS_HANDLER", "app.lambda_handler"),
+        ("AWS_LAMBDA_FUNCTION_NAME", FUNCTION),
+        ("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ];
+
+    let first = powertools_run(&sample("payment.json"));
+    assert_eq!(first["ran"], true, "{first}");
+    assert_eq!(first["error"], Value::Null, "{first}");
+    let replay = answer(&run(
+        "apigw_payment",
+        &sample("payment.json"),
+        dir.path(),
+        &env,
+    ));
+    assert_eq!(
+        serde_json::from_str::<Value>(&replay).unwrap(),
+        first["response"],
+        "Powertools' stored response, replayed"
+    );
+    assert_eq!(ledger_lines(dir.path()), 0, "not charged");
+    // Powertools' `validation` is the example's request hash: another body is refused.
+    let other = answer(&run(
+        "apigw_payment",
+        &sample("payment-other-body.json"),
+        dir.path(),
+        &env,
+    ));
+    assert_eq!(status(&other), 422);
+    assert_eq!(ledger_lines(dir.path()), 0, "refusals charge nothing");
+
+    // The other way: a request the example answers first is a duplicate to Powertools.
+    let mut event: Value =
+        serde_json::from_str(&std::fs::read_to_string(sample("payment.json")).unwrap()).unwrap();
+    event["headers"]["idempotency-key"] = Value::String("7f3c9a6e-payments-0002".into());
+    let second_path = dir.path().join("payment-0002.json");
+    std::fs::write(&second_path, event.to_string()).unwrap();
+    let ours = answer(&run("apigw_payment", &second_path, dir.path(), &env));
+    assert_eq!(status(&ours), 201);
+    assert_eq!(ledger_lines(dir.path()), 1);
+    let dup = powertools_run(&second_path);
+    assert_eq!(dup["ran"], false, "{dup}");
+    assert_eq!(dup["error"], Value::Null, "{dup}");
+    assert_eq!(
+        dup["response"],
+        serde_json::from_str::<Value>(&ours).unwrap()
     );
 }
 

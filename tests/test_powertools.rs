@@ -6,10 +6,7 @@
 //! (`scripts/powertools/app.py`) against DynamoDB Local. The hash grid needs no server; the
 //! table tests skip, saying so, when `SQS_CLAIM_DYNAMODB_ENDPOINT` is not set.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
@@ -22,58 +19,15 @@ use sqs_claim::store::{Claim, ClaimRequest, Completion, Status, StoredResponse};
 
 #[path = "support/dynamodb.rs"]
 mod dynamodb;
+#[path = "support/powertools.rs"]
+mod powertools;
 
 /// The Lambda function name the Python side runs under (`AWS_LAMBDA_FUNCTION_NAME`).
 const FUNCTION: &str = "orders-fn";
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The venv's python, installing the pinned Powertools on first use.
-fn python() -> &'static Path {
-    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(root().join("scripts/powertools/venv.sh"))
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/powertools/venv.sh");
-        assert!(
-            out.status.success(),
-            "scripts/powertools/venv.sh failed: Powertools could not be installed"
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-}
-
-/// Runs `driver.py ARGS` with `stdin`, returns the JSON it prints.
+/// Runs `driver.py ARGS` with `stdin` as [`FUNCTION`], returns the JSON it prints.
 fn driver(args: &[&str], stdin: &str) -> Value {
-    let mut cmd = Command::new(python());
-    cmd.arg(root().join("scripts/powertools/driver.py"))
-        .args(args)
-        .env("AWS_LAMBDA_FUNCTION_NAME", FUNCTION)
-        .env("SQS_CLAIM_DYNAMODB_ENDPOINT", dynamodb::dynamodb_endpoint())
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = cmd.spawn().expect("spawn driver.py");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes())
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("driver.py");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let last = text.lines().last().unwrap_or("");
-    serde_json::from_str(last).unwrap_or_else(|e| {
-        panic!(
-            "driver.py {args:?} exited {:?} and printed {text:?}: {e}",
-            out.status
-        )
-    })
+    powertools::driver(FUNCTION, args, stdin)
 }
 
 /// The DynamoDB Local endpoint, or `None` (and a message) when it is not configured.

@@ -28,6 +28,11 @@
 //! | `SQS_CLAIM_HANDLER_TIMEOUT_MS` | none | the longest one handler call may take (it is cancelled past it, and its claim kept until its lease lapses) |
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
 //! | `SQS_CLAIM_METRICS_NAMESPACE` | `sqs-claim` | the CloudWatch namespace of the per-batch EMF metrics line the Lambda binary writes to stdout; `off` writes none (the CLI never writes them) |
+//! | `SQS_CLAIM_POWERTOOLS_HANDLER` | none | Powertools interop ([`powertools`]): the `module.qualname` of the Powertools-Python `@idempotent_function` record handler whose table this consumer shares (`app.record_handler`); setting it (or `SQS_CLAIM_POWERTOOLS_KEY_PREFIX`) derives keys and payload hashes as that handler does |
+//! | `SQS_CLAIM_POWERTOOLS_FUNCTION` | `$AWS_LAMBDA_FUNCTION_NAME`, else `test-func` | the Lambda function name in Powertools' keys, read as Powertools reads it; set it when this consumer runs under another name than the Powertools function |
+//! | `SQS_CLAIM_POWERTOOLS_KEY_PREFIX` | none | Powertools 3.x `key_prefix`: replaces `FUNCTION.HANDLER` in the keys |
+//! | `SQS_CLAIM_POWERTOOLS_HASH` | `md5` | Powertools' `hash_function`: `md5` or `sha256` |
+//! | `SQS_CLAIM_POWERTOOLS_VALIDATION` | none | Powertools' `payload_validation_jmespath`: `body` or `json:/pointer` (`powertools_json(body).a.b` is `json:/a/b`, `powertools_json(body)` is `json:`) |
 
 use std::fmt;
 use std::path::PathBuf;
@@ -35,6 +40,7 @@ use std::time::Duration;
 
 #[cfg(doc)]
 use super::{AnyLedger, Ledger};
+use sqs_claim::powertools::{HashFunction, PowertoolsFormat, RecordPayload};
 use sqs_claim::store::dynamodb::{DynamoDbAttributes, DynamoDbKeySchema};
 use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 
@@ -43,6 +49,22 @@ pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
 
 /// The variable of the DynamoDB claims table's sort key (`NAME=TEMPLATE`).
 pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
+
+/// The variable that turns the Powertools interop on: the decorated record handler's
+/// `module.qualname`.
+pub const POWERTOOLS_HANDLER_VAR: &str = "SQS_CLAIM_POWERTOOLS_HANDLER";
+
+/// The variable of the Lambda function name in Powertools' keys.
+pub const POWERTOOLS_FUNCTION_VAR: &str = "SQS_CLAIM_POWERTOOLS_FUNCTION";
+
+/// The variable of Powertools' `key_prefix`.
+pub const POWERTOOLS_KEY_PREFIX_VAR: &str = "SQS_CLAIM_POWERTOOLS_KEY_PREFIX";
+
+/// The variable of Powertools' `hash_function`.
+pub const POWERTOOLS_HASH_VAR: &str = "SQS_CLAIM_POWERTOOLS_HASH";
+
+/// The variable of Powertools' `payload_validation_jmespath`.
+pub const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDATION";
 
 /// How long opening the store and its start-up check ([`Ledger::prepare`]) may take by default.
 /// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
@@ -103,6 +125,10 @@ pub struct Settings {
     pub max_receives: u32,
     /// `SQS_CLAIM_METRICS_NAMESPACE`; `None` for `off`.
     pub metrics_namespace: Option<String>,
+    /// The `SQS_CLAIM_POWERTOOLS_*` variables ([`powertools`]): keys and payload hashes as a
+    /// Powertools-Python record handler derives them; `None` for sqs-claim's own
+    /// (`namespace#key`).
+    pub powertools: Option<PowertoolsFormat>,
 }
 
 impl Default for Settings {
@@ -128,6 +154,7 @@ impl Default for Settings {
             failure_queue_url: None,
             max_receives: 5,
             metrics_namespace: Some(DEFAULT_METRICS_NAMESPACE.into()),
+            powertools: None,
         }
     }
 }
@@ -290,6 +317,8 @@ impl Settings {
             s.max_receives = u32::try_from(n)
                 .map_err(|_| invalid("SQS_CLAIM_MAX_RECEIVES", format!("{v:?} is too large")))?;
         }
+        // The function name unfiltered: Powertools keeps an empty AWS_LAMBDA_FUNCTION_NAME.
+        s.powertools = powertools(&get, lookup("AWS_LAMBDA_FUNCTION_NAME"))?;
         Ok(s)
     }
 
@@ -329,6 +358,122 @@ impl Settings {
             .with_accounts_table(self.accounts_table.clone())
             .with_key_schema(self.dynamodb_keys.clone()))
     }
+}
+
+/// The Powertools interop from the `SQS_CLAIM_POWERTOOLS_*` variables (`get` reads one, an
+/// empty value counting as unset; `aws_function_name` is `AWS_LAMBDA_FUNCTION_NAME` as
+/// Lambda sets it). No I/O.
+///
+/// Off (`None`) unless `SQS_CLAIM_POWERTOOLS_HANDLER` or `SQS_CLAIM_POWERTOOLS_KEY_PREFIX` is
+/// set. On, the key is `{FUNCTION}.{HANDLER}#{hash}` as Powertools writes it
+/// ([`PowertoolsFormat::new`]), the function name being `SQS_CLAIM_POWERTOOLS_FUNCTION`, else
+/// `AWS_LAMBDA_FUNCTION_NAME` (an empty value kept, as Python's `os.getenv` returns it), else
+/// `test-func`: what [`PowertoolsFormat::from_env`] reads, through `get` rather than the
+/// process environment. A key prefix replaces `{FUNCTION}.{HANDLER}`, as Powertools'
+/// `key_prefix` does. Fails with [`ErrorKind::Config`] naming the variable for a handler that
+/// is not `module.qualname`, a hash other than `md5` or `sha256`, a validation other than
+/// `body` or `json:/pointer`, and for any `SQS_CLAIM_POWERTOOLS_*` set while the interop is
+/// off (a typo in the switch would otherwise silently keep sqs-claim's own keys).
+///
+/// ```
+/// use payments::config::powertools;
+///
+/// let env = |name: &str| match name {
+///     "SQS_CLAIM_POWERTOOLS_HANDLER" => Some("app.record_handler".to_owned()),
+///     _ => None,
+/// };
+/// let format = powertools(&env, Some("orders-fn".into())).unwrap().unwrap();
+/// assert_eq!(format.prefix(), "orders-fn.app.record_handler");
+/// assert!(powertools(&|_: &str| None, None).unwrap().is_none());
+/// ```
+pub fn powertools(
+    get: &dyn Fn(&str) -> Option<String>,
+    aws_function_name: Option<String>,
+) -> Result<Option<PowertoolsFormat>, Error> {
+    let get = |name: &str| {
+        get(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let handler = get(POWERTOOLS_HANDLER_VAR);
+    let key_prefix = get(POWERTOOLS_KEY_PREFIX_VAR);
+    if handler.is_none() && key_prefix.is_none() {
+        for var in [
+            POWERTOOLS_FUNCTION_VAR,
+            POWERTOOLS_HASH_VAR,
+            POWERTOOLS_VALIDATION_VAR,
+        ] {
+            if get(var).is_some() {
+                return Err(invalid(
+                    var,
+                    format!(
+                        "it is set but the Powertools interop is off: set \
+                         {POWERTOOLS_HANDLER_VAR} (the record handler's module.qualname, e.g. \
+                         app.record_handler) or {POWERTOOLS_KEY_PREFIX_VAR}"
+                    ),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let mut format = match (key_prefix, handler) {
+        (Some(prefix), _) => PowertoolsFormat::with_key_prefix(prefix),
+        (None, Some(handler)) => {
+            // `{module}.{qualname}`: a module and a name, nothing that would end the prefix
+            // (`#`) or could not be in a Python name.
+            let ok = handler.contains('.')
+                && !handler.starts_with('.')
+                && !handler.ends_with('.')
+                && !handler.contains(|c: char| c == '#' || c.is_whitespace());
+            if !ok {
+                return Err(invalid(
+                    POWERTOOLS_HANDLER_VAR,
+                    format!(
+                        "{handler:?} is not the decorated function's module.qualname (e.g. \
+                         app.record_handler for record_handler in app.py)"
+                    ),
+                ));
+            }
+            let function = get(POWERTOOLS_FUNCTION_VAR)
+                .or(aws_function_name)
+                .unwrap_or_else(|| sqs_claim::powertools::DEFAULT_FUNCTION_NAME.to_owned());
+            PowertoolsFormat::new(function, handler)
+        }
+        (None, None) => return Ok(None),
+    };
+    if let Some(v) = get(POWERTOOLS_HASH_VAR) {
+        format = format.with_hash_function(match v.as_str() {
+            "md5" => HashFunction::Md5,
+            "sha256" => HashFunction::Sha256,
+            other => {
+                return Err(invalid(
+                    POWERTOOLS_HASH_VAR,
+                    format!("{other:?}: expected md5 or sha256 (Powertools' hash_function)"),
+                ));
+            }
+        });
+    }
+    if let Some(v) = get(POWERTOOLS_VALIDATION_VAR) {
+        let payload = match v.as_str() {
+            "body" => RecordPayload::Body,
+            other => match other.strip_prefix("json:") {
+                Some(ptr) if ptr.is_empty() || ptr.starts_with('/') => {
+                    RecordPayload::BodyJson(ptr.to_owned())
+                }
+                _ => {
+                    return Err(invalid(
+                        POWERTOOLS_VALIDATION_VAR,
+                        format!(
+                            "{other:?}: expected body or json:/pointer (json:/amount for \
+                             powertools_json(body).amount, json: for powertools_json(body))"
+                        ),
+                    ));
+                }
+            },
+        };
+        format = format.with_record_validation(payload);
+    }
+    Ok(Some(format))
 }
 
 /// The DynamoDB key layout from its two settings, each given as (where it came from, for the
@@ -922,6 +1067,105 @@ mod tests {
             for name in names {
                 assert!(text.contains(name), "{vars:?}: {text}");
             }
+        }
+    }
+
+    /// The interop is on with a handler (or a key prefix), its function name read as
+    /// Powertools reads it: the variable, else `AWS_LAMBDA_FUNCTION_NAME` (empty kept), else
+    /// `test-func`.
+    #[test]
+    fn powertools_keys_come_from_their_variables() {
+        use serde_json::json;
+        assert_eq!(settings(&[]).expect("valid").powertools, None);
+        let handler = (POWERTOOLS_HANDLER_VAR, " app.record_handler ");
+        let with = |vars: &[(&str, &str)]| {
+            settings(vars)
+                .expect("valid")
+                .powertools
+                .expect("interop on")
+        };
+        assert_eq!(
+            with(&[handler]),
+            PowertoolsFormat::new("test-func", "app.record_handler")
+        );
+        assert_eq!(
+            with(&[handler, ("AWS_LAMBDA_FUNCTION_NAME", "orders-fn")]).prefix(),
+            "orders-fn.app.record_handler"
+        );
+        assert_eq!(
+            with(&[handler, ("AWS_LAMBDA_FUNCTION_NAME", "")]).prefix(),
+            ".app.record_handler",
+            "Powertools keeps an empty function name"
+        );
+        assert_eq!(
+            with(&[
+                handler,
+                ("AWS_LAMBDA_FUNCTION_NAME", "sqs-claim-fn"),
+                (POWERTOOLS_FUNCTION_VAR, "orders-fn"),
+            ])
+            .prefix(),
+            "orders-fn.app.record_handler"
+        );
+        assert_eq!(
+            with(&[handler, (POWERTOOLS_KEY_PREFIX_VAR, "orders")]).prefix(),
+            "orders"
+        );
+        assert_eq!(
+            with(&[(POWERTOOLS_KEY_PREFIX_VAR, "orders")]),
+            PowertoolsFormat::with_key_prefix("orders")
+        );
+        assert_eq!(
+            with(&[handler, (POWERTOOLS_HASH_VAR, "sha256")]).hash_function(),
+            HashFunction::Sha256
+        );
+        assert_eq!(
+            with(&[handler, (POWERTOOLS_HASH_VAR, "md5")]).hash_function(),
+            HashFunction::Md5
+        );
+        for (value, payload) in [
+            ("body", RecordPayload::Body),
+            ("json:/amount", RecordPayload::BodyJson("/amount".into())),
+            ("json:", RecordPayload::BodyJson(String::new())),
+        ] {
+            assert_eq!(
+                with(&[handler, (POWERTOOLS_VALIDATION_VAR, value)]),
+                PowertoolsFormat::new("test-func", "app.record_handler")
+                    .with_record_validation(payload),
+                "{value}"
+            );
+        }
+        // The record handler of the app's default key, `powertools_json(body).order_id`.
+        let format = with(&[handler, ("AWS_LAMBDA_FUNCTION_NAME", "orders-fn")]);
+        assert_eq!(
+            format.key(&json!("ord-1001")),
+            PowertoolsFormat::new("orders-fn", "app.record_handler").key(&json!("ord-1001"))
+        );
+    }
+
+    #[test]
+    fn bad_powertools_settings_name_the_variable() {
+        let handler = (POWERTOOLS_HANDLER_VAR, "app.record_handler");
+        for vars in [
+            &[(POWERTOOLS_HANDLER_VAR, "record_handler")][..],
+            &[(POWERTOOLS_HANDLER_VAR, "app.record handler")],
+            &[(POWERTOOLS_HANDLER_VAR, "app.h#1")],
+            &[(POWERTOOLS_HANDLER_VAR, ".record_handler")],
+            &[handler, (POWERTOOLS_HASH_VAR, "sha1")],
+            &[handler, (POWERTOOLS_HASH_VAR, "MD5")],
+            &[handler, (POWERTOOLS_VALIDATION_VAR, "json:amount")],
+            &[
+                handler,
+                (POWERTOOLS_VALIDATION_VAR, "powertools_json(body)"),
+            ],
+            // Set while the interop is off: a typo in the switch must not pass silently.
+            &[(POWERTOOLS_FUNCTION_VAR, "orders-fn")],
+            &[(POWERTOOLS_HASH_VAR, "sha256")],
+            &[(POWERTOOLS_VALIDATION_VAR, "body")],
+        ] {
+            let err = settings(vars).expect_err(&format!("{vars:?}"));
+            assert_eq!(err.kind(), ErrorKind::Config, "{vars:?}");
+            let named = vars.last().expect("a variable").0;
+            assert!(err.to_string().contains(named), "{vars:?}: {err}");
         }
     }
 

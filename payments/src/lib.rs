@@ -584,6 +584,11 @@ fn configure<S, H>(
     if let Some(failures) = failures {
         builder = builder.failure_destination(failures);
     }
+    // A Powertools-written table: its keys (the namespace does not enter them) and its
+    // `validation` hashes, in both modes.
+    if let Some(format) = &settings.powertools {
+        builder = builder.powertools(format.clone());
+    }
     // Validated when the settings were read; `Emf` writes to stdout inside Lambda.
     if let Some(emf) = settings
         .metrics_namespace

@@ -10,14 +10,22 @@
 //! prints it), or the raw key with `--namespace NS`. Without `--namespace`, a key that has no
 //! `#` is refused with a hint: the raw key alone is ambiguous, and a raw key may itself contain
 //! a `#`, so the CLI never guesses the namespace.
+//!
+//! With the Powertools interop on (`SQS_CLAIM_POWERTOOLS_HANDLER`, [`crate::config::powertools`])
+//! keys have no namespace: a KEY that starts with the configured prefix and `#`
+//! (`orders-fn.app.record_handler#3e8f…`, as `invoke --report json`, the consumer's logs and the
+//! table's `id` show it) is the stored key as is; any other KEY is the raw key, a string (the
+//! order id `ord-1001`, a message id), hashed as Powertools hashes it. `--namespace` is refused,
+//! and so is a KEY that is another prefix's Powertools key (the settings name another function).
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand, ValueEnum};
+use sqs_claim::powertools::{HashFunction, PowertoolsFormat};
 use sqs_claim::store::{ClaimStore, Inspected, Status, epoch_millis};
 
-use crate::{AnyLedger, Ledger, with_ledger};
+use crate::{AnyLedger, Ledger, Settings, with_ledger};
 
 /// `inspect`, `release` and `forget`: flattened into the CLI's commands.
 #[derive(Debug, Subcommand)]
@@ -68,7 +76,8 @@ pub enum OperatorCommand {
 #[derive(Debug, Args)]
 pub struct KeyArgs {
     /// The full key, namespace#key (as `invoke --report json` shows it); with --namespace, the
-    /// raw key
+    /// raw key. With SQS_CLAIM_POWERTOOLS_HANDLER: the stored key (PREFIX#HASH), or the raw key
+    /// string, hashed as Powertools does
     #[arg(value_name = "KEY")]
     key: String,
 
@@ -78,6 +87,59 @@ pub struct KeyArgs {
 }
 
 impl KeyArgs {
+    /// The key as the store holds it, under `settings`' key scheme: [`KeyArgs::full_key`], or
+    /// with the Powertools interop on [`KeyArgs::powertools_key`].
+    fn stored_key(&self, settings: &Settings) -> Result<String, Failure> {
+        match &settings.powertools {
+            Some(format) => self.powertools_key(format),
+            None => self.full_key(&settings.namespace),
+        }
+    }
+
+    /// The Powertools key KEY names: itself when it is `{prefix}#...` under `format`'s
+    /// prefix, else the Powertools key of KEY as a string datum (printed on stderr, so the
+    /// operator sees what was looked up).
+    fn powertools_key(&self, format: &PowertoolsFormat) -> Result<String, Failure> {
+        if self.key.is_empty() {
+            return Err(Failure::usage("KEY is empty"));
+        }
+        let prefix = format.prefix();
+        if self.namespace.is_some() {
+            return Err(Failure::usage(format!(
+                "--namespace does not apply with SQS_CLAIM_POWERTOOLS_HANDLER: Powertools keys \
+                 have no namespace; pass the stored key ({prefix}#...) or the raw key alone"
+            )));
+        }
+        if self
+            .key
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.starts_with('#'))
+        {
+            return Ok(self.key.clone());
+        }
+        // `{other prefix}#{digest}`: another function's key, not a raw key to hash again.
+        let digest_len = match format.hash_function() {
+            HashFunction::Md5 => 32,
+            _ => 64,
+        };
+        if let Some((other, digest)) = self.key.rsplit_once('#')
+            && digest.len() == digest_len
+            && digest
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(Failure::usage(format!(
+                "KEY {:?} is a Powertools key of prefix {other:?}, and this consumer's prefix is \
+                 {prefix:?}: set SQS_CLAIM_POWERTOOLS_FUNCTION / _HANDLER / _KEY_PREFIX to that \
+                 function's, or pass the raw key",
+                self.key
+            )));
+        }
+        let key = format.key(&serde_json::Value::String(self.key.clone()));
+        eprintln!("{:?} is the raw key; its Powertools key is {key}", self.key);
+        Ok(key)
+    }
+
     /// The full key, or why the arguments do not make one.
     fn full_key(&self, settings_namespace: &str) -> Result<String, Failure> {
         if self.key.is_empty() {
@@ -129,17 +191,18 @@ impl Failure {
     }
 }
 
-/// Runs `command` on `ledger`'s store. `namespace` is the settings' (for the hint when a key
-/// lacks one); `store` names the store in messages.
+/// Runs `command` on `ledger`'s store. `settings` say how a KEY names a record (its
+/// namespace, for the hint when a key lacks one, or the Powertools interop); `store` names the
+/// store in messages.
 pub async fn run(
     command: OperatorCommand,
     ledger: &AnyLedger,
-    namespace: &str,
+    settings: &Settings,
     store: &str,
 ) -> Result<(), Failure> {
     match command {
         OperatorCommand::Inspect { key, report } => {
-            let key = key.full_key(namespace)?;
+            let key = key.stored_key(settings)?;
             let found = with_ledger!(ledger, l => inspect_on(l, &key, store).await)?;
             let now = SystemTime::now();
             match report {
@@ -153,11 +216,11 @@ pub async fn run(
             Ok(())
         }
         OperatorCommand::Release { key, yes } => {
-            let key = key.full_key(namespace)?;
+            let key = key.stored_key(settings)?;
             with_ledger!(ledger, l => release_on(l, &key, store, yes).await)
         }
         OperatorCommand::Forget { key, yes } => {
-            let key = key.full_key(namespace)?;
+            let key = key.stored_key(settings)?;
             with_ledger!(ledger, l => forget_on(l, &key, store, yes).await)
         }
     }
@@ -479,6 +542,44 @@ mod tests {
         assert!(e.usage, "{}", e.message);
         assert!(e.message.contains("payments#o-1"), "{}", e.message);
         assert!(key_args("", None).full_key("p").unwrap_err().usage);
+    }
+
+    #[test]
+    fn a_powertools_key_is_stored_or_the_raw_key_hashed() {
+        let format = PowertoolsFormat::new("orders-fn", "app.record_handler");
+        let hashed = format.key(&serde_json::json!("ord-1001"));
+        assert_eq!(
+            key_args("ord-1001", None).powertools_key(&format).unwrap(),
+            hashed
+        );
+        assert_eq!(
+            key_args(&hashed, None).powertools_key(&format).unwrap(),
+            hashed,
+            "the stored key as is"
+        );
+        // A raw key with a `#` that is not a Powertools key is hashed too.
+        assert_eq!(
+            key_args("o#1", None).powertools_key(&format).unwrap(),
+            format.key(&serde_json::json!("o#1"))
+        );
+        let other = PowertoolsFormat::new("other-fn", "app.record_handler")
+            .key(&serde_json::json!("ord-1001"));
+        let e = key_args(&other, None).powertools_key(&format).unwrap_err();
+        assert!(e.usage && e.message.contains("other-fn"), "{}", e.message);
+        let e = key_args("ord-1001", Some("payments"))
+            .powertools_key(&format)
+            .unwrap_err();
+        assert!(
+            e.usage && e.message.contains("--namespace"),
+            "{}",
+            e.message
+        );
+        assert!(
+            key_args("", None)
+                .powertools_key(&format)
+                .unwrap_err()
+                .usage
+        );
     }
 
     #[test]

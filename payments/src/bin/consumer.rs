@@ -62,6 +62,8 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
         key = %settings.key.describe(),
         namespace = %settings.namespace,
         output_queue = settings.output_queue_url.is_some(),
+        // The Powertools key prefix, when the interop is on (SQS_CLAIM_POWERTOOLS_*).
+        powertools = settings.powertools.as_ref().map(|f| f.prefix()),
         "starting the reference consumer"
     );
     check_lambda_environment()?;

@@ -510,7 +510,7 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
             let ledger = AnyLedger::open_prepared(&url, startup)
                 .await
                 .map_err(cannot_open)?;
-            payments::operator::run(command, &ledger, &settings.namespace, &store)
+            payments::operator::run(command, &ledger, &settings, &store)
                 .await
                 .map_err(|e| match e.usage {
                     true => CliError::usage(e.message),
