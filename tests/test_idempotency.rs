@@ -740,7 +740,7 @@ async fn a_stale_claimant_cannot_complete_after_its_lease_was_taken_over() {
     // No deadline in the context (a local run): the lease is the 10 s fallback.
     let idempotency = Idempotency::builder(store.clone(), key::json_pointer("/id"))
         .namespace("fenced")
-        .lease(Lease::until_deadline(Duration::from_secs(10)))
+        .lease_policy(Lease::until_deadline(Duration::from_secs(10)))
         .clock(Clock::tokio())
         .build();
     let applied = Arc::new(AtomicUsize::new(0));

@@ -80,7 +80,8 @@
 //! answer reserve ([`IdempotencyBuilder::answer_reserve`], default 250 ms), so the function
 //! always answers before Lambda kills it. A handler cut off there keeps its claim (it may have
 //! reached an external service) until its lease lapses: by default the invocation's deadline
-//! ([`Lease::until_deadline`]), 5 minutes outside Lambda. The completion is fenced by the
+//! ([`Lease::until_deadline`]), 5 minutes outside Lambda, or at least a fixed time when asked
+//! ([`IdempotencyBuilder::lease_policy`] with [`Lease::at_least`]). The completion is fenced by the
 //! claim's owner token: an invocation whose lease lapsed and was taken over cannot overwrite
 //! the record of the one that took over (its completion fails with `LostClaim`, its effects
 //! are not committed).
@@ -252,7 +253,7 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     /// How long a claim is held before another invocation may take the key over. Default:
     /// [`Lease::until_deadline`] (the invocation's deadline; 5 minutes without one). See
     /// [`Lease`] for the trade-off.
-    pub fn lease(mut self, lease: Lease) -> Self {
+    pub fn lease_policy(mut self, lease: Lease) -> Self {
         self.config.lease = lease;
         self
     }
