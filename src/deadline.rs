@@ -35,10 +35,17 @@ pub struct Clock(ClockKind);
 #[derive(Debug, Clone)]
 enum ClockKind {
     System,
-    Tokio {
-        base_system: SystemTime,
-        base_instant: tokio::time::Instant,
-    },
+    Tokio,
+}
+
+/// The one pairing of wall time and a monotonic instant that every [`Clock::tokio`] maps
+/// through, taken the first time one is made. Two tokio clocks made at different moments then
+/// read the same time: each clock taking its own pairing would put them apart by the real time
+/// between their creations, which paused tokio time does not see.
+fn tokio_anchor() -> (SystemTime, std::time::Instant) {
+    static ANCHOR: std::sync::OnceLock<(SystemTime, std::time::Instant)> =
+        std::sync::OnceLock::new();
+    *ANCHOR.get_or_init(|| (SystemTime::now(), std::time::Instant::now()))
 }
 
 impl Clock {
@@ -47,23 +54,30 @@ impl Clock {
         Clock(ClockKind::System)
     }
 
-    /// A clock that starts at the current wall time and then advances with tokio's clock
-    /// (`tokio::time::Instant`). Create it inside the runtime whose time you pause.
+    /// A clock that advances with tokio's clock (`tokio::time::Instant`), expressed as wall
+    /// time: it reads the wall time of the moment the first tokio clock of the process was
+    /// made, plus how far tokio's clock has moved since. Under `tokio::time::pause()` it stands
+    /// still until time is advanced. Every tokio clock in a process reads the same time, so a
+    /// test may make one for the processor and another for the deadlines it builds. Read it
+    /// inside a tokio runtime.
     pub fn tokio() -> Self {
-        Clock(ClockKind::Tokio {
-            base_system: SystemTime::now(),
-            base_instant: tokio::time::Instant::now(),
-        })
+        tokio_anchor();
+        Clock(ClockKind::Tokio)
     }
 
     /// The current time.
     pub fn now(&self) -> SystemTime {
         match &self.0 {
             ClockKind::System => SystemTime::now(),
-            ClockKind::Tokio {
-                base_system,
-                base_instant,
-            } => *base_system + base_instant.elapsed(),
+            ClockKind::Tokio => {
+                let (system, instant) = tokio_anchor();
+                let now = tokio::time::Instant::now().into_std();
+                match now.checked_duration_since(instant) {
+                    Some(since) => system + since,
+                    // A runtime paused before the anchor was taken reads earlier than it.
+                    None => system - instant.duration_since(now),
+                }
+            }
         }
     }
 }
@@ -453,6 +467,23 @@ mod tests {
         );
         assert!(b.hard_stop().is_none());
         assert_eq!(b.bounded(async { 1 }).await, Ok(1));
+    }
+
+    /// A test builds the processor's clock and, later, the clock it computes deadlines with.
+    /// Under paused time both must read the same instant, however much real time passed
+    /// between (a loaded CI machine once put them 1 ms apart and a `Retry-After` read 31).
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clocks_made_apart_in_real_time_read_the_same_time() {
+        let first = Clock::tokio();
+        std::thread::sleep(Duration::from_millis(20));
+        let second = Clock::tokio();
+        assert_eq!(first.now(), second.now());
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(first.now(), second.now());
+        let wall = SystemTime::now();
+        let read = first.now();
+        let apart = wall.duration_since(read).unwrap_or_else(|e| e.duration());
+        assert!(apart < Duration::from_secs(60), "{apart:?} from the wall clock");
     }
 
     #[test]
