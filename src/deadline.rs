@@ -483,7 +483,10 @@ mod tests {
         let wall = SystemTime::now();
         let read = first.now();
         let apart = wall.duration_since(read).unwrap_or_else(|e| e.duration());
-        assert!(apart < Duration::from_secs(60), "{apart:?} from the wall clock");
+        assert!(
+            apart < Duration::from_secs(60),
+            "{apart:?} from the wall clock"
+        );
     }
 
     #[test]
