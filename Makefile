@@ -1,7 +1,7 @@
 # sqs-claim: every command a user or CI needs. `make help` lists them.
 #
 # The two commands that set everything up on a fresh machine:
-#   make demo   - builds the CLI and runs the reference consumer on a sample event (embedded store)
+#   make demo   - builds the example app and runs its consumer on a sample event (embedded store)
 #   make test   - starts the stand-ins (DynamoDB Local, ministack; Redis and PostgreSQL checked)
 #                 and runs the whole test suite against them
 
@@ -10,32 +10,35 @@ CARGO ?= cargo
 EVENT ?= events/plain.json
 STORE ?=
 STANDINS_ENV := .standins/env
-BIN := $(or $(CARGO_TARGET_DIR),target)/debug/sqs-claim
+APP := $(or $(CARGO_TARGET_DIR),target)/debug/payments
 # make chaos: seconds of chaos per store (the control run lasts a sixth of it, at least 5 s).
 CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
-.PHONY: help build demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
+.PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
         bench bench-quick watch standins-up standins-down services deploy clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## Build the library, the CLI and the Lambda binary
+build: ## Build the library, the operator CLI (sqs-claim), the example app (payments) and the Lambda binary
 	$(CARGO) build --workspace --all-features --bins
 
-demo: ## Run the reference consumer on events/plain.json with the embedded store (run it again: all duplicates)
-	$(CARGO) build -p payments --all-features --bin sqs-claim
-	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
-	$(BIN) balances $(if $(STORE),--store $(STORE))
+cli: ## Build the operator's sqs-claim (target/debug/sqs-claim); install it with: cargo install --path cli
+	$(CARGO) build -p sqs-claim-cli --bin sqs-claim
 
-invoke: ## Run the reference consumer on EVENT=events/....json [STORE=url]
-	$(CARGO) build -p payments --all-features --bin sqs-claim
-	$(BIN) invoke $(EVENT) $(if $(STORE),--store $(STORE))
+demo: ## Run the example consumer on events/plain.json with the embedded store (run it again: all duplicates)
+	$(CARGO) build -p payments --all-features --bin payments
+	$(APP) invoke $(EVENT) $(if $(STORE),--store $(STORE))
+	$(APP) balances $(if $(STORE),--store $(STORE))
+
+invoke: ## Run the example consumer on EVENT=events/....json [STORE=url]
+	$(CARGO) build -p payments --all-features --bin payments
+	$(APP) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 
 balances: ## Print account balances [STORE=url]
-	$(CARGO) build -p payments --all-features --bin sqs-claim
-	$(BIN) balances $(if $(STORE),--store $(STORE))
+	$(CARGO) build -p payments --all-features --bin payments
+	$(APP) balances $(if $(STORE),--store $(STORE))
 
 clean-state: ## Forget the embedded store (.sqs-claim/)
 	rm -rf .sqs-claim
@@ -57,7 +60,8 @@ test-unit: ## Tests that need no server (processor, FIFO, memory store, events, 
 		--test test_memory_store --test test_events --test test_publish --test test_deadline \
 		--test test_properties --test test_fault_proxy --test test_lambda_run --test test_lease \
 		--test test_idempotency
-	$(CARGO) test -p payments --all-features --lib --test test_properties
+	$(CARGO) test -p payments --all-features --lib --bins --test test_properties
+	$(CARGO) test -p sqs-claim-cli --lib --bins
 
 chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
 	set -a && . ./$(STANDINS_ENV) && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \

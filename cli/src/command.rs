@@ -1,0 +1,465 @@
+//! The commands themselves, for the `sqs-claim` binary and for an app's binary that offers them
+//! beside its own (the example app's `payments` flattens [`AdminCommand`] into its commands):
+//! the store flags and how they beat the environment, `init`, `prune`, `doctor` and the
+//! operator's commands for one key, and the one-line errors with their exit codes.
+
+use std::fmt;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, Subcommand};
+
+use crate::config::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
+use crate::{AnyStore, Settings, StoreUrl, doctor, operator};
+
+/// The help of `--store`, with every URL form.
+pub const STORE_HELP: &str = "Where claims live: sqlite:PATH | memory: | dynamodb:TABLE | \
+redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS) | postgres://USER@HOST[:PORT]/DB | \
+tiered:REDIS_URL|DURABLE_URL [default: sqlite:.sqs-claim/claims.db]";
+
+/// Which store to use: flags of every command, each with an environment fallback.
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    // The help is a string, not a doc comment: rustdoc would read its brackets as links. The
+    // value is hidden in help: a database URL can carry a password.
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help = STORE_HELP,
+        env = "SQS_CLAIM_STORE",
+        hide_env_values = true
+    )]
+    store: Option<String>,
+
+    /// The DynamoDB claims table, when no store URL is given: the same as --store dynamodb:NAME
+    #[arg(long, global = true, value_name = "NAME", env = "SQS_CLAIM_TABLE")]
+    table: Option<String>,
+
+    /// The DynamoDB claims table's partition key, NAME=TEMPLATE, for a table shared with other
+    /// items: pk=CLAIM#{key} [default: id={key}]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME=TEMPLATE",
+        env = "SQS_CLAIM_DYNAMODB_PARTITION_KEY"
+    )]
+    partition_key: Option<String>,
+
+    /// The DynamoDB claims table's sort key, NAME=TEMPLATE: sk=CLAIM [default: none]
+    #[arg(
+        long,
+        global = true,
+        value_name = "NAME=TEMPLATE",
+        env = "SQS_CLAIM_DYNAMODB_SORT_KEY"
+    )]
+    sort_key: Option<String>,
+}
+
+/// The store flags typed on the command line (not from the environment: those are already in
+/// [`Settings`], whose errors name the variable). An empty value counts as not given.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreFlags {
+    /// `--store`.
+    pub store: Option<String>,
+    /// `--table`.
+    pub table: Option<String>,
+    /// `--partition-key`.
+    pub partition_key: Option<String>,
+    /// `--sort-key`.
+    pub sort_key: Option<String>,
+}
+
+impl StoreFlags {
+    /// The flags of `args` that `matches` says were typed (before or after the command), not
+    /// taken from their variables. `--store` and `--table` together are a usage mistake.
+    pub fn typed(matches: &ArgMatches, args: StoreArgs, program: &str) -> Result<Self, CliError> {
+        let flags = StoreFlags {
+            store: typed(matches, "store", args.store),
+            table: typed(matches, "table", args.table),
+            partition_key: typed(matches, "partition_key", args.partition_key),
+            sort_key: typed(matches, "sort_key", args.sort_key),
+        };
+        if flags.store.is_some() && flags.table.is_some() {
+            return Err(CliError::usage(
+                program,
+                "--store and --table both name the store: give one",
+            ));
+        }
+        Ok(flags)
+    }
+
+    /// Applies the flags over the environment's settings: a flag beats any variable, so
+    /// `--table` drops an `SQS_CLAIM_STORE` from the environment and `--store` an
+    /// `SQS_CLAIM_TABLE`. Errors name the flag.
+    pub fn apply(self, settings: &mut Settings) -> Result<(), CliError> {
+        if let Some(store) = self.store {
+            let url =
+                StoreUrl::parse(&store).map_err(|e| CliError::failed(format!("--store: {e:#}")))?;
+            settings.store = Some(url);
+            settings.table = None;
+        } else if let Some(table) = self.table {
+            StoreUrl::parse(&format!("dynamodb:{table}"))
+                .map_err(|e| CliError::failed(format!("--table: {e:#}")))?;
+            settings.store = None;
+            settings.table = Some(table.trim().to_owned());
+        }
+        if self.partition_key.is_some() || self.sort_key.is_some() {
+            // Each flag beats its own variable; the other half of the layout may come from
+            // the environment, and the two are checked together.
+            let (env_partition, env_sort) = match &settings.dynamodb_keys {
+                Some(schema) => {
+                    let (partition, sort) = key_layout_values(schema);
+                    (Some(partition), sort)
+                }
+                None => (None, None),
+            };
+            let pick = |flag: &Option<String>, name: &'static str, env: Option<String>, var| {
+                match (flag, env) {
+                    (Some(value), _) => Some((name.to_owned(), value.clone())),
+                    (None, Some(value)) => Some((format!("environment variable {var}"), value)),
+                    (None, None) => None,
+                }
+            };
+            let partition = pick(
+                &self.partition_key,
+                "--partition-key",
+                env_partition,
+                PARTITION_KEY_VAR,
+            );
+            let sort = pick(&self.sort_key, "--sort-key", env_sort, SORT_KEY_VAR);
+            settings.dynamodb_keys =
+                key_layout(as_refs(&partition), as_refs(&sort)).map_err(CliError::failed)?;
+        }
+        Ok(())
+    }
+}
+
+/// `value` if the flag `id` was typed and is not blank.
+fn typed(matches: &ArgMatches, id: &str, value: Option<String>) -> Option<String> {
+    value.filter(|v| from_command_line(matches, id) && !v.trim().is_empty())
+}
+
+/// Whether the global flag `id` was typed (before or after the command), not taken from its
+/// environment variable.
+pub fn from_command_line(matches: &ArgMatches, id: &str) -> bool {
+    let typed = |m: &ArgMatches| m.value_source(id) == Some(ValueSource::CommandLine);
+    typed(matches) || matches.subcommand().is_some_and(|(_, sub)| typed(sub))
+}
+
+/// A setting as [`key_layout`] takes it: (where it came from, its value).
+fn as_refs(setting: &Option<(String, String)>) -> Option<(&str, &str)> {
+    setting
+        .as_ref()
+        .map(|(source, value)| (source.as_str(), value.as_str()))
+}
+
+/// The commands that need nothing but the claims table, whatever the consumer: flattened into
+/// `sqs-claim`'s commands after `init`, and into an app's.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Deletes expired claim records and prints how many
+    ///
+    /// For SQLite, PostgreSQL and the tiered store's durable tier. DynamoDB and Redis expire
+    /// records by TTL: nothing to do there. Expired records already count as absent: pruning
+    /// only reclaims space, so schedule it as often as the table's growth needs.
+    Prune {
+        /// At most N records per run
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = DEFAULT_PRUNE_LIMIT,
+            value_parser = clap::value_parser!(u32).range(1..)
+        )]
+        limit: u32,
+    },
+
+    /// Checks the queue, the event source mapping and the claims table against the rules
+    /// the claim protocol needs
+    ///
+    /// One line per rule on stdout (ok, warn, fail or skip, the values seen, what to
+    /// change), a summary on stderr. Exits 1 if a rule fails (with --strict, also if one
+    /// warns). A value no API, flag or template gives is a skip line saying how to give it.
+    /// SQS, Lambda and DynamoDB endpoints come from the standard AWS environment
+    /// (AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_LAMBDA, AWS_ENDPOINT_URL_DYNAMODB).
+    Doctor(doctor::DoctorArgs),
+
+    /// The operator's commands for one key: inspect, release, forget
+    #[command(flatten)]
+    Operator(operator::OperatorCommand),
+}
+
+/// Rows deleted by one `prune` when `--limit` is not given.
+pub const DEFAULT_PRUNE_LIMIT: u32 = 10_000;
+
+impl AdminCommand {
+    /// Runs the command on the claims store `url` (named `store` in messages), under
+    /// `settings` (the consumer's, from the environment, with the flags applied).
+    pub async fn run(self, settings: &Settings, url: &StoreUrl, store: &str) -> Result<(), CliError> {
+        let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e:#}"));
+        match self {
+            AdminCommand::Prune { limit } => {
+                let claims = AnyStore::open(url).await.map_err(cannot_open)?;
+                prune(&claims, store, limit).await
+            }
+            AdminCommand::Doctor(args) => doctor::run(&args, settings, url)
+                .await
+                .map_err(CliError::failed),
+            AdminCommand::Operator(command) => {
+                // Bounded, as the consumer's start: SQS_CLAIM_STARTUP_TIMEOUT_MS.
+                let claims = AnyStore::open_checked(url, settings.startup_timeout)
+                    .await
+                    .map_err(cannot_open)?;
+                operator::run(command, &claims, settings, store)
+                    .await
+                    .map_err(|e| CliError {
+                        code: if e.usage { 2 } else { 1 },
+                        message: e.message,
+                    })
+            }
+        }
+    }
+}
+
+/// `init`: creates the claims table (or schema) if missing, migrates an older one.
+pub async fn init(url: &StoreUrl, store: &str) -> Result<(), CliError> {
+    let claims = AnyStore::open(url)
+        .await
+        .map_err(|e| CliError::failed(format!("cannot open store {store}: {e:#}")))?;
+    claims
+        .init()
+        .await
+        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
+    eprintln!("initialized {store}");
+    Ok(())
+}
+
+/// `prune`: deletes at most `limit` expired claim records, prints how many.
+async fn prune(claims: &AnyStore, store: &str, limit: u32) -> Result<(), CliError> {
+    let pruned = claims
+        .prune_expired(SystemTime::now(), limit)
+        .await
+        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
+    match pruned {
+        Some(n) => {
+            println!("{n}");
+            eprintln!("pruned {n} expired claim records from {store} (at most {limit} per run)");
+        }
+        None => {
+            println!("0");
+            // Memory has no TTL, but it lives only as long as this process.
+            eprintln!(
+                "nothing to prune in {store} (DynamoDB and Redis expire records by TTL; \
+                 memory: lasts only as long as one run)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An error for the user: printed as one `error: ...` line by [`fail`].
+#[derive(Debug)]
+pub struct CliError {
+    /// The line, without `error: `.
+    pub message: String,
+    /// The exit code: 2 for a usage mistake, 1 for anything else.
+    pub code: u8,
+}
+
+impl CliError {
+    /// A usage mistake of `program` (exit 2), with a pointer to its help.
+    pub fn usage(program: &str, message: impl Into<String>) -> Self {
+        CliError {
+            message: format!("{} (see {program} --help)", message.into()),
+            code: 2,
+        }
+    }
+
+    /// Exit 1 with `message`, its causes included (`{:#}`: a `sqs_claim::Error` prints its
+    /// chain that way; for other types it is their plain message).
+    pub fn failed(message: impl fmt::Display) -> Self {
+        CliError {
+            message: format!("{message:#}"),
+            code: 1,
+        }
+    }
+}
+
+/// clap's error as one line, in the words users may have scripted around. `commands` lists the
+/// program's commands for a missing one (`invoke, balances or init`).
+pub fn usage_error(e: &clap::Error, program: &str, commands: &str) -> CliError {
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(", ")),
+        _ => None,
+    };
+    let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+    let message = match e.kind() {
+        // clap's derive answers a bare command with its help (and exit code 2); one line says
+        // what is missing.
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            format!("missing command: {commands}")
+        }
+        ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
+            format!("invoke needs an event file: {program} invoke EVENT.json")
+        }
+        // clap puts the missing argument on a second line, which one line would drop.
+        ErrorKind::MissingRequiredArgument if !arg.is_empty() => {
+            format!("missing argument {arg}")
+        }
+        ErrorKind::InvalidValue if context(ContextKind::InvalidValue).as_deref() == Some("") => {
+            let flag = arg.split_whitespace().next().unwrap_or(&arg);
+            format!("{flag} needs a value")
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            first.strip_prefix("error: ").unwrap_or(first).to_owned()
+        }
+    };
+    CliError::usage(program, message)
+}
+
+/// Sets up logging when `RUST_LOG` is set: the library's set-up (Lambda's log controls, no
+/// raw-event lines) on stderr, since stdout is the command's output; colour codes only on a
+/// terminal, so `2> run.log` or a pipe to grep stays plain text.
+pub fn start_logging() -> Result<(), CliError> {
+    if std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty()) {
+        let logging = sqs_claim::logging::Logging::from_env()
+            .stderr()
+            .ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        logging.init().map_err(|e| CliError::failed(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Runs `work` on a current-thread runtime: what one command needs.
+pub fn block_on<T>(work: impl Future<Output = Result<T, CliError>>) -> Result<T, CliError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::failed(format!("cannot start the async runtime: {e}")))?
+        .block_on(work)
+}
+
+/// Prints the error as exactly one line (causes from SDKs can span lines) and gives its exit
+/// code.
+pub fn fail(e: CliError) -> ExitCode {
+    let one_line = e.message.split_whitespace().collect::<Vec<_>>().join(" ");
+    eprintln!("error: {one_line}");
+    ExitCode::from(e.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(vars: &[(&str, &str)]) -> Settings {
+        Settings::from_lookup(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .expect("valid settings")
+    }
+
+    /// `--partition-key` and `--sort-key` set the DynamoDB key layout, each over its own
+    /// variable (the other half may come from the environment), checked together; a bad value
+    /// names the flag.
+    #[test]
+    fn the_key_layout_flags_beat_their_variables() {
+        use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+        let flags = StoreFlags {
+            table: Some("app".into()),
+            partition_key: Some("pk=CLAIM#{key}".into()),
+            sort_key: Some("sk=CLAIM".into()),
+            ..StoreFlags::default()
+        };
+        let mut s = settings(&[]);
+        flags.apply(&mut s).expect("valid flags");
+        let single_table =
+            DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM");
+        assert_eq!(
+            s.cli_store().expect("url"),
+            StoreUrl::DynamoDb {
+                table: "app".into(),
+                key_schema: Some(single_table.clone()),
+            }
+        );
+        // The flag replaces its variable only: the sort key stays the environment's.
+        let mut s = settings(&[
+            ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "id={key}"),
+            ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
+        ]);
+        let flags = StoreFlags {
+            partition_key: Some("pk=CLAIM#{key}".into()),
+            ..StoreFlags::default()
+        };
+        flags.apply(&mut s).expect("valid");
+        assert_eq!(s.dynamodb_keys, Some(single_table));
+        // A bad flag names the flag, not the variable.
+        let mut s = settings(&[]);
+        let flags = StoreFlags {
+            partition_key: Some("pk=CLAIM".into()),
+            ..StoreFlags::default()
+        };
+        let err = flags.apply(&mut s).expect_err("no {key}");
+        assert!(
+            err.message.contains("--partition-key") && err.message.contains("{key}"),
+            "{}",
+            err.message
+        );
+        let mut s = settings(&[]);
+        let flags = StoreFlags {
+            sort_key: Some("sk".into()),
+            partition_key: Some("pk={key}".into()),
+            ..StoreFlags::default()
+        };
+        let err = flags.apply(&mut s).expect_err("not NAME=TEMPLATE");
+        assert!(err.message.contains("--sort-key"), "{}", err.message);
+    }
+
+    #[test]
+    fn a_flag_beats_the_environment() {
+        let env = [
+            ("SQS_CLAIM_STORE", "memory:"),
+            ("SQS_CLAIM_TABLE", "envtable"),
+        ];
+        let mut s = settings(&env);
+        StoreFlags::default().apply(&mut s).expect("no flags");
+        assert_eq!(s.cli_store().expect("url"), StoreUrl::Memory);
+
+        let mut s = settings(&env);
+        let flags = StoreFlags {
+            table: Some("claims".into()),
+            ..StoreFlags::default()
+        };
+        flags.apply(&mut s).expect("--table");
+        assert_eq!(
+            s.cli_store().expect("url"),
+            StoreUrl::DynamoDb {
+                table: "claims".into(),
+                key_schema: None,
+            }
+        );
+
+        let mut s = settings(&[("SQS_CLAIM_TABLE", "envtable")]);
+        let flags = StoreFlags {
+            store: Some("sqlite:x.db".into()),
+            ..StoreFlags::default()
+        };
+        flags.apply(&mut s).expect("--store");
+        assert_eq!(s.cli_store().expect("url"), StoreUrl::Sqlite("x.db".into()));
+
+        let mut s = settings(&[]);
+        let bad = StoreFlags {
+            table: Some("a b".into()),
+            ..StoreFlags::default()
+        };
+        let err = bad.apply(&mut s).expect_err("not a table name");
+        assert!(err.message.starts_with("--table: "), "{}", err.message);
+    }
+}

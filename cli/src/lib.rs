@@ -1,0 +1,37 @@
+//! # sqs-claim-cli
+//!
+//! The operator's tool for the claims tables of [`sqs_claim`]: the `sqs-claim` binary
+//! (`cargo install sqs-claim-cli`), on every store and key layout, needing nothing but the
+//! claims table. Its commands work for any consumer built on `sqs-claim`:
+//!
+//! | command | what it does |
+//! |---------|--------------|
+//! | `sqs-claim init` | creates the claims table (DynamoDB with TTL, PostgreSQL, SQLite), migrates an older one |
+//! | `sqs-claim prune` | deletes expired claim records where the store has no TTL (SQLite, PostgreSQL) |
+//! | `sqs-claim doctor` | checks the queue, the event source mapping and the claims table against the protocol's rules |
+//! | `sqs-claim inspect KEY` | shows one key's claim record |
+//! | `sqs-claim release KEY` | frees a stuck in-progress claim (never a completed one) |
+//! | `sqs-claim forget KEY` | deletes a completed record, so its message runs again (never an in-progress one) |
+//!
+//! The library half is what the binary is made of, for an app that offers these commands
+//! beside its own (the example app's `payments` binary does):
+//!
+//! | what | where |
+//! |------|-------|
+//! | the `SQS_CLAIM_*` settings a consumer reads, store URLs | [`config`] |
+//! | whichever claims store a URL names, opened; its administration ([`sqs_claim::store::StoreAdmin`]) | [`stores`] ([`AnyStore`]) |
+//! | the commands, the store flags over the environment, one-line errors and exit codes | [`command`] |
+//! | `doctor`: facts, pure rules, the report | [`doctor`] |
+//! | `inspect`, `release`, `forget` | [`operator`] |
+//!
+//! Errors are one `error: ...` line on stderr: exit 1 for bad input, a missing record or a
+//! store that does not answer; exit 2 for a usage mistake.
+
+pub mod command;
+pub mod config;
+pub mod doctor;
+pub mod operator;
+pub mod stores;
+
+pub use config::{Settings, StoreUrl};
+pub use stores::AnyStore;

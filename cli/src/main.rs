@@ -1,0 +1,218 @@
+//! `sqs-claim`: the operator's commands for a claims table, on any store.
+//!
+//! ```text
+//! sqs-claim init [--store URL] [--partition-key K=T] [--sort-key K=T]
+//! sqs-claim prune [--store URL] [--limit N]
+//! sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json] [--strict]
+//! sqs-claim inspect|release|forget KEY [--namespace NS] [--store URL]
+//! ```
+//!
+//! Bad input (an unknown store URL, a store that does not answer, a key with no record) is one
+//! `error: ...` line on stderr and exit code 1; a usage mistake (an unknown command or flag, a
+//! missing value) is one such line and exit code 2.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use sqs_claim_cli::Settings;
+use sqs_claim_cli::command::{self, AdminCommand, CliError, StoreArgs, StoreFlags};
+
+const PROGRAM: &str = "sqs-claim";
+
+const COMMANDS: &str = "init, prune, doctor, inspect, release or forget";
+
+const USAGE: &str = "\
+sqs-claim init [--store URL] [--partition-key K=T] [--sort-key K=T]
+       sqs-claim prune [--store URL] [--limit N]
+       sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json]
+       sqs-claim inspect KEY [--namespace NS] [--report json]
+       sqs-claim release|forget KEY [--namespace NS] [--yes]
+       sqs-claim help [COMMAND]";
+
+const AFTER_HELP: &str = "\
+The store is --store, else --table (dynamodb:TABLE), else $SQS_CLAIM_STORE, else \
+$SQS_CLAIM_TABLE, else sqlite:.sqs-claim/claims.db: a flag beats the environment.
+
+DynamoDB endpoint, region and credentials come from the standard AWS environment \
+(AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and \
+checking its table may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The consumer's other \
+settings (SQS_CLAIM_NAMESPACE, SQS_CLAIM_TTL_SECS, SQS_CLAIM_POWERTOOLS_*, ...) are read from \
+the environment as the consumer reads them. RUST_LOG=info shows the library's logs on stderr.";
+
+/// The operator's commands for sqs-claim claims tables, on any store.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sqs-claim",
+    version,
+    override_usage = USAGE,
+    after_help = AFTER_HELP,
+    subcommand_required = true
+)]
+struct Cli {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Creates the claims table (idempotent), or migrates an older one
+    ///
+    /// DynamoDB: the table, with the configured key layout, and its TTL. PostgreSQL: the
+    /// table and its columns. SQLite: the file and its table. Redis and memory: nothing to
+    /// create. Consumers never create tables: they only check that theirs exist.
+    Init,
+
+    #[command(flatten)]
+    Admin(AdminCommand),
+}
+
+/// What the command line asks for: a command to run, or text to print (help, version).
+#[derive(Debug)]
+enum Parsed {
+    /// The flags boxed: they would make the enum large for the text variant.
+    Run(Command, Box<StoreFlags>),
+    Print(String),
+}
+
+/// Parses the command line. No I/O: help and version come back as text to print.
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            return Ok(Parsed::Print(e.render().to_string()));
+        }
+        Err(e) if e.kind() == ErrorKind::InvalidSubcommand && app_command(&e) => {
+            return Err(CliError::usage(
+                PROGRAM,
+                "invoke and balances belong to the example app now: run `payments invoke \
+                 EVENT.json` or `payments balances` (cargo run -p payments --bin payments -- \
+                 ...); sqs-claim keeps the commands that need only the claims table",
+            ));
+        }
+        Err(e) => return Err(command::usage_error(&e, PROGRAM, COMMANDS)),
+    };
+    let flags = StoreFlags::typed(&matches, cli.store, PROGRAM)?;
+    Ok(Parsed::Run(cli.command, Box::new(flags)))
+}
+
+/// Whether an unknown command is one the example app's binary has.
+fn app_command(e: &clap::Error) -> bool {
+    matches!(
+        e.get(clap::error::ContextKind::InvalidSubcommand),
+        Some(clap::error::ContextValue::String(s)) if s == "invoke" || s == "balances"
+    )
+}
+
+async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
+    let mut settings = Settings::from_env().map_err(CliError::failed)?;
+    flags.apply(&mut settings)?;
+    let url = settings.cli_store().map_err(CliError::failed)?;
+    let store = url.to_string();
+    match command {
+        Command::Init => command::init(&url, &store).await,
+        Command::Admin(admin) => admin.run(&settings, &url, &store).await,
+    }
+}
+
+fn main() -> ExitCode {
+    let (command, flags) = match parse(std::env::args_os()) {
+        Ok(Parsed::Run(command, flags)) => (command, *flags),
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return command::fail(e),
+    };
+    if let Err(e) = command::start_logging() {
+        return command::fail(e);
+    }
+    match command::block_on(run(command, flags)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => command::fail(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_words(words: &[&str]) -> Result<Parsed, CliError> {
+        parse(
+            std::iter::once("sqs-claim")
+                .chain(words.iter().copied())
+                .map(OsString::from),
+        )
+    }
+
+    fn usage(words: &[&str]) -> String {
+        match parse_words(words) {
+            Err(e) => {
+                assert_eq!(e.code, 2, "{words:?}: {}", e.message);
+                e.message
+            }
+            other => panic!("{words:?}: expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn store_flags_go_before_or_after_the_command() {
+        for words in [
+            &["--store", "memory:", "prune"][..],
+            &["prune", "--store", "memory:"][..],
+            &["init", "--store=memory:"][..],
+        ] {
+            match parse_words(words) {
+                Ok(Parsed::Run(_, flags)) => {
+                    assert_eq!(flags.store.as_deref(), Some("memory:"), "{words:?}")
+                }
+                other => panic!("{words:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn usage_mistakes_are_one_line() {
+        assert!(usage(&[]).contains("missing command: init, prune"));
+        assert!(usage(&["prune", "--store"]).contains("--store needs a value"));
+        assert!(usage(&["prune", "--limit", "0"]).contains("--limit"));
+        assert!(usage(&["init", "--store", "memory:", "--table", "t"]).contains("--table"));
+        assert!(usage(&["inspect"]).contains("KEY"));
+        for app in ["invoke", "balances"] {
+            let message = usage(&[app, "e.json"]);
+            assert!(message.contains("payments"), "{message}");
+        }
+        for words in [&[][..], &["frobnicate"], &["prune", "--bogus"]] {
+            let message = usage(words);
+            assert!(!message.contains('\n'), "{words:?}: {message:?}");
+            assert!(message.ends_with("(see sqs-claim --help)"), "{message}");
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_text_to_print() {
+        for (words, want) in [
+            (&["--help"][..], "sqs-claim init"),
+            (&["--version"], env!("CARGO_PKG_VERSION")),
+            (&["help", "inspect"], "--namespace"),
+            (&["prune", "--help"], "--limit"),
+            (&["doctor", "--help"], "--queue-url"),
+        ] {
+            match parse_words(words) {
+                Ok(Parsed::Print(text)) => assert!(text.contains(want), "{words:?}: {text}"),
+                other => panic!("{words:?}: expected text, got {other:?}"),
+            }
+        }
+    }
+}

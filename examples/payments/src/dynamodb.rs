@@ -1,0 +1,233 @@
+//! [`DynamoDbLedger`]: the example on [`DynamoDbStore`], balances in a second table, credited
+//! by an `Update` in the completion's `TransactWriteItems`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sqs_claim::aws_sdk_dynamodb::Client;
+use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
+
+use super::{Ledger, Payment, read_balance};
+use sqs_claim::store::dynamodb::{classify, create_table_with_key, table_status};
+use sqs_claim::store::{DynamoDbStore, StoreAdmin};
+use sqs_claim::{Error, ErrorKind};
+
+/// The accounts table's partition key (a string) and balance attribute (a number).
+const ACCOUNT: &str = "account";
+const BALANCE: &str = "balance";
+
+#[derive(Debug)]
+struct Inner {
+    store: DynamoDbStore,
+    accounts_table: String,
+}
+
+/// A [`DynamoDbStore`] plus an accounts table. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DynamoDbLedger {
+    inner: Arc<Inner>,
+}
+
+impl DynamoDbLedger {
+    /// The ledger over `store`, with balances in `accounts_table` (same client).
+    pub fn new(store: DynamoDbStore, accounts_table: impl Into<String>) -> Self {
+        DynamoDbLedger {
+            inner: Arc::new(Inner {
+                store,
+                accounts_table: accounts_table.into(),
+            }),
+        }
+    }
+
+    /// The ledger on `table` and `accounts_table`, with a client configured from the standard
+    /// AWS environment (region, credentials, `AWS_ENDPOINT_URL_DYNAMODB`) and bounded as
+    /// [`DynamoDbStore::from_env`] bounds it.
+    pub async fn from_env(table: &str, accounts_table: &str) -> Self {
+        Self::new(DynamoDbStore::from_env(table).await, accounts_table)
+    }
+
+    /// The accounts table.
+    pub fn accounts_table(&self) -> &str {
+        &self.inner.accounts_table
+    }
+
+    fn client(&self) -> &Client {
+        self.inner.store.client()
+    }
+
+    async fn create_accounts_table(&self) -> Result<(), Error> {
+        create_table_with_key(self.client(), self.accounts_table(), ACCOUNT).await
+    }
+
+    /// The `payments init` that creates this ledger's tables: the store's `sqs-claim init`
+    /// ([`DynamoDbStore::init_command`], which names the claims table's key layout whenever it
+    /// is not the default) run by the app's binary, with the accounts table named whenever it
+    /// is not the default, so the hint creates both tables this run looks for.
+    pub fn init_command(&self) -> String {
+        let table = self.inner.store.table();
+        let store_command = self.inner.store.init_command();
+        let head = format!("sqs-claim init --store dynamodb:{table}");
+        let layout = store_command.strip_prefix(&head).unwrap_or_default();
+        let accounts = match self.accounts_table() {
+            default if default == format!("{table}-accounts") => String::new(),
+            other => format!(" --accounts-table {other}"),
+        };
+        format!("payments init --store dynamodb:{table}{accounts}{layout}")
+    }
+
+    /// `error` with the store's `sqs-claim init` hint replaced by this ledger's, which also
+    /// creates the accounts table.
+    fn with_ledger_hint(&self, error: Error) -> Error {
+        let (store_hint, ledger_hint) = (self.inner.store.init_command(), self.init_command());
+        let text = error.to_string();
+        if store_hint == ledger_hint || !text.contains(&format!("`{store_hint}`")) {
+            return error;
+        }
+        Error::new(
+            error.kind(),
+            text.replace(&format!("`{store_hint}`"), &format!("`{ledger_hint}`")),
+        )
+    }
+
+    /// The table's status, `None` if it does not exist.
+    async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
+        table_status(self.client(), table).await
+    }
+}
+
+impl Ledger for DynamoDbLedger {
+    type Store = DynamoDbStore;
+
+    fn store(&self) -> &DynamoDbStore {
+        &self.inner.store
+    }
+
+    /// An `Update` in the completion's transaction whose condition keeps the balance within
+    /// `0..=`[`Payment::MAX_BALANCE_CENTS`]: it holds only if the balance is a number in
+    /// `-amount..=MAX - amount` (or, for a new account, if the amount is itself a valid
+    /// balance). Otherwise the transaction is cancelled and the completion fails with
+    /// [`ErrorKind::EffectRejected`], nothing written. A balance stored as anything but a
+    /// number fails the comparison, so it is refused too.
+    fn credit(&self, account: &str, amount_cents: i64) -> TransactWriteItem {
+        // `ADD` creates the item and the attribute (from 0) if missing: one write, no read.
+        // The bounds are computed in i128: no amount can overflow them.
+        let amount = i128::from(amount_cents);
+        let (low, high) = (-amount, i128::from(Payment::MAX_BALANCE_CENTS) - amount);
+        let condition = if (0..=Payment::MAX_BALANCE_CENTS).contains(&amount_cents) {
+            "attribute_not_exists(#balance) OR #balance BETWEEN :low AND :high"
+        } else {
+            "#balance BETWEEN :low AND :high"
+        };
+        let update = Update::builder()
+            .table_name(self.accounts_table())
+            .key(ACCOUNT, AttributeValue::S(account.to_owned()))
+            .update_expression("ADD #balance :amount")
+            .condition_expression(condition)
+            .expression_attribute_names("#balance", BALANCE)
+            .expression_attribute_values(":amount", AttributeValue::N(amount_cents.to_string()))
+            .expression_attribute_values(":low", AttributeValue::N(low.to_string()))
+            .expression_attribute_values(":high", AttributeValue::N(high.to_string()))
+            .build()
+            // Only fails if a required field (table, key, expression) is unset; all are set
+            // above, from values that are always present.
+            .expect("table name, key and update expression are set");
+        TransactWriteItem::builder().update(update).build()
+    }
+
+    async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
+        let table = self.accounts_table();
+        let mut balances = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client()
+                .scan()
+                .table_name(table)
+                .consistent_read(true)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| classify("Scan", e))?;
+            for item in page.items() {
+                let Some(account) = item.get(ACCOUNT).and_then(|v| v.as_s().ok()) else {
+                    return Err(Error::new(
+                        ErrorKind::StoreRejected,
+                        format!(
+                            "table {table} has an item without a string {ACCOUNT:?}: is it the \
+                             accounts table?"
+                        ),
+                    ));
+                };
+                let balance = match item.get(BALANCE) {
+                    Some(AttributeValue::N(n)) => {
+                        read_balance(&format!("table {table}"), account, n)?
+                    }
+                    other => {
+                        let what = match other {
+                            None => "missing".to_owned(),
+                            Some(v) => format!("a {}, not a number", attribute_type(v)),
+                        };
+                        return Err(Error::new(
+                            ErrorKind::StoreRejected,
+                            format!(
+                                "the {BALANCE:?} attribute of account {account:?} in table \
+                                 {table} is {what}; fix or remove that item"
+                            ),
+                        ));
+                    }
+                };
+                balances.push((account.clone(), balance));
+            }
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        balances.sort();
+        Ok(balances)
+    }
+
+    async fn init(&self) -> Result<(), Error> {
+        self.inner.store.init().await?;
+        self.create_accounts_table().await
+    }
+
+    /// Checks that both tables exist and are active, and that the claims table's key schema
+    /// is the configured layout's ([`StoreAdmin::check_ready`]); creates nothing. The two
+    /// checks run at once, so a dark endpoint costs one timeout, not two.
+    async fn prepare(&self) -> Result<(), Error> {
+        let table = self.accounts_table();
+        let (claims, accounts) =
+            futures::future::join(self.inner.store.check_ready(), self.table_status(table)).await;
+        claims.map_err(|e| self.with_ledger_hint(e))?;
+        match accounts? {
+            Some(TableStatus::Active) => Ok(()),
+            None => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "DynamoDB table {table} does not exist: create the tables with `{}`",
+                    self.init_command()
+                ),
+            )),
+            Some(status) => Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                format!("DynamoDB table {table} is {status}, not ACTIVE: retry shortly"),
+            )),
+        }
+    }
+}
+
+/// The DynamoDB type of an attribute value, for an error.
+fn attribute_type(v: &AttributeValue) -> &'static str {
+    match v {
+        AttributeValue::S(_) => "string",
+        AttributeValue::N(_) => "number",
+        AttributeValue::B(_) => "binary",
+        AttributeValue::Bool(_) => "boolean",
+        AttributeValue::Null(_) => "null",
+        AttributeValue::L(_) => "list",
+        AttributeValue::M(_) => "map",
+        AttributeValue::Ss(_) | AttributeValue::Ns(_) | AttributeValue::Bs(_) => "set",
+        _ => "value of an unknown type",
+    }
+}
