@@ -2,8 +2,8 @@
 //! claim's completion: a crash can never leave the credit applied and the message unmarked, or
 //! the message marked and the credit missing.
 //!
-//! Build: `cargo build --example dynamodb_effects`. Deploy it like `payments/src/bin/consumer.rs`
-//! (`CLAIMS_TABLE` and `ACCOUNTS_TABLE` name the two tables; `sqs-claim init --store
+//! Build: `cargo build --example dynamodb_effects`. Deploy it like `examples/payments/src/bin/consumer.rs`
+//! (`CLAIMS_TABLE` and `ACCOUNTS_TABLE` name the two tables; `payments init --store
 //! dynamodb:TABLE` creates both for the reference consumer's layout).
 
 use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};

@@ -417,7 +417,7 @@ def readme(expected):
 
 Lambda SQS events in the exact wire format Lambda sends (v4 message ids, receipt handles,
 `md5OfBody` = the MD5 of the body, `md5OfMessageAttributes` where a message has attributes), for
-the reference consumer (`payments/src/bin/consumer.rs`). Each body is a credit:
+the reference consumer (`examples/payments/src/bin/consumer.rs`). Each body is a credit:
 `{{"order_id": "ord-1001", "account": "acct-alice", "amount_cents": 1250}}`; the consumer keys on
 `order_id` (`SQS_CLAIM_KEY=json:/order_id`, namespace `payments`), fails a body it cannot read
 or a negative amount, and credits the account otherwise.

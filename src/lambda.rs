@@ -343,7 +343,7 @@ pub fn read_event_file(path: impl AsRef<Path>) -> Result<SqsEvent, Error> {
 }
 
 /// The report for a person: the counts per outcome on one line, then one line per message
-/// that will be retried, with its id and why (the format `sqs-claim invoke` prints).
+/// that will be retried, with its id and why (the format `payments invoke` prints).
 ///
 /// ```text
 /// 3 messages: 2 processed, 0 duplicate, 0 held elsewhere, 1 failed, 0 not started

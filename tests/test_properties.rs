@@ -1,6 +1,6 @@
 //! Property tests (proptest) for everything that reads input from outside: the SQS event
 //! decoding and key extraction (JSON pointers included). The payment parser's and the
-//! processor's on random batches live with the example app (`payments/tests/test_properties.rs`).
+//! processor's on random batches live with the example app (`examples/payments/tests/test_properties.rs`).
 //!
 //! What must hold for any input: no panic; no body content in an error; the same input gives
 //! the same answer.

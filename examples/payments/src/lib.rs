@@ -111,6 +111,19 @@ pub trait Ledger: Clone + Send + Sync + 'static {
     }
 }
 
+/// `error` with the store's `sqs-claim init` hint replaced by the app's `payments init`, which
+/// creates the accounts table too: `sqs-claim init` alone would leave the app one table short.
+pub(crate) fn with_app_hint(error: Error) -> Error {
+    let text = error.to_string();
+    if !text.contains("`sqs-claim init") {
+        return error;
+    }
+    Error::new(
+        error.kind(),
+        text.replace("`sqs-claim init", "`payments init"),
+    )
+}
+
 /// A validated message body: which order, which account, how much.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -20,10 +20,10 @@ fn quoted(name: &str) -> String {
 }
 
 /// An error on the accounts table: only a missing table (SQLSTATE 42P01) says to run
-/// `sqs-claim init`; anything else names its cause (see `check_error`).
+/// `payments init`; anything else names its cause (see `check_error`).
 fn db_err(store: &PostgresStore, what: &str, e: tokio_postgres::Error) -> Error {
     let table = accounts_table(store);
-    let inner = check_error(&table, e);
+    let inner = crate::with_app_hint(check_error(&table, e));
     Error::new(inner.kind(), format!("{what}: {inner:#}"))
 }
 
@@ -90,7 +90,7 @@ impl Ledger for PostgresLedger {
     async fn prepare(&self) -> Result<(), Error> {
         let claims = self.store.check_ready();
         let (claims, accounts) = futures::future::join(claims, self.balances()).await;
-        claims?;
+        claims.map_err(crate::with_app_hint)?;
         accounts.map(|_| ())
     }
 

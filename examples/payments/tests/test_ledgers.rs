@@ -398,7 +398,7 @@ mod postgres {
         );
         let err = missing.prepare().await.expect_err("no table");
         assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
-        assert!(err.to_string().contains("sqs-claim init"), "{err}");
+        assert!(err.to_string().contains("`payments init`"), "{err}");
     }
 
     /// The PostgreSQL ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`: on the

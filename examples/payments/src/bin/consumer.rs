@@ -42,7 +42,7 @@ fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
         if std::env::var_os(var).is_none_or(|v| v.is_empty()) {
             return Err(format!(
                 "{var} is not set: this binary runs inside AWS Lambda (or `cargo lambda watch`); \
-                 to run the consumer on an event file, use `sqs-claim invoke EVENT.json`"
+                 to run the consumer on an event file, use `payments invoke EVENT.json`"
             )
             .into());
         }
