@@ -358,8 +358,7 @@ async fn a_claim_retried_by_the_sdk_after_a_lost_answer_is_acquired() {
 
 // ------------------------------------------------------------------ bounded client (issue 8)
 
-#[path = "support/silent.rs"]
-mod silent;
+use sqs_claim_testkit::silent;
 
 use sqs_claim::DynamoDbSettings;
 use sqs_claim::aws_config;

@@ -1,16 +1,13 @@
-//! The fault proxy of `tests/support/fault_proxy.rs`, against a local echo server: each fault
+//! The fault proxy (`sqs_claim_testkit::fault`) against a local echo server: each fault
 //! does what the store fault tests rely on, healing behaves as documented, and dropping the
 //! proxy stops it. No external server is needed.
-
-#[path = "support/fault_proxy.rs"]
-mod fault_proxy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use fault_proxy::{Fault, FaultProxy};
+use sqs_claim_testkit::fault::{Fault, FaultProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

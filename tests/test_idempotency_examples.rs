@@ -1,7 +1,7 @@
 //! The idempotency examples run as a user runs them: `examples/apigw_payment.rs` and
 //! `examples/stripe_webhook.rs` built and started as processes, on the sample events of
 //! `examples/events/` with `--event FILE` (one process per request, sharing an SQLite file), and
-//! under a fake Lambda Runtime API (`tests/support/fake_runtime.rs`).
+//! under a fake Lambda Runtime API (`sqs_claim_testkit::runtime`).
 //!
 //! Each sends the same API Gateway request twice and checks that the second answer is
 //! byte-identical and that the side effect happened once (the fake provider's ledger file, the
@@ -12,22 +12,21 @@
 //! cargo, target directory, profile and features of this test.
 
 #[cfg(feature = "dynamodb")]
-#[path = "support/dynamodb.rs"]
-mod dynamodb;
-#[path = "support/fake_runtime.rs"]
-mod fake_runtime;
+mod support;
+
+#[cfg(feature = "dynamodb")]
+use support::dynamodb;
 #[cfg(all(feature = "dynamodb", feature = "powertools"))]
-#[path = "support/powertools.rs"]
-mod powertools;
+use support::powertools;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fake_runtime::{FakeRuntime, Posted};
 use serde_json::Value;
 use sqs_claim::{ClaimStore, SqlValue, SqliteStore};
+use sqs_claim_testkit::runtime::{FakeRuntime, Posted};
 
 const WAIT: Duration = Duration::from_secs(300);
 

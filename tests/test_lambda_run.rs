@@ -2,7 +2,7 @@
 //!
 //! The subject is `examples/local_event.rs`, a user's handler whose `main` is
 //! `sqs_claim::lambda::run(processor)`, run as a user runs it: as a process, with
-//! `--event FILE`, and under a fake Lambda Runtime API (`tests/support/fake_runtime.rs`) with
+//! `--event FILE`, and under a fake Lambda Runtime API (`sqs_claim_testkit::runtime`) with
 //! and without `AWS_LAMBDA_MAX_CONCURRENCY`. The file-reading and reporting functions it rests
 //! on are also called in-process, where their errors are easier to check one by one.
 //!
@@ -14,17 +14,14 @@
 //! tested. (`cargo run --example` per test would re-check the build each time; re-running the
 //! test binary as the "user's binary" would not run the example's own `main`.)
 
-#[path = "support/fake_runtime.rs"]
-mod fake_runtime;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use fake_runtime::{FakeRuntime, Posted};
 use serde_json::{Value, json};
 use sqs_claim::{ErrorKind, MemoryStore, Message, Processor};
+use sqs_claim_testkit::runtime::{FakeRuntime, Posted};
 
 /// The message of `events/negative-amount.json` the example refuses (a negative amount).
 const NEGATIVE: &str = "ce63a357-3d45-4ca8-935f-295d067c3cd9";

@@ -1,13 +1,11 @@
 //! Per-batch metrics: the numbers a sink gets match the batch, and the CloudWatch Embedded
 //! Metric Format line [`Emf`] writes for them is valid against the specification
-//! (`support/emf.rs`) and carries the same numbers.
+//! (`sqs_claim_testkit::emf`) and carries the same numbers.
 //!
 //! The store sleeps a fixed time per call under tokio's paused clock, so every latency is
 //! exact.
 
 mod common;
-#[path = "support/emf.rs"]
-mod emf;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -20,6 +18,7 @@ use sqs_claim::store::{
     Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
 };
 use sqs_claim::{Clock, Error, FailureKind, MemoryStore, Message, Processor};
+use sqs_claim_testkit::emf;
 use tower::service_fn;
 
 const CLAIM: Duration = Duration::from_millis(5);

@@ -9,10 +9,10 @@ use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
 
-#[path = "support/servers.rs"]
-mod servers;
+mod support;
 
 use servers::{pg_url, sql};
+use support::servers;
 
 /// A migrated store on a fresh table; drop it with [`drop_table`] at the end of the test.
 async fn store() -> PostgresStore {
@@ -487,8 +487,7 @@ fn bad_configuration_is_a_config_error() {
 
 // ------------------------------------------------------------------ bounded calls (issue 8)
 
-#[path = "support/silent.rs"]
-mod silent;
+use sqs_claim_testkit::silent;
 
 use sqs_claim::store::postgres::PostgresSettings;
 

@@ -17,10 +17,9 @@ use sqs_claim::powertools::{
 use sqs_claim::store::dynamodb::DynamoDbKeySchema;
 use sqs_claim::store::{Claim, ClaimRequest, Completion, Status, StoredResponse};
 
-#[path = "support/dynamodb.rs"]
-mod dynamodb;
-#[path = "support/powertools.rs"]
-mod powertools;
+mod support;
+
+use support::{dynamodb, powertools};
 
 /// The Lambda function name the Python side runs under (`AWS_LAMBDA_FUNCTION_NAME`).
 const FUNCTION: &str = "orders-fn";

@@ -8,14 +8,11 @@
 //! The case counts keep the file to a few seconds in a debug build. The fuzz targets in
 //! `fuzz/` (cargo-fuzz) run the same entry points unbounded.
 
-#[path = "support/strategies.rs"]
-mod strategies;
-
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use sqs_claim::events::SqsEvent;
 use sqs_claim::{ErrorKind, KeySource};
-use strategies::*;
+use sqs_claim_testkit::strategies::*;
 
 proptest! {
     #![proptest_config(config(384))]

@@ -9,10 +9,10 @@ use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse, epoch_millis};
 use sqs_claim::{ErrorKind, RedisEffect, RedisStore};
 
-#[path = "support/servers.rs"]
-mod servers;
+mod support;
 
 use servers::{cleanup, redis_store as store};
+use support::servers;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_run_all() {

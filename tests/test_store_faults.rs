@@ -1,6 +1,6 @@
 //! Store faults in the middle of real batches: DynamoDB Local, PostgreSQL, Redis and the tiered
 //! store (Redis cache in front of PostgreSQL), each behind the fault proxy of
-//! `tests/support/fault_proxy.rs`, under a [`Processor`] on the wall clock.
+//! `sqs_claim_testkit::fault`, under a [`Processor`] on the wall clock.
 //!
 //! Every test runs one fault three times at once, on stores of their own: switched on before
 //! the batch; mid-batch, once half the batch's bytes reached the server (so it can land inside
@@ -27,12 +27,9 @@
 //! an engine that does not bound steps in flight fails these tests instead of hanging them.
 
 mod common;
-#[path = "support/dynamodb.rs"]
-mod dynamodb_local;
-#[path = "support/fault_proxy.rs"]
-mod fault_proxy;
-#[path = "support/servers.rs"]
-mod servers;
+mod support;
+
+use support::{dynamodb as dynamodb_local, servers};
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -41,13 +38,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use common::{Rec, Seen, event_with_deadline, failed_ids, init_logs, rec};
-use fault_proxy::{Fault, FaultProxy};
 use redis::AsyncCommands;
 use sqs_claim::store::{ClaimStore, Effects};
 use sqs_claim::{
     BatchReport, BoxError, Clock, DynamoDbStore, Message, Outcome, PgEffect, PostgresStore,
     Processor, RedisEffect, RedisStore, TieredStore,
 };
+use sqs_claim_testkit::fault::{Fault, FaultProxy};
 use tower::service_fn;
 
 /// Messages per batch.

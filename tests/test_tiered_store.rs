@@ -13,10 +13,10 @@ use sqs_claim::store::{
 };
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
 
-#[path = "support/servers.rs"]
-mod servers;
+mod support;
 
 use servers::{cleanup, redis_store as cache, sql};
+use support::servers;
 
 async fn postgres() -> PostgresStore {
     servers::pg_store("tiered").await

@@ -2,8 +2,8 @@
 //! (`scripts/powertools/venv.sh`, installed on first use) and `scripts/powertools/driver.py`,
 //! which runs Powertools' own key derivation and a real `@idempotent` handler or
 //! `@idempotent_function` SQS batch consumer (`scripts/powertools/app.py`) against DynamoDB
-//! Local. Included with `#[path]` from `tests/` and `payments/tests/`.
-#![allow(dead_code)]
+//! Local. The example app's tests keep a copy (`payments/tests/support/powertools.rs`): the
+//! driver is this repository's scripts, not something the test kit ships.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -1,17 +1,9 @@
-//! Connections to the real Redis and PostgreSQL servers, shared by the store tests (included
-//! with `#[path]`). Each helper fails, never skips, when its server does not answer.
-#![allow(dead_code)]
+//! Stores on the real Redis and PostgreSQL servers (whose URLs the test kit reads from the
+//! environment), shared by the store tests. The example app's tests keep the same helpers
+//! (`payments/tests/support/servers.rs`): they are built on the library's store types, which
+//! the test kit does not depend on.
 
-/// `SQS_CLAIM_REDIS_URL`, default the machine's Redis.
-pub(crate) fn redis_url() -> String {
-    std::env::var("SQS_CLAIM_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-}
-
-/// `SQS_CLAIM_POSTGRES_URL`, default the machine's PostgreSQL, database `test`.
-pub(crate) fn pg_url() -> String {
-    std::env::var("SQS_CLAIM_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
+pub(crate) use sqs_claim_testkit::local::{pg_url, redis_url};
 
 /// A Redis store with a prefix of its own, so parallel tests and runs never share keys.
 #[cfg(feature = "redis")]
@@ -55,7 +47,7 @@ pub(crate) async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) 
 #[cfg(feature = "postgres")]
 pub(crate) async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
     let url = pg_url();
-    let table = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    let table = sqs_claim_testkit::local::unique_identifier(prefix);
     let store = sqs_claim::PostgresStore::connect(&url)
         .and_then(|s| s.with_table(&table))
         .expect("store config");

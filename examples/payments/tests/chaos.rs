@@ -10,7 +10,7 @@
 //!   claims, handler calls and completions);
 //! - SIGSTOPs some and resumes them after their deadline, when their lease has lapsed and
 //!   another worker may have taken the message over (the fencing case);
-//! - injects store faults through the fault proxy of `tests/support/fault_proxy.rs` in front
+//! - injects store faults through the fault proxy of `sqs_claim_testkit::fault` in front
 //!   of each server (stall, go dark, drop the answers, reset the connections), or for SQLite
 //!   holds the write lock from another connection.
 //!
@@ -46,14 +46,14 @@
 
 use std::process::ExitCode;
 
-#[path = "chaos/driver.rs"]
-mod driver;
-#[path = "../../../tests/support/fault_proxy.rs"]
-mod fault_proxy;
-#[path = "chaos/stores.rs"]
-mod stores;
-#[path = "chaos/worker.rs"]
-mod worker;
+// The harness's parts, in `chaos/`.
+mod chaos {
+    pub(crate) mod driver;
+    pub(crate) mod stores;
+    pub(crate) mod worker;
+}
+
+use chaos::{driver, stores, worker};
 
 use driver::{Config, Mode};
 use stores::Kind;

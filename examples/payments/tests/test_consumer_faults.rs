@@ -1,5 +1,5 @@
-//! The `consumer` Lambda binary under the fake Runtime API (`tests/support/fake_runtime.rs`)
-//! with its store behind the fault proxy (`tests/support/fault_proxy.rs`), going dark **after**
+//! The `consumer` Lambda binary under the fake Runtime API (`sqs_claim_testkit::runtime`)
+//! with its store behind the fault proxy (`sqs_claim_testkit::fault`), going dark **after**
 //! start-up: DynamoDB Local, PostgreSQL, Redis, and the tiered store with its durable tier dark.
 //!
 //! Each test starts the consumer on the proxied store URL, serves one healthy invocation (the
@@ -19,31 +19,19 @@
 //! replaced for the redeliveries (Lambda would have timed it out).
 #![cfg(all(feature = "redis", feature = "postgres"))]
 
-#[allow(dead_code)]
-#[path = "support/cli.rs"]
-mod cli;
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "support/consumer.rs"]
-mod consumer;
-#[path = "../../../tests/support/dynamodb.rs"]
-mod dynamodb_local;
-#[path = "../../../tests/support/fake_runtime.rs"]
-mod fake_runtime;
-#[path = "../../../tests/support/fault_proxy.rs"]
-mod fault_proxy;
-#[path = "../../../tests/support/servers.rs"]
-mod servers;
+mod support;
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use consumer::{Consumer, TempDir};
-use fake_runtime::{FakeRuntime, Posted};
-use fault_proxy::{Fault, FaultProxy};
 use serde_json::{Value, json};
+use sqs_claim_testkit::fault::{Fault, FaultProxy};
+use sqs_claim_testkit::local as dynamodb_local;
+use sqs_claim_testkit::runtime::{FakeRuntime, Posted};
+use sqs_claim_testkit::sqs;
+use support::{cli, consumer, servers};
 
 /// Messages per batch (at most 62: the balance keeps one bit per message).
 const BATCH: usize = 20;
@@ -193,16 +181,16 @@ enum When {
 
 /// An SQS event of `(message id, order id, account, cents)` records.
 fn event(records: &[(String, String, String, i64)]) -> String {
-    let recs: Vec<common::Rec> = records
+    let recs: Vec<sqs::Record> = records
         .iter()
         .map(|(id, order, account, cents)| {
-            common::rec(
+            sqs::record(
                 id,
                 &json!({"order_id": order, "account": account, "amount_cents": cents}).to_string(),
             )
         })
         .collect();
-    common::event_json(&recs).to_string()
+    sqs::event_json(&recs).to_string()
 }
 
 /// What came back for one invocation.
@@ -478,7 +466,7 @@ async fn run(store: &Store, when: When) -> Vec<String> {
 
 /// Dark before the batch and mid-batch, at once, each on a store and a consumer of its own.
 async fn both<F: Future<Output = Store>>(make: impl Fn() -> F) {
-    common::init_logs();
+    support::init_logs();
     let (before, mid) = tokio::join!(
         async { scenario(make().await, When::Before).await },
         async { scenario(make().await, When::MidBatch).await },

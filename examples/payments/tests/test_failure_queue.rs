@@ -9,9 +9,9 @@ use serde_json::{Value, json};
 use sqs_claim::aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 
 // Only `run` is used here.
-#[allow(dead_code)]
-#[path = "support/cli.rs"]
-mod cli;
+mod support;
+
+use support::cli;
 
 fn endpoint() -> String {
     std::env::var("SQS_CLAIM_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned())

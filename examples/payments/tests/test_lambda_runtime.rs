@@ -1,6 +1,6 @@
 //! The `consumer` Lambda binary under the real `lambda_runtime` loop.
 //!
-//! Each test starts a fake Lambda Runtime API on 127.0.0.1 (`tests/support/fake_runtime.rs`),
+//! Each test starts a fake Lambda Runtime API on 127.0.0.1 (`sqs_claim_testkit::runtime`),
 //! runs the built binary against it with an embedded SQLite store in a temp dir (no AWS, no
 //! stand-ins), hands it events one invocation at a time and checks what it posts back:
 //!
@@ -17,13 +17,7 @@
 //!
 //! Every wait is bounded ([`WAIT`]); the consumer is killed when its guard drops, pass or fail.
 
-#[allow(dead_code)]
-#[path = "support/consumer.rs"]
-mod consumer;
-#[path = "../../../tests/support/emf.rs"]
-mod emf;
-#[path = "../../../tests/support/fake_runtime.rs"]
-mod fake_runtime;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -32,8 +26,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use consumer::{Consumer, TempDir};
-use fake_runtime::{FakeRuntime, Posted};
 use serde_json::{Value, json};
+use sqs_claim_testkit::emf;
+use sqs_claim_testkit::runtime::{FakeRuntime, Posted};
+use support::consumer;
 
 const CLI: &str = env!("CARGO_BIN_EXE_payments");
 
@@ -562,7 +558,7 @@ fn records_in(event: &str) -> usize {
 }
 
 /// After each invocation the consumer writes one CloudWatch EMF line to stdout, valid against
-/// the specification (`tests/support/emf.rs`), whose numbers are the batch's outcomes as
+/// the specification (`sqs_claim_testkit::emf`), whose numbers are the batch's outcomes as
 /// `events/expected.json` gives them, in the default namespace, by function and queue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_batch_writes_one_valid_emf_line_with_its_numbers() {

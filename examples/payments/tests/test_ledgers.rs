@@ -5,22 +5,15 @@
 
 use std::time::{Duration, SystemTime};
 
-#[path = "support/ledger.rs"]
-mod ledger;
+mod support;
 
-/// The `sqs-claim` CLI scenario shared by every server store.
-#[cfg(any(feature = "redis", feature = "postgres"))]
-#[path = "support/cli.rs"]
-mod cli;
-
-#[path = "../../../tests/support/servers.rs"]
-mod servers;
+use sqs_claim_testkit::local as dynamodb_local;
 #[cfg(feature = "postgres")]
-#[path = "../../../tests/support/silent.rs"]
-mod silent;
-
-#[path = "../../../tests/support/dynamodb.rs"]
-mod dynamodb_local;
+use sqs_claim_testkit::silent;
+// The `sqs-claim` CLI scenario shared by every server store.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use support::cli;
+use support::{ledger, servers};
 
 mod memory {
     /// The memory ledger keeps every balance within `0..=Payment::MAX_BALANCE_CENTS`.

@@ -2,17 +2,14 @@
 //! several invocations at once (`lambda_runtime::run_concurrent`), each answered with its own
 //! batch response, under the fake Runtime API.
 
-#[allow(dead_code)]
-#[path = "support/consumer.rs"]
-mod consumer;
-#[path = "../../../tests/support/fake_runtime.rs"]
-mod fake_runtime;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use consumer::{Consumer, TempDir};
-use fake_runtime::{FakeRuntime, Posted};
 use serde_json::{Value, json};
+use sqs_claim_testkit::runtime::{FakeRuntime, Posted};
+use support::consumer;
 
 const WAIT: Duration = Duration::from_secs(30);
 

@@ -12,9 +12,9 @@ use sqs_claim::SqliteStore;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore};
 
 // Only the operator's scenario and its helpers are used here.
-#[allow(dead_code)]
-#[path = "support/cli.rs"]
-mod cli;
+mod support;
+
+use support::cli;
 
 const BIN: &str = env!("CARGO_BIN_EXE_payments");
 

@@ -13,8 +13,9 @@
 //! DynamoDB Local must be running: `scripts/standins.sh up` (or `make test`); its endpoint is
 //! `SQS_CLAIM_DYNAMODB_ENDPOINT`, default `http://127.0.0.1:8000`.
 
-#[path = "../../../tests/support/powertools.rs"]
-mod powertools;
+mod support;
+
+use support::powertools;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

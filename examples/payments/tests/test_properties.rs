@@ -6,18 +6,14 @@
 //! batch is a success or named once in the partial batch response, by a non-empty id from the
 //! batch; no credit is applied twice.
 
-#[path = "../../../tests/common/mod.rs"]
-mod common;
-#[path = "../../../tests/support/strategies.rs"]
-mod strategies;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use payments::{Ledger, MemoryLedger, Payment, PaymentHandler};
 use proptest::prelude::*;
 use serde_json::json;
 use sqs_claim::{ErrorKind, KeySource, Processor};
-use strategies::*;
+use sqs_claim_testkit::sqs;
+use sqs_claim_testkit::strategies::*;
 
 proptest! {
     #![proptest_config(config(256))]
@@ -219,16 +215,16 @@ fn record_spec() -> impl Strategy<Value = RecordSpec> {
     })
 }
 
-fn records(specs: &[RecordSpec], fifo_queue: bool) -> Vec<common::Rec> {
+fn records(specs: &[RecordSpec], fifo_queue: bool) -> Vec<sqs::Record> {
     specs
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let id = s.id.clone().unwrap_or_default();
             let r = if fifo_queue {
-                common::fifo(&id, &s.group, &s.body).dedup(&format!("d-{}", i % 4))
+                sqs::fifo(&id, &s.group, &s.body).dedup(&format!("d-{}", i % 4))
             } else {
-                common::rec(&id, &s.body)
+                sqs::record(&id, &s.body)
             };
             if s.id.is_none() { r.no_id() } else { r }
         })
@@ -273,7 +269,7 @@ proptest! {
         let mut credited: BTreeMap<String, i64> = BTreeMap::new();
         let mut processed_keys: HashSet<String> = HashSet::new();
         for _run in 0..2 {
-            let result = runtime.block_on(processor.process(common::event(&recs)));
+            let result = runtime.block_on(processor.process(sqs::lambda_event(&recs)));
             let report = match result {
                 Err(e) => {
                     prop_assert!(!nameable, "a nameable batch failed whole: {}", e);
@@ -285,7 +281,7 @@ proptest! {
             };
             prop_assert!(nameable, "a batch with an unnamed record was answered");
             prop_assert_eq!(report.items().len(), specs.len());
-            let failed = common::failed_ids(&report.response());
+            let failed = sqs::failed_ids(&report.response());
             let failed_set: HashSet<&String> = failed.iter().collect();
             prop_assert_eq!(failed_set.len(), failed.len(), "an id named twice: {:?}", failed);
             for id in &failed {

@@ -10,16 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "../../../tests/support/silent.rs"]
-mod silent;
+mod support;
 
-#[allow(dead_code)]
-#[path = "support/consumer.rs"]
-mod consumer;
-// Only its start-up side is used here: nothing is ever queued.
-#[allow(dead_code)]
-#[path = "../../../tests/support/fake_runtime.rs"]
-mod fake_runtime;
+// Only the fake runtime's start-up side is used here: nothing is ever queued.
+use sqs_claim_testkit::runtime as fake_runtime;
+use sqs_claim_testkit::silent;
+use support::consumer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_payments");
 

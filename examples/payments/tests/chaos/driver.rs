@@ -11,9 +11,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Value, json};
 use sqs_claim::store::epoch_millis;
 
-use crate::fault_proxy::{Fault, FaultProxy};
 use crate::stores::{Kind, Resources, Spec};
 use crate::worker;
+use sqs_claim_testkit::fault::{Fault, FaultProxy};
 
 /// Deduplication on (the reference consumer as shipped) or off (the control).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

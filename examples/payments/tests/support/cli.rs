@@ -1,7 +1,5 @@
 //! The `sqs-claim` CLI on this store: init twice, credits, a repeated run that finds every
 //! message a duplicate and leaves the balances alone.
-//!
-//! Included with `#[path]` by the Redis, PostgreSQL and tiered store tests.
 
 use std::process::Command;
 

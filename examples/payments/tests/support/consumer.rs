@@ -1,13 +1,15 @@
-//! The `consumer` Lambda binary started as Lambda would start it, and a temp dir for it: shared
-//! by the tests that run it under the fake Runtime API (`fake_runtime.rs`).
+//! The `consumer` Lambda binary started as Lambda would start it (the test kit's
+//! `LambdaCommand`), and a temp dir for it: shared by the tests that run it under the fake
+//! Runtime API (`sqs_claim_testkit::runtime`).
 //!
-//! Its stdout and stderr go to files (a pipe nobody reads would fill and stall it); dropping
-//! the guard kills it, so a failing assertion never leaks a process.
+//! Its stdout and stderr go to files in the temp dir; dropping the guard kills it, so a failing
+//! assertion never leaks a process.
 
 use std::ffi::OsStr;
-use std::fs::File;
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+
+use sqs_claim_testkit::runtime::{LambdaCommand, LambdaProcess};
 
 const CONSUMER: &str = env!("CARGO_BIN_EXE_consumer");
 
@@ -33,12 +35,10 @@ impl Drop for TempDir {
     }
 }
 
-/// The running consumer, killed when dropped.
-pub struct Consumer {
-    child: Child,
-    stdout: PathBuf,
-    stderr: PathBuf,
-}
+/// The running consumer (the test kit's [`LambdaProcess`]: `exited`, `logs`, `stdout`, `tail`,
+/// `kill`), killed when dropped.
+#[derive(Debug)]
+pub struct Consumer(LambdaProcess);
 
 impl Consumer {
     /// Starts the binary in `dir` as Lambda would: a clean environment with the runtime
@@ -54,67 +54,27 @@ impl Consumer {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
-        let stdout = dir.join(format!("{name}.stdout"));
-        let stderr = dir.join(format!("{name}.stderr"));
-        let child = Command::new(CONSUMER)
+        let process = LambdaCommand::new(CONSUMER)
+            .function_name("consumer")
             .current_dir(dir)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
-            .env("AWS_LAMBDA_FUNCTION_NAME", "consumer")
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env(
-                "AWS_LAMBDA_LOG_STREAM_NAME",
-                "2026/11/30/[$LATEST]0123456789abcdef0123456789abcdef",
-            )
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", "/aws/lambda/consumer")
-            .env("AWS_REGION", "us-east-1")
+            .logs_in(dir, name)
             .envs(env)
-            .stdin(Stdio::null())
-            .stdout(File::create(&stdout).expect("create the stdout file"))
-            .stderr(File::create(&stderr).expect("create the stderr file"))
-            .spawn()
+            .start(runtime_api)
             .expect("start the consumer binary");
-        Consumer {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    /// `Some(status)` once the process has exited.
-    pub fn exited(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// Everything it wrote so far, stdout then stderr.
-    pub fn logs(&self) -> String {
-        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
-        format!("{}{}", read(&self.stdout), read(&self.stderr))
-    }
-
-    /// What it wrote to stdout so far (its JSON log lines).
-    pub fn stdout(&self) -> String {
-        std::fs::read_to_string(&self.stdout).unwrap_or_default()
-    }
-
-    /// The last lines of the logs, for a failure message.
-    pub fn tail(&self) -> String {
-        let logs = self.logs();
-        let lines: Vec<&str> = logs.lines().collect();
-        lines[lines.len().saturating_sub(15)..].join("\n")
-    }
-
-    /// Kills it now (dropping does too).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Consumer(process)
     }
 }
 
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        self.kill();
+impl Deref for Consumer {
+    type Target = LambdaProcess;
+
+    fn deref(&self) -> &LambdaProcess {
+        &self.0
+    }
+}
+
+impl DerefMut for Consumer {
+    fn deref_mut(&mut self) -> &mut LambdaProcess {
+        &mut self.0
     }
 }

@@ -2,8 +2,7 @@
 //! balance out of `0..=Payment::MAX_BALANCE_CENTS` is refused by the store with the completion
 //! (`effect_rejected`), and the balance stays what it was and readable by `balances`.
 //!
-//! Included with `#[path]` by the store tests, one call per ledger.
-#![allow(dead_code)]
+//! Called by the store tests, once per ledger.
 
 use std::time::{Duration, SystemTime};
 

@@ -1,11 +1,33 @@
 //! Endpoints on 127.0.0.1 that misbehave in the two ways a partition looks like from a client:
-//! a port that accepts connections and never answers ([`Silent`]), and one that accepts, reads
-//! the request and closes ([`Closing`]). Plus [`FakePg`], which completes PostgreSQL's start-up
+//! a port that accepts connections and never answers ([`silent`]), and one that accepts, reads
+//! the request and closes ([`closing`]). Plus [`fake_pg`], which completes PostgreSQL's start-up
 //! handshake (so a pool hands out a connection) and then goes silent or closes on the first
 //! query: the start-up check of a store whose server vanished after the connect.
 //!
-//! Minimal on purpose (included with `#[path]`); a full fault proxy can replace it.
-#![allow(dead_code)]
+//! Point a client's endpoint at one to test its timeouts: no real server needed, nothing to
+//! switch (the [`fault`](crate::fault) proxy does the same in front of a real server, switchable).
+//!
+//! ```
+//! use std::time::Duration;
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! let endpoint = sqs_claim_testkit::silent::silent().await;
+//! // e.g. DynamoDbStore::new(client_for(&endpoint.http_url()), "claims")
+//! let mut client = tokio::net::TcpStream::connect(endpoint.addr()).await?;
+//! client.write_all(b"GET / HTTP/1.1\r\n\r\n").await?;
+//! let mut buf = [0u8; 16];
+//! let read = tokio::time::timeout(Duration::from_millis(100), client.read(&mut buf)).await;
+//! assert!(read.is_err(), "a silent endpoint never answers");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Panics
+//!
+//! The constructors panic if 127.0.0.1 cannot be bound: the test's machine, not the code under
+//! test, is broken then.
 
 use std::net::SocketAddr;
 
@@ -16,7 +38,7 @@ use tokio::task::JoinHandle;
 /// What a fake endpoint does once a client is connected (and, for [`FakePg`], past the
 /// handshake).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Then {
+pub enum Then {
     /// Read everything, answer nothing, keep the connection open.
     Silent,
     /// Read the first request, then close the connection.
@@ -25,19 +47,20 @@ pub(crate) enum Then {
 
 /// A listener serving every connection with one behaviour. Dropping it stops the server and
 /// closes the connections.
-pub(crate) struct Endpoint {
+#[derive(Debug)]
+pub struct Endpoint {
     addr: SocketAddr,
     server: JoinHandle<()>,
 }
 
 impl Endpoint {
     /// `127.0.0.1:PORT`.
-    pub(crate) fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub(crate) fn http_url(&self) -> String {
+    pub fn http_url(&self) -> String {
         format!("http://{}", self.addr)
     }
 }
@@ -77,18 +100,18 @@ async fn behave(mut stream: TcpStream, then: Then) {
 }
 
 /// A port that accepts connections and never answers.
-pub(crate) async fn silent() -> Endpoint {
+pub async fn silent() -> Endpoint {
     serve(|s| behave(s, Then::Silent)).await
 }
 
 /// A port that accepts, reads the first request, and closes the connection.
-pub(crate) async fn closing() -> Endpoint {
+pub async fn closing() -> Endpoint {
     serve(|s| behave(s, Then::Close)).await
 }
 
 /// A PostgreSQL server that accepts any start-up (no TLS, no password: `AuthenticationOk`,
 /// `ReadyForQuery`) and then does `then` with the first query.
-pub(crate) async fn fake_pg(then: Then) -> Endpoint {
+pub async fn fake_pg(then: Then) -> Endpoint {
     serve(move |s| pg_connection(s, then)).await
 }
 

@@ -1,21 +1,57 @@
-//! A fake AWS Lambda Runtime API on 127.0.0.1, enough for the `lambda_runtime` 1.x client.
+//! A fake AWS Lambda Runtime API on 127.0.0.1, enough for the `lambda_runtime` 1.x client, and
+//! a way to start your Lambda binary against it as Lambda would ([`LambdaCommand`]).
 //!
 //! It speaks plain HTTP/1.1 over `tokio::net` (persistent connections, `Content-Length` and
 //! chunked request bodies), so a test can run the real Lambda binary with
 //! `AWS_LAMBDA_RUNTIME_API=<addr>` and see exactly what it posts back, without AWS.
 //!
-//! The exchange is driven by the test, one invocation at a time: [`FakeRuntime::queue`] hands
-//! an event to the function's pending `GET /2018-06-01/runtime/invocation/next`, and
+//! The exchange is driven by the test: [`FakeRuntime::queue`] hands an event, with a deadline,
+//! to the function's pending `GET /2018-06-01/runtime/invocation/next`, and
 //! [`FakeRuntime::next_post`] returns the next thing the function posted (a response, an
 //! invocation error, an init error, or a request this fake does not know). While nothing is
 //! queued, `next` simply does not answer, as on Lambda between invocations: the function sits
 //! in its loop until the test kills it.
+//!
+//! Several invocations can be in flight: a function run with `lambda_runtime::run_concurrent`
+//! (Lambda Managed Instances, `AWS_LAMBDA_MAX_CONCURRENCY=N`) polls `next` N times at once;
+//! [`FakeRuntime::polling`] says how many polls wait, each queued event answers one of them, and
+//! the posts come back in the order the function sends them (match them by
+//! [`Posted::request_id`]).
 //!
 //! Paths and headers are those of `lambda_runtime` 1.5 (`src/requests.rs`, `src/types.rs`):
 //! `next` answers with `Lambda-Runtime-Aws-Request-Id`, `Lambda-Runtime-Deadline-Ms` (epoch
 //! milliseconds), `Lambda-Runtime-Invoked-Function-Arn` and `Lambda-Runtime-Trace-Id`; the
 //! function posts `/2018-06-01/runtime/invocation/{id}/response`,
 //! `/2018-06-01/runtime/invocation/{id}/error` or `/2018-06-01/runtime/init/error`.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sqs_claim_testkit::runtime::{FakeRuntime, LambdaCommand, Posted};
+//! use sqs_claim_testkit::sqs::{self, record};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! let mut runtime = FakeRuntime::start().await?;
+//! // Your Lambda binary (in an integration test: env!("CARGO_BIN_EXE_<name>")).
+//! let logs = std::env::temp_dir();
+//! let mut function = LambdaCommand::new("target/debug/my-consumer")
+//!     .env("TABLE_NAME", "claims")
+//!     .logs_in(&logs, "my-consumer")
+//!     .start(&runtime.address())?;
+//!
+//! let event = sqs::event_json(&[record("m-1", "{}"), record("m-2", "{}")]);
+//! let id = runtime.queue(event.to_string(), Duration::from_secs(30));
+//! match runtime.next_post(Duration::from_secs(60)).await {
+//!     Some(Posted::Response { request_id, body }) => {
+//!         assert_eq!(request_id, id);
+//!         assert_eq!(body, r#"{"batchItemFailures":[]}"#);
+//!     }
+//!     other => panic!("{other:?}\n{}", function.tail()),
+//! }
+//! function.kill();
+//! # Ok(())
+//! # }
+//! ```
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,8 +63,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Mutex, mpsc};
 use tokio::task::JoinHandle;
 
-/// The ARN the fake hands out as the invoked function.
-pub(crate) const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:consumer";
+mod process;
+
+pub use process::{LambdaCommand, LambdaProcess};
+
+/// The function name [`LambdaCommand`] sets by default (`AWS_LAMBDA_FUNCTION_NAME`), the one
+/// [`FUNCTION_ARN`] names.
+pub const FUNCTION_NAME: &str = "consumer";
+
+/// The ARN the fake hands out as the invoked function (`Context::invoked_function_arn`).
+pub const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:consumer";
 
 /// Bodies larger than this are refused: Lambda's own payload cap is 6 MB, and a runaway read
 /// must fail the test rather than eat the machine.
@@ -36,18 +80,20 @@ const MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// One event waiting for the function's next `GET .../invocation/next`.
 #[derive(Debug, Clone)]
-pub(crate) struct Invocation {
+struct Invocation {
     /// `Lambda-Runtime-Aws-Request-Id`.
-    pub request_id: String,
+    request_id: String,
     /// The event JSON, sent as the body.
-    pub body: String,
+    body: String,
     /// `Lambda-Runtime-Deadline-Ms`, epoch milliseconds.
-    pub deadline_ms: u64,
+    deadline_ms: u64,
 }
 
 /// Something the function posted to the fake.
+///
+/// The four cases are all the Runtime API defines; anything else arrives as `Unknown`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Posted {
+pub enum Posted {
     /// `POST /2018-06-01/runtime/invocation/{request_id}/response`.
     Response {
         /// The id from the path.
@@ -84,7 +130,10 @@ pub(crate) enum Posted {
 }
 
 /// The fake Runtime API. Dropping it stops the server (the accept loop and its connections).
-pub(crate) struct FakeRuntime {
+///
+/// Must be started, and used, inside a tokio runtime.
+#[derive(Debug)]
+pub struct FakeRuntime {
     addr: SocketAddr,
     queue: mpsc::UnboundedSender<Invocation>,
     posts: mpsc::UnboundedReceiver<Posted>,
@@ -94,7 +143,7 @@ pub(crate) struct FakeRuntime {
 
 impl FakeRuntime {
     /// Binds a random port on 127.0.0.1 and starts serving.
-    pub(crate) async fn start() -> std::io::Result<FakeRuntime> {
+    pub async fn start() -> std::io::Result<FakeRuntime> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (queue, queued) = mpsc::unbounded_channel::<Invocation>();
@@ -126,18 +175,25 @@ impl FakeRuntime {
     }
 
     /// `host:port`, the value of `AWS_LAMBDA_RUNTIME_API`.
-    pub(crate) fn address(&self) -> String {
+    pub fn address(&self) -> String {
         self.addr.to_string()
     }
 
     /// Queues `event` for the function's next `next` call, with a fresh request id and a
     /// deadline `budget` from now. Returns the request id.
-    pub(crate) fn queue(&self, event: impl Into<String>, budget: Duration) -> String {
-        let request_id = uuid::Uuid::new_v4().to_string();
+    pub fn queue(&self, event: impl Into<String>, budget: Duration) -> String {
         let deadline_ms = (SystemTime::now() + budget)
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             .unwrap_or(0);
+        self.queue_at(event, deadline_ms)
+    }
+
+    /// Queues `event` with a fresh request id and this `Lambda-Runtime-Deadline-Ms` (epoch
+    /// milliseconds; one in the past hands out an invocation that is already late). Returns
+    /// the request id.
+    pub fn queue_at(&self, event: impl Into<String>, deadline_ms: u64) -> String {
+        let request_id = uuid::Uuid::new_v4().to_string();
         // The receiver lives as long as the server task; a send error means it died, which
         // the following `next_post` reports as a timeout with the reason.
         let _ = self.queue.send(Invocation {
@@ -151,17 +207,66 @@ impl FakeRuntime {
     /// How many `GET .../invocation/next` requests are waiting for an event right now: 1 for a
     /// function that polls one invocation at a time, N for `lambda_runtime::run_concurrent`
     /// with `AWS_LAMBDA_MAX_CONCURRENCY=N`.
-    #[allow(dead_code)] // only the library's tests/test_lambda_run.rs asks
-    pub(crate) fn polling(&self) -> usize {
+    pub fn polling(&self) -> usize {
         self.polling.load(Ordering::SeqCst)
     }
 
+    /// Waits until at least `count` polls of `next` are waiting (a concurrent function has
+    /// started all its workers, say), at most `timeout`. Whether they are.
+    pub async fn wait_polling(&self, count: usize, timeout: Duration) -> bool {
+        let give_up = tokio::time::Instant::now() + timeout;
+        while self.polling() < count {
+            if tokio::time::Instant::now() >= give_up {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
     /// The next thing the function posted, waiting at most `timeout`. `None` on timeout.
-    pub(crate) async fn next_post(&mut self, timeout: Duration) -> Option<Posted> {
+    pub async fn next_post(&mut self, timeout: Duration) -> Option<Posted> {
         tokio::time::timeout(timeout, self.posts.recv())
             .await
             .ok()
             .flatten()
+    }
+
+    /// One invocation, start to end: queues `event` with a deadline `budget` from now and
+    /// waits at most `timeout` for what the function posts. `None` on timeout.
+    ///
+    /// For one invocation at a time: with several in flight, a post may answer another one
+    /// (queue them with [`queue`](Self::queue) and match [`Posted::request_id`]).
+    pub async fn invoke(
+        &mut self,
+        event: impl Into<String>,
+        budget: Duration,
+        timeout: Duration,
+    ) -> Option<Posted> {
+        self.queue(event, budget);
+        self.next_post(timeout).await
+    }
+}
+
+impl Posted {
+    /// The invocation it answers (`Response` and `InvocationError`).
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Posted::Response { request_id, .. } | Posted::InvocationError { request_id, .. } => {
+                Some(request_id)
+            }
+            _ => None,
+        }
+    }
+
+    /// The body it carried.
+    pub fn body(&self) -> &str {
+        match self {
+            Posted::Response { body, .. }
+            | Posted::InvocationError { body, .. }
+            | Posted::InitError { body, .. }
+            | Posted::Unknown { body, .. } => body,
+        }
     }
 }
 

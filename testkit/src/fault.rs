@@ -1,14 +1,47 @@
 //! A TCP fault proxy on 127.0.0.1, in front of a real server (DynamoDB Local, PostgreSQL,
 //! Redis), switchable at run time between healthy forwarding and the ways a network dependency
-//! fails without saying so. Included with `#[path]` by the tests that need it.
+//! fails without saying so: what a store client does when its server hangs, vanishes, or loses an
+//! answer after applying the request.
 //!
-//! ```ignore
-//! let proxy = FaultProxy::start("127.0.0.1:6379".parse()?).await?;
-//! // point the client at `proxy.addr()` ...
-//! proxy.set(Fault::Dark);               // now
+//! ```
+//! use std::time::Duration;
+//! use sqs_claim_testkit::fault::{Fault, FaultProxy};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! // A server to stand in front of (in a real test: Redis, PostgreSQL, DynamoDB Local; or
+//! // `FaultProxy::in_front_of("redis://127.0.0.1:6379/")`, which also rewrites the URL).
+//! let echo = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let upstream = echo.local_addr()?;
+//! tokio::spawn(async move {
+//!     while let Ok((mut s, _)) = echo.accept().await {
+//!         tokio::spawn(async move {
+//!             let mut buf = [0u8; 64];
+//!             while let Ok(n @ 1..) = s.read(&mut buf).await {
+//!                 let _ = s.write_all(&buf[..n]).await;
+//!             }
+//!         });
+//!     }
+//! });
+//!
+//! let proxy = FaultProxy::start(upstream).await?;
+//! let mut client = tokio::net::TcpStream::connect(proxy.addr()).await?;
+//! client.write_all(b"ping").await?;
+//! let mut answer = [0u8; 4];
+//! client.read_exact(&mut answer).await?;
+//! assert_eq!(&answer, b"ping");
+//!
+//! proxy.set(Fault::Dark); // a partition: nothing moves, nothing closes
+//! client.write_all(b"ping").await?;
+//! let read = tokio::time::timeout(Duration::from_millis(200), client.read(&mut answer)).await;
+//! assert!(read.is_err(), "no answer through a dark proxy");
+//!
 //! proxy.set_after_bytes(4096, Fault::Stall); // once 4 KiB more went to the server
-//! proxy.set_after(Duration::from_millis(50), Fault::Reset);
-//! proxy.set(Fault::Pass);               // heal (and cancel anything armed)
+//! proxy.set_after(Duration::from_millis(50), Fault::Reset); // or after a while
+//! proxy.set(Fault::Pass); // heal (and cancel anything armed)
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! | fault | existing connections | new connections |
@@ -34,7 +67,6 @@
 //! buffer per direction and connection, upstream connects bounded by [`CONNECT_TIMEOUT`].
 //! Dropping the [`FaultProxy`] stops everything: the accept loop, every connection (their
 //! sockets close) and every armed timer. A [`FaultHandle`] that outlives it switches nothing.
-#![allow(dead_code)]
 
 use std::io;
 use std::net::SocketAddr;
@@ -48,16 +80,16 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle, JoinSet};
 
 /// The most connections the proxy keeps open at once; the next ones are reset on accept.
-pub(crate) const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 256;
 
 /// How long a connection to the upstream server may take before the client is reset.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 const BUFFER: usize = 16 * 1024;
 
 /// What the proxy does to traffic. See the [module documentation](self) for the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Fault {
+pub enum Fault {
     /// Forward both ways.
     Pass,
     /// Read from both sides, forward nothing, answer nothing, keep every socket open.
@@ -143,20 +175,29 @@ impl Shared {
 
 /// A clonable switch for a running [`FaultProxy`] (to flip it from a handler, say).
 #[derive(Clone)]
-pub(crate) struct FaultHandle {
+pub struct FaultHandle {
     shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for FaultHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultHandle")
+            .field("fault", &self.fault())
+            .field("open", &self.open())
+            .finish_non_exhaustive()
+    }
 }
 
 impl FaultHandle {
     /// Switches to `fault` now, and cancels any switch armed with
     /// [`set_after_bytes`](Self::set_after_bytes) or [`set_after`](Self::set_after).
-    pub(crate) fn set(&self, fault: Fault) {
+    pub fn set(&self, fault: Fault) {
         self.shared.disarm();
         self.shared.fault.send_replace(fault);
     }
 
     /// The fault in force.
-    pub(crate) fn fault(&self) -> Fault {
+    pub fn fault(&self) -> Fault {
         *self.shared.fault.borrow()
     }
 
@@ -164,7 +205,7 @@ impl FaultHandle {
     /// (counted across connections, from this call). The byte that completes the count is the
     /// last one forwarded: the rest of its chunk already meets `fault`, so a fault can land in
     /// the middle of a request. Replaces an earlier byte trigger; `0` switches now.
-    pub(crate) fn set_after_bytes(&self, bytes: u64, fault: Fault) {
+    pub fn set_after_bytes(&self, bytes: u64, fault: Fault) {
         if bytes == 0 {
             *lock(&self.shared.trigger) = None;
             self.shared.fault.send_replace(fault);
@@ -178,7 +219,7 @@ impl FaultHandle {
 
     /// Switches to `fault` after `delay` (a timer task, stopped with the proxy or by
     /// [`set`](Self::set)).
-    pub(crate) fn set_after(&self, delay: Duration, fault: Fault) {
+    pub fn set_after(&self, delay: Duration, fault: Fault) {
         let shared = Arc::downgrade(&self.shared);
         let timer = tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -192,29 +233,30 @@ impl FaultHandle {
     }
 
     /// Client bytes forwarded to the server so far.
-    pub(crate) fn bytes_up(&self) -> u64 {
+    pub fn bytes_up(&self) -> u64 {
         self.shared.bytes_up.load(Ordering::SeqCst)
     }
 
     /// Server bytes forwarded to clients so far (discarded answers are not counted).
-    pub(crate) fn bytes_down(&self) -> u64 {
+    pub fn bytes_down(&self) -> u64 {
         self.shared.bytes_down.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.
-    pub(crate) fn accepted(&self) -> usize {
+    pub fn accepted(&self) -> usize {
         self.shared.accepted.load(Ordering::SeqCst)
     }
 
     /// Connections open now.
-    pub(crate) fn open(&self) -> usize {
+    pub fn open(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
     }
 }
 
 /// The proxy: a listener on an ephemeral port of 127.0.0.1 in front of `upstream`. Dropping it
 /// stops it (see the [module documentation](self)).
-pub(crate) struct FaultProxy {
+#[derive(Debug)]
+pub struct FaultProxy {
     addr: SocketAddr,
     upstream: SocketAddr,
     handle: FaultHandle,
@@ -224,7 +266,7 @@ pub(crate) struct FaultProxy {
 impl FaultProxy {
     /// Binds 127.0.0.1 on an ephemeral port and starts forwarding to `upstream`
     /// ([`Fault::Pass`]). Must be called inside a tokio runtime.
-    pub(crate) async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
+    pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let (fault, _) = watch::channel(Fault::Pass);
@@ -247,29 +289,29 @@ impl FaultProxy {
     }
 
     /// The proxy's address (`127.0.0.1:<port>`).
-    pub(crate) fn addr(&self) -> SocketAddr {
+    pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
     /// The proxy's port.
-    pub(crate) fn port(&self) -> u16 {
+    pub fn port(&self) -> u16 {
         self.addr.port()
     }
 
     /// The server behind it.
-    pub(crate) fn upstream(&self) -> SocketAddr {
+    pub fn upstream(&self) -> SocketAddr {
         self.upstream
     }
 
     /// A clonable switch.
-    pub(crate) fn handle(&self) -> FaultHandle {
+    pub fn handle(&self) -> FaultHandle {
         self.handle.clone()
     }
 
     /// A proxy in front of the server a URL names (`scheme://[user[:password]@]host[:port]/...`,
     /// as `postgres://`, `redis://`, `http://`; the port defaults by scheme), and the same URL
     /// pointing at the proxy instead.
-    pub(crate) async fn in_front_of(url: &str) -> io::Result<(FaultProxy, String)> {
+    pub async fn in_front_of(url: &str) -> io::Result<(FaultProxy, String)> {
         let invalid = |why: &str| io::Error::new(io::ErrorKind::InvalidInput, why.to_owned());
         let (scheme, rest) = url
             .split_once("://")

@@ -1,11 +1,35 @@
 //! A checker for CloudWatch Embedded Metric Format objects, after the specification's rules
-//! (docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html):
-//! shared by the library's metrics test and the app's Lambda runtime test.
+//! (docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/CloudWatch_Embedded_Metric_Format_Specification.html).
+//!
+//! CloudWatch drops an invalid EMF line silently (it stays a log line, no metric is made), so a
+//! consumer that emits metrics wants its lines checked in a test: one line each, an `_aws`
+//! object with a millisecond `Timestamp` and `CloudWatchMetrics` directives, every dimension a
+//! top-level string, every metric a top-level number (or 1 to 100 of them), units CloudWatch
+//! knows, at most 30 dimensions and 100 metrics.
+//!
+//! ```
+//! use sqs_claim_testkit::emf;
+//!
+//! let line = r#"{"_aws":{"Timestamp":1732000000000,"CloudWatchMetrics":[{"Namespace":"orders",
+//! "Dimensions":[["Service"]],"Metrics":[{"Name":"Processed","Unit":"Count"}]}]},
+//! "Service":"consumer","Processed":3}"#.replace('\n', "");
+//! assert!(emf::problems(&line).is_empty());
+//!
+//! // Found in a function's output: every EMF line checked, the others skipped.
+//! let logs = format!("{{\"level\":\"INFO\"}}\n{line}\n");
+//! let metrics = emf::lines(&logs);
+//! assert_eq!(metrics[0]["Processed"], 3);
+//!
+//! assert_eq!(
+//!     emf::problems(r#"{"_aws":{"Timestamp":1732000000000,"CloudWatchMetrics":[]}}"#),
+//!     ["_aws.CloudWatchMetrics is empty"]
+//! );
+//! ```
 
 use serde_json::Value;
 
 /// The units CloudWatch accepts.
-pub(crate) const UNITS: &[&str] = &[
+pub const UNITS: &[&str] = &[
     "Seconds",
     "Microseconds",
     "Milliseconds",
@@ -37,7 +61,7 @@ pub(crate) const UNITS: &[&str] = &[
 
 /// Every rule of the specification this line must keep, as a list of what is wrong (empty:
 /// valid). `line` is the text of one log line.
-pub(crate) fn problems(line: &str) -> Vec<String> {
+pub fn problems(line: &str) -> Vec<String> {
     let mut p = Vec::new();
     if line.contains('\n') {
         p.push("an EMF object must be one line".into());
@@ -148,9 +172,12 @@ pub(crate) fn problems(line: &str) -> Vec<String> {
     p
 }
 
-/// The lines of `text` that are EMF objects (those with an `_aws` member), each checked: panics
-/// naming the problems of an invalid one.
-pub(crate) fn lines(text: &str) -> Vec<Value> {
+/// The lines of `text` that are EMF objects (those with an `_aws` member), each checked.
+///
+/// # Panics
+///
+/// On an invalid EMF line, naming its problems (a test assertion).
+pub fn lines(text: &str) -> Vec<Value> {
     text.lines()
         .filter(|l| l.contains("\"_aws\""))
         .map(|l| {
@@ -160,7 +187,10 @@ pub(crate) fn lines(text: &str) -> Vec<Value> {
                 "invalid EMF line {l}:\n{}",
                 problems.join("\n")
             );
-            serde_json::from_str(l).expect("checked above")
+            match serde_json::from_str(l) {
+                Ok(value) => value,
+                Err(e) => panic!("invalid EMF line {l}: {e}"),
+            }
         })
         .collect()
 }

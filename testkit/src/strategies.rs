@@ -1,14 +1,34 @@
-//! Generators shared by the property tests of the library (`tests/test_properties.rs`) and of
-//! the example app (`payments/tests/test_properties.rs`); included with `#[path]`.
-#![allow(dead_code)]
+//! [proptest](https://docs.rs/proptest) generators for a consumer's property tests: strings
+//! with the characters that break parsers and logs, any JSON value, bodies (valid JSON, JSON cut
+//! short, not JSON) that all carry a [`SECRET`] marker, SQS-shaped records, JSON pointers.
+//!
+//! The marker is the point: a consumer must never put a message body in an error, a log line or
+//! a `Debug` output, so a property test feeds it marked bodies and asserts the marker never
+//! comes back.
+//!
+//! ```
+//! use proptest::prelude::*;
+//! use sqs_claim_testkit::strategies::{SECRET, body, config};
+//!
+//! fn parse(body: &str) -> Result<serde_json::Value, String> {
+//!     // Says where, never what.
+//!     serde_json::from_str(body).map_err(|e| format!("not JSON at column {}", e.column()))
+//! }
+//!
+//! proptest!(config(64), |(b in body())| {
+//!     if let Err(e) = parse(&b) {
+//!         prop_assert!(!e.contains(SECRET), "{}", e);
+//!     }
+//! });
+//! ```
 
+use aws_lambda_events::sqs::SqsMessage;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use sqs_claim::events::SqsMessage;
 
 /// `cases` cases, without a failure-persistence file (a failure prints its minimal input; it
 /// becomes a plain regression test here).
-pub(crate) fn config(cases: u32) -> ProptestConfig {
+pub fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
         cases,
         failure_persistence: None,
@@ -17,14 +37,11 @@ pub(crate) fn config(cases: u32) -> ProptestConfig {
 }
 
 /// A marker put into bodies; no error may ever contain it.
-pub(crate) const SECRET: &str = "S3CR3T";
-
-// ---------------------------------------------------------------------------------------------
-// Generators
+pub const SECRET: &str = "S3CR3T";
 
 /// Strings with the characters that matter: JSON and pointer syntax, escapes, unicode (wide,
 /// combining, astral, controls), and the marker.
-pub(crate) fn text() -> impl Strategy<Value = String> {
+pub fn text() -> impl Strategy<Value = String> {
     prop::collection::vec(
         prop_oneof![
             4 => prop::char::range('a', 'z').prop_map(String::from),
@@ -42,7 +59,7 @@ pub(crate) fn text() -> impl Strategy<Value = String> {
 }
 
 /// Any JSON value, a few levels deep.
-pub(crate) fn json_value() -> impl Strategy<Value = Value> {
+pub fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
@@ -63,7 +80,7 @@ pub(crate) fn json_value() -> impl Strategy<Value = Value> {
 
 /// An object that looks like an SQS record: the real field names (and some others), each with
 /// any JSON value.
-pub(crate) fn record_ish() -> impl Strategy<Value = Value> {
+pub fn record_ish() -> impl Strategy<Value = Value> {
     let name = prop_oneof![
         4 => prop::sample::select(vec![
             "messageId", "receiptHandle", "body", "md5OfBody", "md5OfMessageAttributes",
@@ -77,7 +94,7 @@ pub(crate) fn record_ish() -> impl Strategy<Value = Value> {
 }
 
 /// A well-formed record: every field of the right type, any content.
-pub(crate) fn valid_record() -> impl Strategy<Value = Value> {
+pub fn valid_record() -> impl Strategy<Value = Value> {
     (
         prop::option::of(text()),
         prop::option::of(text()),
@@ -111,7 +128,8 @@ pub(crate) fn valid_record() -> impl Strategy<Value = Value> {
         })
 }
 
-pub(crate) fn message(body: Option<String>) -> SqsMessage {
+/// An `SqsMessage` with the id `m-1` and this body, nothing else set.
+pub fn message(body: Option<String>) -> SqsMessage {
     let mut m = SqsMessage::default();
     m.message_id = Some("m-1".into());
     m.body = body;
@@ -119,13 +137,13 @@ pub(crate) fn message(body: Option<String>) -> SqsMessage {
 }
 
 /// `s` as one RFC 6901 reference token.
-pub(crate) fn escape(s: &str) -> String {
+pub fn escape(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
 /// Bodies: valid JSON (objects most of all), JSON cut short, and text that is not JSON, all
 /// carrying the marker somewhere.
-pub(crate) fn body() -> impl Strategy<Value = String> {
+pub fn body() -> impl Strategy<Value = String> {
     prop_oneof![
         3 => json_value().prop_map(|v| v.to_string()),
         2 => (json_value(), text()).prop_map(|(v, k)| {
@@ -143,7 +161,10 @@ pub(crate) fn body() -> impl Strategy<Value = String> {
     ]
 }
 
-pub(crate) fn pointer() -> impl Strategy<Value = String> {
+/// JSON pointers (RFC 6901): the usual `/order_id`, paths of escaped tokens, and raw text after
+/// a `/`. Never one containing [`SECRET`]: a pointer is configuration, which may appear in
+/// errors.
+pub fn pointer() -> impl Strategy<Value = String> {
     prop_oneof![
         Just("/order_id".to_owned()),
         Just("/secret".to_owned()),
@@ -158,6 +179,3 @@ pub(crate) fn pointer() -> impl Strategy<Value = String> {
     // The pointer is configuration (it may appear in errors); the marker stands for the body.
     .prop_filter("the marker is the body's", |p| !p.contains(SECRET))
 }
-
-// ---------------------------------------------------------------------------------------------
-// SQS event decoding

@@ -1,0 +1,25 @@
+//! What the example app's tests share: the `sqs-claim` CLI and the `consumer` binary run as a
+//! user runs them, the ledgers' balance range, stores on the real servers, the Powertools
+//! driver, and log capture.
+//!
+//! The fake Runtime API, the fault proxy, silent endpoints, the EMF checker and the event
+//! builders are `sqs-claim-testkit`'s. Each test binary uses a different part of these
+//! modules, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+pub mod cli;
+pub mod consumer;
+pub mod ledger;
+pub mod powertools;
+pub mod servers;
+
+/// Installs a test log subscriber once (respects `RUST_LOG`), so failures can be read with logs.
+pub fn init_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}

@@ -1,0 +1,67 @@
+//! Stores on the real Redis and PostgreSQL servers (whose URLs the test kit reads from the
+//! environment), for the ledger and fault tests. The library's `tests/support/servers.rs` has
+//! the same helpers: they are built on the library's store types, which the test kit does not
+//! depend on, so each crate's tests keep their own.
+
+pub(crate) use sqs_claim_testkit::local::{pg_url, redis_url};
+
+/// A Redis store with a prefix of its own, so parallel tests and runs never share keys.
+#[cfg(feature = "redis")]
+pub(crate) async fn redis_store() -> sqs_claim::RedisStore {
+    let url = redis_url();
+    match sqs_claim::RedisStore::connect(&url).await {
+        Ok(s) => s.with_prefix(format!("test:{}:", uuid::Uuid::new_v4())),
+        Err(e) => panic!(
+            "Redis is not reachable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
+        ),
+    }
+}
+
+/// Deletes every key under `prefix` (records expire by themselves; effect keys would not).
+#[cfg(feature = "redis")]
+pub(crate) async fn cleanup(conn: &redis::aio::ConnectionManager, prefix: &str) {
+    use redis::AsyncCommands;
+    let mut conn = conn.clone();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        if !keys.is_empty() {
+            let () = conn.del(keys).await.expect("DEL");
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+}
+
+/// A migrated PostgreSQL store on a fresh table named `{prefix}_<uuid>`.
+#[cfg(feature = "postgres")]
+pub(crate) async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
+    let url = pg_url();
+    let table = sqs_claim_testkit::local::unique_identifier(prefix);
+    let store = sqs_claim::PostgresStore::connect(&url)
+        .and_then(|s| s.with_table(&table))
+        .expect("store config");
+    if let Err(e) = store.migrate().await {
+        panic!(
+            "PostgreSQL is not usable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
+        );
+    }
+    store
+}
+
+/// Runs SQL statements on the store's pool.
+#[cfg(feature = "postgres")]
+pub(crate) async fn sql(store: &sqs_claim::PostgresStore, statement: &str) {
+    let client = store.pool().get().await.expect("pool");
+    client.batch_execute(statement).await.expect(statement);
+}

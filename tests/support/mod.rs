@@ -1,0 +1,14 @@
+//! The real servers behind the library's tests, as stores: DynamoDB Local on a fresh table,
+//! Redis under a fresh prefix, PostgreSQL on a fresh table, and the Powertools for AWS Lambda
+//! (Python) driver. Each helper fails, never skips, when its server does not answer.
+//!
+//! What a user's tests would want too (the fake Runtime API, the fault proxy, silent endpoints,
+//! the EMF checker, event builders, where the stand-ins are) is in `sqs-claim-testkit`; these
+//! modules hold what needs the library's own types or this repository's scripts. Each test
+//! binary uses a different part, hence the `dead_code` allowance.
+#![allow(dead_code)]
+
+#[cfg(feature = "dynamodb")]
+pub(crate) mod dynamodb;
+pub(crate) mod powertools;
+pub(crate) mod servers;
