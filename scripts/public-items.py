@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Counts the public items of a crate from rustdoc's JSON output.
+
+Usage: scripts/public-items.py [PACKAGE ...]   (default: sqs-claim sqs-claim-cli sqs-claim-testkit)
+
+Builds `cargo rustdoc -p PACKAGE --lib --all-features -- --output-format json` (rustdoc's JSON
+is unstable: RUSTC_BOOTSTRAP=1 lets the stable toolchain emit it) and counts the items a user
+can name: every item of the crate reachable from its root through public modules and
+re-exports (modules, types, traits, functions, methods, constants, fields, variants), each
+once. It also prints `grep -c 'pub ...'`-style declaration counts for comparison.
+"""
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+
+ROOT = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def doc_json(package):
+    env = dict(os.environ, RUSTC_BOOTSTRAP="1")
+    target = env.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    subprocess.run(
+        ["cargo", "rustdoc", "-q", "-p", package, "--lib", "--all-features", "--",
+         "-Z", "unstable-options", "--output-format", "json"],
+        cwd=ROOT, env=env, check=True)
+    name = package.replace("-", "_")
+    with open(os.path.join(target, "doc", f"{name}.json")) as f:
+        return json.load(f)
+
+
+def reachable(doc):
+    """Ids of the crate's items a user can reach from the root, and their kinds."""
+    index = doc["index"]
+    seen, kinds = set(), Counter()
+    stack = [doc["root"]]
+    while stack:
+        item_id = stack.pop()
+        key = str(item_id)
+        if key in seen or key not in index:
+            continue
+        item = index[key]
+        if item.get("crate_id", 0) != 0:
+            continue
+        vis = item.get("visibility")
+        inner = item.get("inner", {})
+        kind = next(iter(inner), "?")
+        is_impl_child = kind in ("function", "assoc_const", "assoc_type") and vis == "default"
+        if vis != "public" and not is_impl_child and kind not in ("impl", "variant", "module"):
+            continue
+        seen.add(key)
+        if kind not in ("impl", "use"):
+            kinds[kind] += 1
+        body = inner.get(kind) or {}
+        if kind == "module":
+            stack.extend(body.get("items", []))
+        elif kind == "use":
+            if body.get("id") is not None:
+                stack.append(body["id"])
+        elif kind in ("struct", "enum", "union", "trait"):
+            stack.extend(body.get("impls", []) if kind != "trait" else [])
+            stack.extend(body.get("items", []))
+            stack.extend(body.get("variants", []))
+            fields = body.get("kind", {})
+            if isinstance(fields, dict):
+                for v in fields.values():
+                    if isinstance(v, dict):
+                        stack.extend(v.get("fields", []))
+                    elif isinstance(v, list):
+                        stack.extend(x for x in v if x is not None)
+        elif kind == "impl":
+            if body.get("trait") is None:  # inherent methods only: trait impls add no names
+                stack.extend(body.get("items", []))
+        elif kind == "variant":
+            vk = body.get("kind", {})
+            if isinstance(vk, dict):
+                for v in vk.values():
+                    if isinstance(v, dict):
+                        stack.extend(v.get("fields", []))
+                    elif isinstance(v, list):
+                        stack.extend(x for x in v if x is not None)
+    return kinds
+
+
+def main():
+    packages = sys.argv[1:] or ["sqs-claim", "sqs-claim-cli", "sqs-claim-testkit"]
+    for package in packages:
+        kinds = reachable(doc_json(package))
+        total = sum(kinds.values())
+        detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        print(f"{package}: {total} public items ({detail})")
+
+
+if __name__ == "__main__":
+    main()
