@@ -203,7 +203,7 @@ impl PowertoolsFormat {
 ///     .build();
 /// # let _ = idempotency;
 /// ```
-impl crate::idempotency::KeyFormat for PowertoolsFormat {
+impl crate::claim::KeyFormat for PowertoolsFormat {
     fn stored_key(&self, _namespace: &str, datum: &Value) -> String {
         self.key(datum)
     }
