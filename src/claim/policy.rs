@@ -148,9 +148,10 @@ mod tests {
             from_env: Some("from-env".into()),
         };
         assert_eq!(env.resolve(&ctx), "from-env", "no context: the variable");
-        let mut config = lambda_runtime::Config::default();
-        config.function_name = "from-context".into();
-        ctx.env_config = std::sync::Arc::new(config);
+        ctx.env_config = std::sync::Arc::new(lambda_runtime::Config {
+            function_name: "from-context".into(),
+            ..Default::default()
+        });
         assert_eq!(env.resolve(&ctx), "from-context");
         let mut set = env.clone();
         set.set("payments".into());
