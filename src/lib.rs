@@ -41,7 +41,7 @@
 //! | step | module |
 //! |------|--------|
 //! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
-//! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`]: `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
+//! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
 //! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | [`deadline`] |
 //! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers | [`processor`] (`run.rs`) |
 //! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) and the stored record is judged against the payload ([`PayloadCheck`]): duplicate, or payload differs (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`claim`] (`attempt.rs`), [`store`] (contract) and its adapters |
@@ -76,7 +76,7 @@
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
-//! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`] for either front door), to share its table (docs/powertools.md) |
+//! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
 //! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
@@ -111,7 +111,7 @@ pub mod publish;
 pub mod retry;
 pub mod store;
 
-pub use claim::{KeyFormat, Lease, MissingKey, NativeFormat, PayloadCheck};
+pub use claim::{Lease, MissingKey, PayloadCheck};
 pub use deadline::Clock;
 pub use error::{BoxError, Error, ErrorKind};
 pub use key::KeySource;

@@ -252,12 +252,11 @@ pub enum RecordPayload {
 
 impl PowertoolsFormat {
     /// The payload validation the Powertools side uses (`payload_validation_jmespath`), so
-    /// that a processor built with [`ProcessorBuilder::powertools`] stores and compares the
-    /// same `validation` hash. Without it, that processor fingerprints nothing, as Powertools
+    /// that a processor built with this format
+    /// ([`ProcessorBuilder::key_format`](crate::ProcessorBuilder::key_format)) stores and
+    /// compares the same `validation` hash. Without it, that processor fingerprints nothing, as Powertools
     /// validates nothing by default: a `validation` hash of one side would never equal the
     /// other's.
-    ///
-    /// [`ProcessorBuilder::powertools`]: crate::ProcessorBuilder::powertools
     pub fn with_record_validation(mut self, payload: RecordPayload) -> Self {
         self.validation = Some(payload);
         self

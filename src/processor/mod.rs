@@ -11,15 +11,18 @@
 //! | file | what it holds |
 //! |------|---------------|
 //! | `mod.rs` | [`Processor`]: `process` and the `tower::Service` the Lambda runtime calls |
-//! | `config.rs` | the policies ([`StoreUnavailable`], [`PayloadCheck`], [`FifoMode`]) and [`ProcessorBuilder`] |
+//! | `config.rs` | the processor's own policies ([`StoreUnavailable`], [`FifoMode`]) and [`ProcessorBuilder`]; the claim's ([`PayloadCheck`](crate::PayloadCheck), [`Lease`](crate::Lease), [`MissingKey`](crate::MissingKey), the key format) are in [`claim`](crate::claim) |
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
-//! | `run.rs` | the standard and FIFO schedulers, and the steps of one message under the budget |
+//! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
 //! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive sent, with their reason, to a failure queue (feature `sqs`) |
 //!
-//! Where a duplicate is detected: when the claim finds the key completed (`run.rs`,
-//! `Claim::Completed`), or, for copies inside one batch, at planning (`plan.rs`: a later copy
-//! follows the first copy's outcome). Where the deadline cuts work off: `deadline.rs`
-//! (`Budget::bounded`), called for every step in `run.rs`.
+//! Where a duplicate is detected: when the claim finds the key completed (`claim/attempt.rs`,
+//! `Claim::Completed`, judged by the [`PayloadCheck`](crate::PayloadCheck); `run.rs` makes it
+//! [`Outcome::Duplicate`](crate::Outcome::Duplicate)), or, for copies inside one batch, at
+//! planning (`plan.rs`: a later copy follows the first copy's outcome). Where the deadline cuts
+//! work off: `deadline.rs` (`Budget::bounded`), which every step of the claim
+//! (`claim/attempt.rs`) races. Where a failure becomes an `itemIdentifier`:
+//! [`BatchReport::response`](crate::BatchReport::response) (`outcome.rs`).
 
 mod config;
 #[cfg(feature = "sqs")]
