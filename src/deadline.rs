@@ -1,4 +1,5 @@
-//! Lease and cut-off arithmetic from the Lambda context, and the clock it all reads.
+//! The time budget of one invocation: cut-off arithmetic from the Lambda context, and the clock
+//! it all reads. (How long a claim is held, the lease, is a claim policy: [`crate::claim::Lease`].)
 //!
 //! Lambda gives each invocation a deadline (epoch milliseconds). A claim's lease lasts until
 //! that deadline: if the function is killed there, the lease lapses at the moment the work was
@@ -100,93 +101,13 @@ pub(crate) fn after(t: SystemTime, d: Duration) -> SystemTime {
 }
 
 /// Deadlines below this (2001-09-09 in epoch milliseconds) are read as relative budgets.
-pub const EPOCH_DEADLINE_FLOOR_MS: u64 = 1_000_000_000_000;
+pub(crate) const EPOCH_DEADLINE_FLOOR_MS: u64 = 1_000_000_000_000;
 
 /// The hard stop as a future every step can race: one timer per invocation, shared. (A tokio
 /// timeout per step would put a timer into every step's future, making each message's future
 /// kilobytes larger for the scheduler to move around.) Created on first poll, so building a
 /// budget needs no runtime.
 type Stop = futures::future::Shared<futures::future::BoxFuture<'static, ()>>;
-
-/// How long a claim is held before another worker may take it over: the choice between
-/// "until this invocation's deadline" (the default) and "at least this long" (for handlers that
-/// must not run again for a while after a timeout).
-///
-/// | policy | lease of a claim taken at `now` | after a crash or timeout, the key runs again | trade-off |
-/// |--------|---------------------------------|-----------------------------------------------|-----------|
-/// | [`Lease::until_deadline(fallback)`](Lease::until_deadline) (default, fallback 5 min) | the invocation's deadline; `now + fallback` when there is none (outside Lambda) | as soon as the next delivery arrives after the deadline | a handler killed midway may run again seconds later: its side effects must be safe to repeat after a crash (pass the key to the provider) |
-/// | [`Lease::at_least(d)`](Lease::at_least) | the later of the deadline and `now + d` | not before `now + d`, even if the invocation died at once | every redelivery before then is answered "held elsewhere" and retried; if visibility timeout × `maxReceiveCount` is shorter than `d`, the message reaches the dead-letter queue before the lease lapses |
-///
-/// A lease is never shorter than the invocation's deadline: inside Lambda, a handler still
-/// running is never overtaken by a second worker. Without a deadline (local runs,
-/// `Context::default()`) nothing stops a handler at the fallback: keep the fallback above the
-/// longest handler run, or a second caller may take the key over while the first still runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease(LeaseKind);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LeaseKind {
-    UntilDeadline { fallback: Duration },
-    AtLeast(Duration),
-}
-
-impl Default for Lease {
-    fn default() -> Self {
-        Lease::until_deadline(Duration::from_secs(300))
-    }
-}
-
-impl Lease {
-    /// Until the invocation's deadline, the moment a dead or timed-out worker's claim can no
-    /// longer be running; `fallback` from the claim when the invocation has no deadline (local
-    /// runs, `Context::default()`). The default, with a 5-minute fallback.
-    pub fn until_deadline(fallback: Duration) -> Self {
-        Lease(LeaseKind::UntilDeadline { fallback })
-    }
-
-    /// At least `duration` from the claim, inside Lambda too: the claim of a worker that dies
-    /// or times out keeps every other worker off the key for `duration` (never less than the
-    /// invocation's deadline). See the table above for what it costs.
-    pub fn at_least(duration: Duration) -> Self {
-        Lease(LeaseKind::AtLeast(duration))
-    }
-
-    /// The duration this policy names: the fallback of [`until_deadline`](Self::until_deadline),
-    /// or the minimum of [`at_least`](Self::at_least).
-    pub fn duration(&self) -> Duration {
-        match self.0 {
-            LeaseKind::UntilDeadline { fallback } => fallback,
-            LeaseKind::AtLeast(d) => d,
-        }
-    }
-
-    /// Whether this is an [`at_least`](Self::at_least) lease (one that outlives the deadline).
-    pub fn outlives_deadline(&self) -> bool {
-        matches!(self.0, LeaseKind::AtLeast(_))
-    }
-
-    /// When a claim taken at `now` lapses, given the invocation's deadline (`None` outside
-    /// Lambda). Durations past 100 years are capped there.
-    pub fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
-        match (self.0, deadline) {
-            (LeaseKind::UntilDeadline { .. }, Some(d)) => d,
-            (LeaseKind::UntilDeadline { fallback }, None) => after(now, fallback),
-            (LeaseKind::AtLeast(min), Some(d)) => d.max(after(now, min)),
-            (LeaseKind::AtLeast(min), None) => after(now, min),
-        }
-    }
-}
-
-impl std::fmt::Display for Lease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            LeaseKind::UntilDeadline { fallback } => {
-                write!(f, "until the deadline ({fallback:?} without one)")
-            }
-            LeaseKind::AtLeast(d) => write!(f, "at least {d:?}, deadline or not"),
-        }
-    }
-}
 
 /// The time budget of one invocation.
 #[derive(Clone)]
@@ -201,8 +122,6 @@ pub(crate) struct Budget {
     hard_stop: Option<tokio::time::Instant>,
     /// Completes at `hard_stop`.
     stop: Option<Stop>,
-    /// How long claims are leased.
-    lease: Lease,
     /// The batch's store latencies, when metrics are on: every store call already goes
     /// through the budget, so this is where they are timed ([`Budget::timed`]).
     latencies: Option<Arc<Latencies>>,
@@ -214,7 +133,6 @@ impl std::fmt::Debug for Budget {
             .field("deadline", &self.deadline)
             .field("cutoff", &self.cutoff)
             .field("hard_stop", &self.hard_stop)
-            .field("lease", &self.lease)
             .finish()
     }
 }
@@ -234,13 +152,7 @@ impl Budget {
     ///
     /// `reserve` is kept back from the deadline to send the answer: the hard stop is
     /// `deadline - reserve`.
-    pub(crate) fn new(
-        clock: Clock,
-        deadline_ms: u64,
-        margin: Duration,
-        reserve: Duration,
-        lease: Lease,
-    ) -> Self {
+    pub(crate) fn new(clock: Clock, deadline_ms: u64, margin: Duration, reserve: Duration) -> Self {
         let deadline = match deadline_ms {
             0 => None,
             ms if ms < EPOCH_DEADLINE_FLOOR_MS => {
@@ -272,7 +184,6 @@ impl Budget {
             cutoff,
             hard_stop,
             stop,
-            lease,
             latencies: None,
         }
     }
@@ -345,11 +256,6 @@ impl Budget {
         self.cutoff.is_none_or(|c| self.now() < c)
     }
 
-    /// The lease for a claim taken now, under the processor's [`Lease`] policy.
-    pub(crate) fn lease_until(&self, now: SystemTime) -> SystemTime {
-        self.lease.lease_until(now, self.deadline)
-    }
-
     /// The invocation's deadline, if it has one.
     pub(crate) fn deadline(&self) -> Option<SystemTime> {
         self.deadline
@@ -362,41 +268,22 @@ mod tests {
 
     #[test]
     fn zero_deadline_means_none() {
-        let b = Budget::new(
-            Clock::system(),
-            0,
-            Duration::from_secs(2),
-            Duration::ZERO,
-            Lease::until_deadline(Duration::from_secs(60)),
-        );
+        let b = Budget::new(Clock::system(), 0, Duration::from_secs(2), Duration::ZERO);
         assert!(b.may_start());
-        let now = b.now();
-        assert_eq!(b.lease_until(now), now + Duration::from_secs(60));
+        assert_eq!(b.deadline(), None);
     }
 
     #[test]
     fn past_deadline_means_expired() {
         // 1 ms: read as a relative budget, already smaller than the margin.
-        let b = Budget::new(
-            Clock::system(),
-            1,
-            Duration::from_secs(2),
-            Duration::ZERO,
-            Lease::until_deadline(Duration::from_secs(60)),
-        );
+        let b = Budget::new(Clock::system(), 1, Duration::from_secs(2), Duration::ZERO);
         assert!(!b.may_start());
     }
 
     #[test]
     fn past_epoch_deadline_means_expired() {
         let past = crate::store::epoch_millis(SystemTime::now()) as u64 - 1;
-        let b = Budget::new(
-            Clock::system(),
-            past,
-            Duration::ZERO,
-            Duration::ZERO,
-            Lease::until_deadline(Duration::from_secs(60)),
-        );
+        let b = Budget::new(Clock::system(), past, Duration::ZERO, Duration::ZERO);
         assert!(!b.may_start());
     }
 
@@ -408,25 +295,20 @@ mod tests {
             600_000,
             Duration::from_secs(2),
             Duration::ZERO,
-            Lease::until_deadline(Duration::ZERO),
         );
         assert!(b.may_start());
         let now = b.now();
-        let lease = b.lease_until(now);
-        assert!(lease > now + Duration::from_secs(590) && lease <= now + Duration::from_secs(600));
+        let deadline = b.deadline().expect("a deadline");
+        assert!(
+            deadline > now + Duration::from_secs(590) && deadline <= now + Duration::from_secs(600)
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn cutoff_is_margin_before_deadline() {
         let clock = Clock::tokio();
         let now = crate::store::epoch_millis(clock.now()) as u64;
-        let b = Budget::new(
-            clock,
-            now + 10_000,
-            Duration::from_secs(2),
-            Duration::ZERO,
-            Lease::until_deadline(Duration::from_secs(60)),
-        );
+        let b = Budget::new(clock, now + 10_000, Duration::from_secs(2), Duration::ZERO);
         assert!(b.may_start());
         tokio::time::advance(Duration::from_millis(7_999)).await;
         assert!(b.may_start());
@@ -443,7 +325,6 @@ mod tests {
             now + 1_000,
             Duration::from_millis(500),
             Duration::from_millis(200),
-            Lease::until_deadline(Duration::from_secs(60)),
         );
         let start = tokio::time::Instant::now();
         let r = b.bounded(std::future::pending::<()>()).await;
@@ -463,7 +344,6 @@ mod tests {
             0,
             Duration::from_secs(2),
             Duration::from_millis(250),
-            Lease::until_deadline(Duration::from_secs(60)),
         );
         assert!(b.hard_stop().is_none());
         assert_eq!(b.bounded(async { 1 }).await, Ok(1));
@@ -487,37 +367,5 @@ mod tests {
             apart < Duration::from_secs(60),
             "{apart:?} from the wall clock"
         );
-    }
-
-    #[test]
-    fn until_deadline_is_the_deadline_or_the_fallback() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let deadline = now + Duration::from_secs(30);
-        let lease = Lease::until_deadline(Duration::from_secs(3600));
-        assert_eq!(lease.lease_until(now, Some(deadline)), deadline);
-        assert_eq!(
-            lease.lease_until(now, None),
-            now + Duration::from_secs(3600)
-        );
-        assert!(!lease.outlives_deadline());
-    }
-
-    #[test]
-    fn at_least_outlives_the_deadline_and_is_never_shorter_than_it() {
-        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        let deadline = now + Duration::from_secs(30);
-        let hour = Lease::at_least(Duration::from_secs(3600));
-        assert_eq!(
-            hour.lease_until(now, Some(deadline)),
-            now + Duration::from_secs(3600)
-        );
-        assert_eq!(hour.lease_until(now, None), now + Duration::from_secs(3600));
-        let short = Lease::at_least(Duration::from_secs(5));
-        assert_eq!(
-            short.lease_until(now, Some(deadline)),
-            deadline,
-            "a lease shorter than the deadline would let a second worker in while the first runs"
-        );
-        assert!(hour.outlives_deadline());
     }
 }

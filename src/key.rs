@@ -123,25 +123,6 @@ impl KeySource {
     }
 }
 
-/// What to do with a message that does not carry the configured key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum MissingKey {
-    /// Report the message as failed (the default): it is retried and, if it never gets a key,
-    /// reaches the dead-letter queue where someone can look at it.
-    #[default]
-    Fail,
-    /// Run the handler without a claim: no deduplication for this message. Effects commit only
-    /// with a claim's completion, so a handler that returns effects for such a message fails it
-    /// (`missing_key`, nothing committed).
-    ProcessWithoutDedup,
-}
-
-/// The full key: `namespace#raw`.
-pub(crate) fn namespaced(namespace: &str, raw: &str) -> String {
-    format!("{namespace}#{raw}")
-}
-
 /// Lowercase hex SHA-256, as the processor computes [`KeySource::BodySha256`] keys and payload
 /// fingerprints.
 ///

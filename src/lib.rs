@@ -32,22 +32,29 @@
 //!
 //! ## The data path, and where each step lives
 //!
+//! Two front doors, the SQS processor and the idempotency layer, hang from one claim
+//! ([`claim`]): its policies and the steps of one attempt at a key are written once there.
+//! The modules are layered one way: [`store`] (the contract) → [`deadline`] (the time budget)
+//! → [`claim`] → [`processor`] / [`idempotency`] → [`lambda`] (tests/test_layers.rs keeps it
+//! so).
+//!
 //! | step | module |
 //! |------|--------|
 //! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
-//! | record → idempotency key (`namespace#key`) | [`key`] |
-//! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve) | [`deadline`] |
-//! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers; every step below raced against the hard stop | [`processor`] (`run.rs`) |
-//! | **one-shot** (`Processor::one_shot`): effects computed first, then one atomic write claims the key completed with them ([`ClaimStore::claim_completed`]) | [`processor`] (`one_shot.rs`), [`store`] |
-//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`store`] (contract) and its adapters |
-//! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`processor`] (`run.rs`), [`message`] |
-//! | complete (with the handler's atomic effects, retried under one [`retry`] policy) or release, fenced by the owner token | [`store`] |
+//! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
+//! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | [`deadline`] |
+//! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers | [`processor`] (`run.rs`) |
+//! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) and the stored record is judged against the payload ([`PayloadCheck`]): duplicate, or payload differs (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`claim`] (`attempt.rs`), [`store`] (contract) and its adapters |
+//! | how long the claim is held ([`Lease`]), what a missing key means ([`MissingKey`]) | [`claim`] |
+//! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`claim`] (`attempt.rs`, the guards), [`processor`] (`run.rs`), [`message`] |
+//! | complete (with the handler's atomic effects, retried under the one [`RetryPolicy`]) or release, fenced by the owner token | [`claim`] (`attempt.rs`), [`store`] |
+//! | **one-shot** (`Processor::one_shot`): effects computed first, then one atomic write claims the key completed with them ([`ClaimStore::claim_completed`]) | [`processor`] (`one_shot.rs`), [`claim`], [`store`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
 //! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
-//! | **any other event** (API Gateway, webhooks, direct invocations): key → claim → handler → the response stored with the completion and **replayed byte for byte** for a duplicate; 409 / 422 / 400 answers | [`idempotency`] (a `tower::Layer`), served by [`lambda::serve`] |
+//! | **any other event** (API Gateway, webhooks, direct invocations): key → claim → handler → the response stored with the completion and **replayed byte for byte** for a duplicate; 409 / 422 / 400 answers | [`idempotency`] (a `tower::Layer`) over [`claim`], served by [`lambda::serve`] |
 //!
 //! ## Stores
 //!
@@ -69,7 +76,7 @@
 //! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
-//! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them, to share its table (docs/powertools.md) |
+//! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
 //! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
@@ -82,6 +89,7 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod claim;
 pub mod deadline;
 mod error;
 pub mod idempotency;
@@ -103,16 +111,15 @@ pub mod publish;
 pub mod retry;
 pub mod store;
 
-pub use deadline::{Clock, Lease};
+pub use claim::{Lease, MissingKey, PayloadCheck};
+pub use deadline::Clock;
 pub use error::{BoxError, Error, ErrorKind};
-pub use key::{KeySource, MissingKey};
+pub use key::KeySource;
 pub use message::Message;
 pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
-pub use processor::{
-    FifoMode, OneShot, PayloadCheck, Processor, ProcessorBuilder, StoreUnavailable,
-};
+pub use processor::{FifoMode, OneShot, Processor, ProcessorBuilder, StoreUnavailable};
 pub use retry::RetryPolicy;
 pub use store::{ClaimStore, Effects, MemoryStore};
 

@@ -169,8 +169,9 @@ pub enum FailureKind {
     /// The handler returned an error. The claim was released. The handler's own
     /// [`ErrorKind`], if it returned a [`crate::Error`], is in [`Failure::error_kind`].
     Handler,
-    /// The handler panicked. The panic was caught, the claim released.
-    Panic,
+    /// The handler panicked. The panic was caught, the claim released. (The idempotency layer
+    /// answers [`ErrorKind::Panicked`] for the same.)
+    Panicked,
     /// The message lacks the configured idempotency key.
     MissingKey,
     /// The key was completed before with a different payload fingerprint.
@@ -190,11 +191,35 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// The failure of a message whose store step failed with an error of `kind`: the one
+    /// mapping from the error taxonomy to this one. A kind both have maps to itself; any other
+    /// store error is the store refusing the request.
+    pub(crate) fn of_store_error(kind: ErrorKind) -> FailureKind {
+        match kind {
+            ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
+            ErrorKind::EffectRejected => FailureKind::EffectRejected,
+            ErrorKind::LostClaim => FailureKind::LostClaim,
+            ErrorKind::PayloadMismatch => FailureKind::PayloadMismatch,
+            ErrorKind::MissingKey => FailureKind::MissingKey,
+            ErrorKind::Panicked => FailureKind::Panicked,
+            ErrorKind::StoreRejected
+            | ErrorKind::ResponseTooLarge
+            | ErrorKind::InProgress
+            | ErrorKind::NotReplayable
+            | ErrorKind::OutOfTime
+            | ErrorKind::BadBody
+            | ErrorKind::InvalidEvent
+            | ErrorKind::Config
+            | ErrorKind::Publish
+            | ErrorKind::Other => FailureKind::StoreRejected,
+        }
+    }
+
     /// A short stable name.
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Handler => "handler_error",
-            FailureKind::Panic => "handler_panic",
+            FailureKind::Panicked => "handler_panic",
             FailureKind::MissingKey => "missing_key",
             FailureKind::PayloadMismatch => "payload_mismatch",
             FailureKind::StoreUnavailable => "store_unavailable",

@@ -185,8 +185,11 @@ impl PowertoolsFormat {
     }
 }
 
-/// The idempotency layer's keys and fingerprints the Powertools way: the key is
-/// [`PowertoolsFormat::key`] of the extractor's datum (the layer's namespace does not enter
+/// Keys and fingerprints the Powertools way, for either front door.
+///
+/// The SQS processor's ([`ProcessorBuilder::key_format`](crate::ProcessorBuilder::key_format)):
+/// [`PowertoolsFormat::record_key`] and [`PowertoolsFormat::record_fingerprint`]. The
+/// idempotency layer's: the key is [`PowertoolsFormat::key`] of the extractor's datum (the layer's namespace does not enter
 /// it: the prefix is Powertools'), the fingerprint [`PowertoolsFormat::hash`] of the
 /// request, which is Powertools' `validation` of `payload_validation_jmespath="powertools_json(body)"`
 /// for an API Gateway event with a JSON body (`"body"` for one that is not JSON), and of
@@ -203,7 +206,7 @@ impl PowertoolsFormat {
 ///     .build();
 /// # let _ = idempotency;
 /// ```
-impl crate::idempotency::KeyFormat for PowertoolsFormat {
+impl crate::claim::KeyFormat for PowertoolsFormat {
     fn stored_key(&self, _namespace: &str, datum: &Value) -> String {
         self.key(datum)
     }
@@ -216,6 +219,22 @@ impl crate::idempotency::KeyFormat for PowertoolsFormat {
     /// body, for an API handler), never the route: the route is left out so both sides agree.
     fn route_fingerprint(&self, _route: Option<&Value>, request: &Value) -> String {
         self.hash(request)
+    }
+
+    /// [`PowertoolsFormat::record_key`]: the namespace does not enter it.
+    fn record_key(
+        &self,
+        _namespace: &str,
+        source: &KeySource,
+        record: &SqsMessage,
+    ) -> Result<Option<String>, Error> {
+        PowertoolsFormat::record_key(self, source, record)
+    }
+
+    /// [`PowertoolsFormat::record_fingerprint`]: none without
+    /// [`with_record_validation`](PowertoolsFormat::with_record_validation).
+    fn record_fingerprint(&self, record: &SqsMessage) -> Option<String> {
+        PowertoolsFormat::record_fingerprint(self, record)
     }
 }
 
@@ -233,12 +252,11 @@ pub enum RecordPayload {
 
 impl PowertoolsFormat {
     /// The payload validation the Powertools side uses (`payload_validation_jmespath`), so
-    /// that a processor built with [`ProcessorBuilder::powertools`] stores and compares the
-    /// same `validation` hash. Without it, that processor fingerprints nothing, as Powertools
+    /// that a processor built with this format
+    /// ([`ProcessorBuilder::key_format`](crate::ProcessorBuilder::key_format)) stores and
+    /// compares the same `validation` hash. Without it, that processor fingerprints nothing, as Powertools
     /// validates nothing by default: a `validation` hash of one side would never equal the
     /// other's.
-    ///
-    /// [`ProcessorBuilder::powertools`]: crate::ProcessorBuilder::powertools
     pub fn with_record_validation(mut self, payload: RecordPayload) -> Self {
         self.validation = Some(payload);
         self
@@ -517,7 +535,7 @@ fn write_str(out: &mut String, s: &str) {
 /// back as `f`, in positional notation when the decimal exponent is from -4 to 15 (`0.0001`,
 /// `1e+16` beyond, `1e-05` below), with `.0` on an integral value, a two-digit exponent at
 /// least. `NaN`, `Infinity` and `-Infinity` as `json.dumps` writes them.
-pub fn python_float_repr(f: f64) -> String {
+pub(crate) fn python_float_repr(f: f64) -> String {
     if f.is_nan() {
         return "NaN".into();
     }
@@ -651,6 +669,35 @@ mod tests {
         ] {
             assert!(!is_missing_key(&present), "{present}");
         }
+    }
+
+    /// The processor reads records through the trait: it must be Powertools' record key and
+    /// validation, not the trait's defaults (the string of the raw key, the body's hash).
+    #[test]
+    fn the_key_format_of_a_record_is_powertools_own() {
+        use crate::claim::KeyFormat;
+        let mut record = SqsMessage::default();
+        record.message_id = Some("m-1".into());
+        record.body = Some(r#"{"order_id": 42}"#.into());
+        let source = KeySource::JsonPointer("/order_id".into());
+        let plain = PowertoolsFormat::new("fn", "app.handler");
+        let format: &dyn KeyFormat = &plain;
+        assert_eq!(
+            format.record_key("ignored", &source, &record).unwrap(),
+            plain.record_key(&source, &record).unwrap(),
+        );
+        assert_eq!(
+            format.record_key("ignored", &source, &record).unwrap(),
+            Some(plain.key(&json!(42)))
+        );
+        assert_eq!(format.record_fingerprint(&record), None);
+        let validating = plain.with_record_validation(RecordPayload::Body);
+        let format: &dyn KeyFormat = &validating;
+        assert_eq!(
+            format.record_fingerprint(&record),
+            validating.record_fingerprint(&record)
+        );
+        assert!(format.record_fingerprint(&record).is_some());
     }
 
     #[test]

@@ -323,7 +323,7 @@ async fn no_retry_loop_on_top_of_a_client_that_retries_itself() {
     store.fail_complete.store(true, Ordering::SeqCst);
     let applied = Arc::new(AtomicUsize::new(0));
     let p = processor(&store, &clock, &applied)
-        .completion_retries(5, Duration::from_millis(10))
+        .completion_retry(RetryPolicy::new(5, Duration::from_millis(10)))
         .build();
     let (report, _) = run(&p, &clock, &[rec("m1", "ok")]).await;
     assert_eq!(

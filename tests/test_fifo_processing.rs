@@ -247,7 +247,7 @@ async fn panic_stops_the_rest_of_its_group() {
         ]))
         .await
         .unwrap();
-    assert_eq!(failure_of(&report, "a1").kind, FailureKind::Panic);
+    assert_eq!(failure_of(&report, "a1").kind, FailureKind::Panicked);
     assert_eq!(
         outcome_of(&report, "a2"),
         &Outcome::NotStarted(NotStarted::EarlierFailureInGroup)

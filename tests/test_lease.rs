@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -118,67 +117,4 @@ async fn an_at_least_lease_shorter_than_the_deadline_still_covers_the_run() {
     );
     let record = store.inspect("t#m1").await.unwrap().unwrap().record;
     assert!(record.lease_until.is_some());
-}
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
-#[tokio::test]
-#[allow(deprecated)]
-async fn the_deprecated_lease_says_when_a_deadline_overrides_it() {
-    let capture = Capture::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(capture.clone())
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    let seen = Seen::new();
-    let p = Processor::builder(MemoryStore::new(), scripted(&seen))
-        .namespace("t")
-        .lease(Duration::from_secs(3600))
-        .build();
-    assert_eq!(p.lease(), Lease::until_deadline(Duration::from_secs(3600)));
-    // No deadline: the lease applies, nothing to say.
-    p.process(event(&[rec("m0", "x")])).await.unwrap();
-    let text = || String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-    assert!(
-        !text().contains("applies only without a deadline"),
-        "{}",
-        text()
-    );
-    // With a deadline: said, once.
-    for id in ["m1", "m2"] {
-        let deadline = deadline_in(&Clock::system(), Duration::from_secs(30));
-        p.process(event_with_deadline(&[rec(id, "x")], deadline))
-            .await
-            .unwrap();
-    }
-    assert_eq!(
-        text().matches("applies only without a deadline").count(),
-        1,
-        "{}",
-        text()
-    );
-    assert!(
-        text().contains("Lease::at_least"),
-        "names the fix: {}",
-        text()
-    );
 }

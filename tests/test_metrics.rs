@@ -206,7 +206,7 @@ async fn the_emf_line_counts_what_the_batch_did() {
         m.failed_by_kind,
         [
             (FailureKind::Handler, 1),
-            (FailureKind::Panic, 1),
+            (FailureKind::Panicked, 1),
             (FailureKind::MissingKey, 1),
         ]
     );

@@ -150,7 +150,7 @@ async fn failures_write_nothing_and_are_reported() {
         failure_of(&report, "refused").kind,
         FailureKind::EffectRejected
     );
-    assert_eq!(failure_of(&report, "boom").kind, FailureKind::Panic);
+    assert_eq!(failure_of(&report, "boom").kind, FailureKind::Panicked);
     assert!(matches!(
         outcome_of(&report, "bad"),
         sqs_claim::Outcome::Failed(_)

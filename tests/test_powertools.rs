@@ -591,7 +591,7 @@ async fn body_keyed_records_are_duplicates_across_powertools_and_the_processor()
     let ran = Ran::default();
     let processor = sqs_claim::Processor::builder(store.clone(), recording_handler(&ran))
         .key(sqs_claim::KeySource::JsonPointer("/order_id".into()))
-        .powertools(record_format())
+        .key_format(record_format())
         .build();
     let mut second = first.to_vec();
     second.push(("m-1b", r#"{"amount":12.5,"order_id":"o-1"}"#));
@@ -640,7 +640,7 @@ async fn message_id_keyed_records_are_duplicates_across_powertools_and_the_proce
 
     let ran = Ran::default();
     let processor = sqs_claim::Processor::builder(store.clone(), recording_handler(&ran))
-        .powertools(record_format())
+        .key_format(record_format())
         .build();
     let report = sqs_claim_batch(&processor, &[("m-1", "a"), ("m-2", "b")]).await;
     assert_eq!(
@@ -670,7 +670,7 @@ async fn record_payload_validation_is_shared_with_powertools() {
 
     let ran = Ran::default();
     let processor = sqs_claim::Processor::builder(store.clone(), recording_handler(&ran))
-        .powertools(
+        .key_format(
             record_format().with_record_validation(sqs_claim::powertools::RecordPayload::Body),
         )
         .build();

@@ -15,7 +15,7 @@ use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Status};
 use sqs_claim::{
     BoxError, Clock, ErrorKind, FailureKind, KeySource, MemoryStore, Message, MissingKey,
-    NotStarted, Outcome, PayloadCheck, Processor, StoreUnavailable,
+    NotStarted, Outcome, PayloadCheck, Processor, RetryPolicy, StoreUnavailable,
 };
 use tower::{ServiceExt, service_fn};
 
@@ -166,7 +166,7 @@ async fn panic_fails_that_message_only() {
         .expect("a handler panic must not fail the invocation");
     assert_eq!(outcome_names(&report), ["processed", "failed", "processed"]);
     let f = failure_of(&report, "m2");
-    assert_eq!(f.kind, FailureKind::Panic);
+    assert_eq!(f.kind, FailureKind::Panicked);
     assert!(f.message.contains("scripted panic in m2"), "{}", f.message);
     assert_eq!(failed_ids(&report.response()), ["m2"]);
     assert_eq!(
@@ -198,7 +198,7 @@ async fn panic_before_the_future_fails_that_message_only() {
         .await
         .unwrap();
     assert_eq!(outcome_names(&report), ["failed", "processed"]);
-    assert_eq!(failure_of(&report, "m1").kind, FailureKind::Panic);
+    assert_eq!(failure_of(&report, "m1").kind, FailureKind::Panicked);
     assert_eq!(store.status("t#m1"), None);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
@@ -438,7 +438,7 @@ async fn transient_completion_failure_is_retried() {
     let p = Processor::builder(store.clone(), handler)
         .namespace("t")
         .clock(Clock::tokio())
-        .completion_retries(3, Duration::from_millis(50))
+        .completion_retry(RetryPolicy::new(3, Duration::from_millis(50)))
         .build();
     let report = p.process(event(&[rec("m1", "a")])).await.unwrap();
     assert_eq!(outcome_of(&report, "m1"), &Outcome::Processed);
@@ -454,7 +454,7 @@ async fn completion_keeps_failing_without_effects_reports_success() {
     let p = Processor::builder(store.clone(), scripted(&seen))
         .namespace("t")
         .clock(Clock::tokio())
-        .completion_retries(2, Duration::from_millis(10))
+        .completion_retry(RetryPolicy::new(2, Duration::from_millis(10)))
         .build();
     let report = p.process(event(&[rec("m1", "a")])).await.unwrap();
     // The handler's side effect happened: failing it would run it again on redelivery.
@@ -480,7 +480,7 @@ async fn completion_keeps_failing_with_effects_fails_and_releases() {
     let p = Processor::builder(store.clone(), handler)
         .namespace("t")
         .clock(Clock::tokio())
-        .completion_retries(2, Duration::from_millis(10))
+        .completion_retry(RetryPolicy::new(2, Duration::from_millis(10)))
         .build();
     let report = p.process(event(&[rec("m1", "a")])).await.unwrap();
     assert_eq!(
@@ -555,7 +555,7 @@ async fn ambiguous_completion_with_effects_does_not_claim_nothing_was_committed(
     let p = Processor::builder(store.clone(), handler)
         .namespace("t")
         .clock(Clock::tokio())
-        .completion_retries(0, Duration::from_millis(10))
+        .completion_retry(RetryPolicy::new(0, Duration::from_millis(10)))
         .build();
     let report = p.process(event(&[rec("m1", "a")])).await.unwrap();
     let failure = failure_of(&report, "m1");

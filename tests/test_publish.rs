@@ -39,7 +39,8 @@ fn client(endpoint: &str) -> aws_sdk_sqs::Client {
 /// A publisher whose endpoint refuses connections (port 9, discard, is closed here): a check
 /// that did not happen before the call would surface as a connection error instead.
 fn offline(url: &str) -> Publisher {
-    Publisher::new(client("http://127.0.0.1:9"), url).retries(1, Duration::from_millis(1))
+    Publisher::new(client("http://127.0.0.1:9"), url)
+        .retry_policy(sqs_claim::RetryPolicy::new(0, Duration::from_millis(1)))
 }
 
 // ------------------------------------------------------------------ id derivation
@@ -349,7 +350,7 @@ fn publisher(endpoint: &Scripted, url_path: &str) -> Publisher {
         client(&endpoint.url),
         format!("{}/000000000000/{url_path}", endpoint.url),
     )
-    .retries(3, Duration::from_millis(1))
+    .retry_policy(sqs_claim::RetryPolicy::new(2, Duration::from_millis(1)))
 }
 
 #[tokio::test]
@@ -469,7 +470,7 @@ async fn whole_call_server_errors_are_left_to_the_sdk_and_reported() {
     .await;
     let send = |client: aws_sdk_sqs::Client| {
         let p = Publisher::new(client, format!("{}/000000000000/out.fifo", sqs.url))
-            .retries(3, Duration::from_millis(1));
+            .retry_policy(sqs_claim::RetryPolicy::new(2, Duration::from_millis(1)));
         let mut batch = p.batch("ns#k");
         batch.push(Outgoing::new("a").group_id("g"));
         batch.push(Outgoing::new("b").group_id("g"));
@@ -519,7 +520,7 @@ async fn failing_inside_200() -> Scripted {
 }
 
 /// An entry that keeps failing server-side inside a 200 answer (which the SDK cannot see) is
-/// retried by the publisher's policy: `retries(3, ..)` is 3 attempts in all.
+/// retried by the publisher's policy: `RetryPolicy::new(2, ..)` is 3 attempts in all.
 #[tokio::test]
 async fn entries_failed_inside_a_200_are_retried_by_the_policy_only() {
     let sqs = failing_inside_200().await;

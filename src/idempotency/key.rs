@@ -9,16 +9,16 @@
 //!   events (feature `apigw`) and `serde_json::Value`; for your own event type it is one line.
 //! * [`KeyExtractor`]: the key's datum from one event: [`header`], [`json_pointer`],
 //!   [`payload_hash`], or your own ([`from_fn`]).
-//! * [`KeyFormat`]: how the datum becomes the stored key and the request its fingerprint:
-//!   [`NativeFormat`] (the default, as the SQS processor writes them), or another format for
-//!   records shared with another library.
-
-use std::borrow::Cow;
+//! * [`KeyFormat`](crate::claim::KeyFormat) (the claim's, shared with the SQS processor): how
+//!   the datum becomes the stored key and the request its fingerprint:
+//!   [`NativeFormat`](crate::claim::NativeFormat) (the default), or another format for records
+//!   shared with another library.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::answers::{Answers, ErrorAnswers};
+use crate::claim::text;
 use crate::key::sha256_hex;
 use crate::{Error, ErrorKind};
 
@@ -54,7 +54,7 @@ pub trait Payload: Serialize {
     }
 
     /// Where the request was sent, for events that name it: for HTTP events the method, the
-    /// path and the query. Under [`NativeFormat`] it is part of the fingerprint, so a key
+    /// path and the query. Under [`NativeFormat`](crate::claim::NativeFormat) it is part of the fingerprint, so a key
     /// reused on another route (`POST /accounts/A/withdraw`, then `/accounts/B/withdraw`, same
     /// body) is "another request" (422), not a duplicate answered with the first route's
     /// response. Default: none (the request is the whole payload).
@@ -86,7 +86,7 @@ impl Payload for Value {
 /// Where the idempotency key of an event comes from.
 ///
 /// `key` returns the key's datum (`Ok(None)`: the event does not carry it); the
-/// [`KeyFormat`] turns it into the stored key. `request` is the JSON the layer computed once
+/// [`KeyFormat`](crate::claim::KeyFormat) turns it into the stored key. `request` is the JSON the layer computed once
 /// for the event ([`Payload::request`]), so an extractor that reads the body does not parse it
 /// again.
 ///
@@ -194,7 +194,7 @@ impl<T: Payload> KeyExtractor<T> for JsonPointer {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PayloadHash;
 
-/// The key is the SHA-256 (lowercase hex) of the request, as [`NativeFormat`] fingerprints it:
+/// The key is the SHA-256 (lowercase hex) of the request, as [`NativeFormat`](crate::claim::NativeFormat) fingerprints it:
 /// identical requests are the same request. For events that carry no id of their own.
 pub fn payload_hash() -> PayloadHash {
     PayloadHash
@@ -257,140 +257,10 @@ where
     }
 }
 
-/// How a key's datum becomes the key a store keeps, and a request its fingerprint.
-///
-/// [`NativeFormat`] is the default. A format that writes another library's keys lets two
-/// implementations share one table (Powertools for AWS Lambda writes
-/// `<function>.<handler>#<md5 of the datum>`): both then see each other's records.
-pub trait KeyFormat: Send + Sync + 'static {
-    /// The stored key for `datum` under `namespace`.
-    fn stored_key(&self, namespace: &str, datum: &serde_json::Value) -> String;
-    /// The fingerprint of `request`, stored with the claim to tell "same key, other request".
-    fn fingerprint(&self, request: &serde_json::Value) -> String;
-
-    /// The fingerprint of `request` sent to `route` ([`Payload::route`]), the one the layer
-    /// stores. Default: [`fingerprint`](Self::fingerprint) of `{"route": route, "request":
-    /// request}` when there is a route, of `request` alone when there is none. A format that
-    /// must match another tool's hashes (Powertools hashes the body alone) overrides it.
-    fn route_fingerprint(
-        &self,
-        route: Option<&serde_json::Value>,
-        request: &serde_json::Value,
-    ) -> String {
-        match route {
-            Some(route) => self.fingerprint(&serde_json::json!({
-                "route": route,
-                "request": request,
-            })),
-            None => self.fingerprint(request),
-        }
-    }
-}
-
-/// The keys and fingerprints of this crate: the key is `namespace#<datum>`, a string datum as
-/// is and any other as its JSON text (object members sorted), as the SQS processor writes its
-/// keys; the fingerprint is the SHA-256 (lowercase hex) of the request, a string as is (an HTTP
-/// body that is not JSON: its bytes) and any other as its JSON text.
-///
-/// ```
-/// use serde_json::json;
-/// use sqs_claim::idempotency::{KeyFormat, NativeFormat};
-///
-/// assert_eq!(NativeFormat.stored_key("payments", &json!("k-1")), "payments#k-1");
-/// assert_eq!(NativeFormat.stored_key("payments", &json!(42)), "payments#42");
-/// assert_eq!(
-///     NativeFormat.fingerprint(&json!({"b": 1, "a": 2})),
-///     NativeFormat.fingerprint(&json!({"a": 2, "b": 1})),
-/// );
-/// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NativeFormat;
-
-impl KeyFormat for NativeFormat {
-    fn stored_key(&self, namespace: &str, datum: &Value) -> String {
-        crate::key::namespaced(namespace, &text(datum))
-    }
-
-    fn fingerprint(&self, request: &Value) -> String {
-        sha256_hex(text(request).as_bytes())
-    }
-}
-
-/// A string as is, anything else as its canonical JSON text.
-fn text(value: &Value) -> Cow<'_, str> {
-    match value {
-        Value::String(s) => Cow::Borrowed(s),
-        other => Cow::Owned(canonical_json(other)),
-    }
-}
-
-/// Compact JSON text with every object's members sorted by name: the same for the same value
-/// whatever order its members arrived in, even if `serde_json`'s `preserve_order` feature is on
-/// somewhere in the dependency graph (then `Value`'s own text follows insertion order, and a
-/// payload with a `HashMap` would fingerprint differently on every invocation).
-pub(crate) fn canonical_json(value: &Value) -> String {
-    fn write(value: &Value, out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                let mut members: Vec<(&String, &Value)> = map.iter().collect();
-                members.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                out.push('{');
-                for (i, (name, member)) in members.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::String(name.clone()).to_string());
-                    out.push(':');
-                    write(member, out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    write(item, out);
-                }
-                out.push(']');
-            }
-            scalar => out.push_str(&scalar.to_string()),
-        }
-    }
-    let mut out = String::new();
-    write(value, &mut out);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn canonical_json_sorts_members_and_matches_value_text() {
-        let v = json!({"b": [1, {"z": null, "a": "x\"y"}], "a": 1.5});
-        assert_eq!(
-            canonical_json(&v),
-            r#"{"a":1.5,"b":[1,{"a":"x\"y","z":null}]}"#
-        );
-        // Without preserve_order (this crate's own build), Value's text is already sorted.
-        assert_eq!(canonical_json(&v), v.to_string());
-    }
-
-    #[test]
-    fn native_keys_are_the_processors() {
-        assert_eq!(NativeFormat.stored_key("ns", &json!("a#b")), "ns#a#b");
-        assert_eq!(
-            NativeFormat.stored_key("ns", &json!({"y": 1, "x": 2})),
-            r#"ns#{"x":2,"y":1}"#
-        );
-        assert_eq!(
-            NativeFormat.fingerprint(&json!("raw body")),
-            sha256_hex(b"raw body")
-        );
-    }
 
     #[test]
     fn pointer_misses_are_missing_keys() {

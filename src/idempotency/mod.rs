@@ -89,9 +89,9 @@
 //! | file | what it holds |
 //! |------|---------------|
 //! | `mod.rs` | [`Idempotency`] and its builder |
-//! | `service.rs` | the flow of one event ([`Idempotency::call`]) and [`IdempotencyService`] |
+//! | `service.rs` | the flow of one event ([`Idempotency::call`]): the claim's steps ([`crate::claim`]) mapped to responses and errors; [`IdempotencyService`] |
 //! | `layer.rs` | [`IdempotencyLayer`] |
-//! | `key.rs` | [`Payload`], [`KeyExtractor`] and the extractors, [`KeyFormat`] |
+//! | `key.rs` | [`Payload`], [`KeyExtractor`] and the extractors ([`KeyFormat`] is the claim's: [`crate::claim`]) |
 //! | `answers.rs` | [`Answers`]: [`HttpAnswers`], [`ErrorAnswers`] |
 //! | `response.rs` | [`IdempotentResponse`], [`WithEffects`] |
 //! | `apigw.rs` | the API Gateway events (feature `apigw`), and [`ApiGatewayRequest`] for a handler serving both payload formats |
@@ -108,8 +108,11 @@ mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The key format is the claim's, shared with the SQS processor: re-exported where the layer's
+/// builder takes it.
+pub use crate::claim::{KeyFormat, NativeFormat};
 pub use answers::{Answers, ErrorAnswers, HttpAnswers, Refusal, RefusalKind};
-pub use key::{KeyExtractor, KeyFormat, NativeFormat, Payload};
+pub use key::{KeyExtractor, Payload};
 pub use layer::IdempotencyLayer;
 pub use response::{HandlerResponse, IdempotentResponse, WithEffects};
 pub use service::IdempotencyService;
@@ -117,9 +120,8 @@ pub use service::IdempotencyService;
 #[cfg(feature = "apigw")]
 pub use apigw::ApiGatewayRequest;
 
-use crate::MissingKey;
-use crate::deadline::{Clock, Lease};
-use crate::processor::PayloadCheck;
+use crate::claim::{Lease, MissingKey, Namespace, PayloadCheck, Terms};
+use crate::deadline::Clock;
 use crate::retry::RetryPolicy;
 use crate::store::ClaimStore;
 
@@ -133,15 +135,13 @@ pub struct Idempotency<St, X> {
 struct Config<St, X> {
     store: St,
     extractor: X,
-    namespace: Option<String>,
-    ttl: Duration,
-    lease: Lease,
+    namespace: Namespace,
+    /// TTL, lease, completion retries and payload check: what the SQS processor has too.
+    terms: Terms,
     answer_reserve: Duration,
-    payload_check: PayloadCheck,
     missing_key: MissingKey,
     format: Box<dyn KeyFormat>,
     answers: Option<Box<dyn Answers>>,
-    completion_retry: RetryPolicy,
     clock: Clock,
 }
 
@@ -158,11 +158,10 @@ impl<St, X> std::fmt::Debug for Idempotency<St, X> {
         let c = &self.inner;
         f.debug_struct("Idempotency")
             .field("namespace", &c.namespace)
-            .field("ttl", &c.ttl)
-            .field("lease", &c.lease)
+            .field("terms", &c.terms)
             .field("answer_reserve", &c.answer_reserve)
-            .field("payload_check", &c.payload_check)
             .field("missing_key", &c.missing_key)
+            .field("format", &c.format)
             .finish_non_exhaustive()
     }
 }
@@ -179,15 +178,12 @@ impl<St: ClaimStore, X> Idempotency<St, X> {
             config: Config {
                 store,
                 extractor,
-                namespace: None,
-                ttl: Duration::from_secs(24 * 3600),
-                lease: Lease::default(),
+                namespace: Namespace::default(),
+                terms: Terms::default(),
                 answer_reserve: Duration::from_millis(250),
-                payload_check: PayloadCheck::Fail,
                 missing_key: MissingKey::Fail,
                 format: Box::new(NativeFormat),
                 answers: None,
-                completion_retry: RetryPolicy::default(),
                 clock: Clock::system(),
             },
         }
@@ -234,19 +230,20 @@ impl<St, X> std::fmt::Debug for IdempotencyBuilder<St, X> {
 }
 
 impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
-    /// The key namespace (`namespace#key`). Default: the function name in the invocation
-    /// context (`AWS_LAMBDA_FUNCTION_NAME`), else `sqs-claim`. Set it: renaming a function
-    /// must not reset deduplication, and two endpoints sharing a table need two namespaces
-    /// (an `Idempotency-Key` is only unique per endpoint).
+    /// The key namespace (`namespace#key`). Default: the function's name (the invocation
+    /// context's, else `AWS_LAMBDA_FUNCTION_NAME`), else `sqs-claim`: the
+    /// [namespace rule](crate::claim#the-namespace-rule), the SQS processor's too. Set it:
+    /// renaming a function must not reset deduplication, and two endpoints sharing a table
+    /// need two namespaces (an `Idempotency-Key` is only unique per endpoint).
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.config.namespace = Some(namespace.into());
+        self.config.namespace.set(namespace.into());
         self
     }
 
     /// How long a completed record answers duplicates. Default: 24 hours (Stripe keeps
     /// idempotency keys 24 hours too). Values above 100 years are treated as 100 years.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config.ttl = ttl;
+        self.config.terms.ttl = ttl;
         self
     }
 
@@ -254,7 +251,7 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     /// [`Lease::until_deadline`] (the invocation's deadline; 5 minutes without one). See
     /// [`Lease`] for the trade-off.
     pub fn lease_policy(mut self, lease: Lease) -> Self {
-        self.config.lease = lease;
+        self.config.terms.lease = lease;
         self
     }
 
@@ -269,7 +266,7 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     /// default: 422 for API Gateway), replayed with a warning ([`PayloadCheck::Warn`]), or not
     /// checked ([`PayloadCheck::Off`]: no fingerprint is stored).
     pub fn payload_check(mut self, check: PayloadCheck) -> Self {
-        self.config.payload_check = check;
+        self.config.terms.payload_check = check;
         self
     }
 
@@ -299,7 +296,7 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     /// deadline; not at all for a store whose client retries itself). Default: 3 retries from
     /// 50 ms.
     pub fn completion_retry(mut self, policy: RetryPolicy) -> Self {
-        self.config.completion_retry = policy;
+        self.config.terms.completion_retry = policy;
         self
     }
 
@@ -312,8 +309,10 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
 
     /// The configuration.
     pub fn build(self) -> Idempotency<St, X> {
+        let mut config = self.config;
+        config.namespace = config.namespace.read_env();
         Idempotency {
-            inner: Arc::new(self.config),
+            inner: Arc::new(config),
         }
     }
 }

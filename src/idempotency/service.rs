@@ -2,12 +2,10 @@
 //! refusal; every store step and the handler raced against the invocation's time budget.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use futures::FutureExt;
 use lambda_runtime::LambdaEvent;
 use tower::{Service, ServiceExt};
 use tracing::{error, warn};
@@ -16,21 +14,10 @@ use super::answers::{Answers, Refusal, RefusalKind};
 use super::key::{KeyExtractor, Payload};
 use super::response::{HandlerResponse, IdempotentResponse};
 use super::{Config, Idempotency};
-use crate::deadline::{self, Budget, OutOfTime};
-use crate::processor::PayloadCheck;
-use crate::retry::RetryPolicy;
-use crate::store::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, StoredResponse,
-};
-use crate::{BoxError, Error, ErrorKind, MissingKey};
-
-/// How a handler call ended.
-enum HandlerEnd<R> {
-    Returned(R),
-    Failed(BoxError),
-    Panicked(String),
-    OutOfTime,
-}
+use crate::claim::{Attempt, Claimed, HandlerEnd, MissingKey, PayloadVerdict, Recorded, guarded};
+use crate::deadline::Budget;
+use crate::store::{ClaimRecord, ClaimStore, ClaimToken, Completion, Effects, StoredResponse};
+use crate::{BoxError, Error, ErrorKind};
 
 impl<St, X> Idempotency<St, X>
 where
@@ -69,7 +56,6 @@ where
             context.deadline,
             config.answer_reserve,
             config.answer_reserve,
-            config.lease,
         );
         if !budget.may_start() {
             return Err(out_of_time(
@@ -100,43 +86,31 @@ where
                 }
             };
         };
-        let namespace = match &config.namespace {
-            Some(ns) => ns.as_str(),
-            None if !context.env_config.function_name.is_empty() => {
-                context.env_config.function_name.as_str()
-            }
-            None => "sqs-claim",
-        };
-        let key = config.format.stored_key(namespace, &datum);
-        let fingerprint = match config.payload_check {
-            PayloadCheck::Off => None,
-            PayloadCheck::Warn | PayloadCheck::Fail => Some(
-                config
-                    .format
-                    .route_fingerprint(payload.route().as_ref(), &request),
-            ),
-        };
+        let key = config
+            .format
+            .stored_key(&config.namespace.resolve(&context), &datum);
+        let fingerprint = config.terms.payload_check.fingerprints().then(|| {
+            config
+                .format
+                .route_fingerprint(payload.route().as_ref(), &request)
+        });
         drop((request, datum));
 
-        let now = budget.now();
-        let lease_until = budget.lease_until(now);
-        let claim = ClaimRequest {
-            key: &key,
-            now,
-            lease_until,
-            // An in-progress record must not expire before its lease lapses.
-            expires_at: deadline::after(now, config.ttl).max(lease_until),
-            fingerprint: fingerprint.as_deref(),
-        };
-        // Store futures are boxed where they are awaited, as in the processor: an SDK call's
-        // future runs to kilobytes.
-        let token = match budget.bounded(Box::pin(config.store.claim(claim))).await {
-            Err(OutOfTime) => {
+        let attempt = Attempt::new(
+            &config.store,
+            &config.terms,
+            &budget,
+            &key,
+            fingerprint.as_deref(),
+        );
+        let token = match attempt.claim().await {
+            Claimed::Won(token) => token,
+            Claimed::CutOff => {
                 return Err(out_of_time(
                     "the claim was cut off by the time budget: the handler did not run",
                 ));
             }
-            Ok(Err(e)) => {
+            Claimed::Failed(e) => {
                 // Fail closed: without a claim nothing may run, or a duplicate would run too.
                 return Err(Error::with_source(
                     e.kind(),
@@ -145,11 +119,10 @@ where
                 )
                 .into());
             }
-            Ok(Ok(Claim::Acquired(token))) => token,
-            Ok(Ok(Claim::Completed(record))) => {
-                return self.replay(&key, fingerprint.as_deref(), record, answers);
+            Claimed::Completed { record, payload } => {
+                return replay(&key, payload, record, answers);
             }
-            Ok(Ok(Claim::HeldElsewhere { lease_until })) => {
+            Claimed::HeldElsewhere { lease_until } => {
                 let mut refusal = Refusal::new(
                     RefusalKind::InProgress,
                     "a request with this idempotency key is in progress; retry later",
@@ -159,25 +132,25 @@ where
                 return answer(answers, refusal);
             }
         };
-        drop(fingerprint);
 
-        let response = match call_handler(LambdaEvent::new(payload, context), handler, &budget)
-            .await
-        {
+        let event = LambdaEvent::new(payload, context);
+        let call = async move { handler(event).await.map_err(Into::into) };
+        let response = match guarded(call, None, &budget).await {
             HandlerEnd::Returned(response) => response,
             HandlerEnd::Failed(e) => {
-                self.release(&key, &token, &budget).await;
+                attempt.release(&token).await;
                 return Err(e);
             }
             HandlerEnd::Panicked(what) => {
-                self.release(&key, &token, &budget).await;
+                attempt.release(&token).await;
                 return Err(Error::new(
                     ErrorKind::Panicked,
                     format!("the handler panicked: {what} (the claim was released)"),
                 )
                 .into());
             }
-            HandlerEnd::OutOfTime => {
+            // Only the budget stops the layer's handler: it has no timeout of its own.
+            HandlerEnd::OutOfTime | HandlerEnd::TimedOut(_) => {
                 // The handler may have reached an external service: the claim is kept until
                 // its lease lapses, so a retry cannot race a call still in flight.
                 warn!(
@@ -209,7 +182,7 @@ where
         {
             Ok(response) => response,
             Err(e) => {
-                self.release(&key, &token, &budget).await;
+                attempt.release(&token).await;
                 return Err(e.into());
             }
         };
@@ -219,155 +192,10 @@ where
             // Refused before anything is written: the effects are not committed and the key
             // is free again, so the request can be retried (and will be refused again until
             // the response shrinks).
-            self.release(&key, &token, &budget).await;
+            attempt.release(&token).await;
             return Err(Completion::<St::Effect>::too_large(&key, len, limit).into());
         }
-        self.complete(&key, &token, &budget, response, effects)
-            .await
-    }
-
-    /// A key found completed: the stored response, unless the payload check says the request
-    /// is another one.
-    fn replay(
-        &self,
-        key: &str,
-        fingerprint: Option<&str>,
-        record: ClaimRecord,
-        answers: &dyn Answers,
-    ) -> Result<IdempotentResponse, BoxError> {
-        let differs = matches!(
-            (fingerprint, record.fingerprint.as_deref()),
-            (Some(ours), Some(theirs)) if ours != theirs
-        );
-        if differs {
-            match self.inner.payload_check {
-                PayloadCheck::Fail => {
-                    return answer(
-                        answers,
-                        Refusal::new(
-                            RefusalKind::PayloadMismatch,
-                            "this idempotency key was already used for a different request",
-                        ),
-                    );
-                }
-                PayloadCheck::Warn | PayloadCheck::Off => warn!(
-                    key,
-                    "same key as a completed request, with a different payload; replaying its \
-                     response (PayloadCheck::Warn)"
-                ),
-            }
-        }
-        match record.response {
-            Some(stored) => Ok(IdempotentResponse::from_text(stored.into_string(), true)?),
-            None => Err(Error::new(
-                ErrorKind::NotReplayable,
-                format!(
-                    "key {key:?} was completed by a writer that stores no response (the SQS \
-                     processor or a one-shot write): there is nothing to replay, and the \
-                     handler did not run"
-                ),
-            )
-            .into()),
-        }
-    }
-
-    /// Records the completion with the response and the effects, retrying transient errors
-    /// under the one retry policy, all of it under the budget.
-    async fn complete(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        budget: &Budget,
-        response: IdempotentResponse,
-        effects: Effects<St::Effect>,
-    ) -> Result<IdempotentResponse, BoxError> {
-        let config = &self.inner;
-        let has_effects = !effects.is_empty();
-        let expires_at = deadline::after(budget.now(), config.ttl);
-        let stored = StoredResponse::new(response.json());
-        // A client that retries by itself (the AWS SDK) gets no second loop on top.
-        let policy = if config.store.retries_internally() {
-            RetryPolicy::none()
-        } else {
-            config.completion_retry
-        };
-        let mut effects = Some(effects);
-        // A retry resends the same completion: if an earlier attempt did commit, the contract
-        // makes the retry a no-op success (same token), never a second application.
-        let attempt = |retry: u32| {
-            let send = if retry >= policy.max_retries() {
-                effects.take().unwrap_or_default()
-            } else {
-                effects
-                    .as_ref()
-                    .map(|e| Effects::from(e.as_slice().to_vec()))
-                    .unwrap_or_default()
-            };
-            let completion = Completion::new(expires_at)
-                .with_response(stored.clone())
-                .with_effects(send);
-            Box::pin(config.store.complete_with(key, token, completion))
-        };
-        let retried = policy.retry(
-            budget.hard_stop(),
-            attempt,
-            Error::is_transient,
-            |retry, e| warn!(key, retry, error = %format_args!("{e:#}"), "completion failed; retrying"),
-        );
-        let e = match budget.bounded(retried).await {
-            Ok(Ok(())) => return Ok(response),
-            Ok(Err(e)) => e,
-            Err(OutOfTime) if has_effects => {
-                return Err(out_of_time(
-                    "the completion was cut off by the time budget: its effects may or may not \
-                     have committed (a retry after the lease lapses finds out); the claim is \
-                     kept until its lease lapses",
-                ));
-            }
-            Err(OutOfTime) => {
-                // As for a completion that failed (below): the side effect already happened.
-                error!(
-                    key,
-                    "handler succeeded but its completion was cut off by the time budget; \
-                     answering its response, a retry of this key after the lease lapses could \
-                     run the handler again"
-                );
-                return Ok(response);
-            }
-        };
-        if e.kind() == ErrorKind::ResponseTooLarge {
-            // The store's own limit: refused before anything was written.
-            self.release(key, token, budget).await;
-            return Err(e.into());
-        }
-        if !has_effects {
-            // The handler's side effect already happened: an error would make the caller
-            // retry and run it again. Answer its response and shout; the claim stays in
-            // progress until its lease lapses (a retry meanwhile is answered "in progress").
-            // After a lapsed lease (LostClaim) another invocation's record stands, and this
-            // caller still gets the response its own call produced.
-            error!(
-                key, error = %format_args!("{e:#}"),
-                "handler succeeded but its completion could not be recorded; answering its \
-                 response, a retry of this key after the lease lapses could run the handler again"
-            );
-            return Ok(response);
-        }
-        // With effects, nothing of the handler's work is done unless the completion committed:
-        // answer an error. A lost claim has nothing of ours left to release.
-        if e.kind() != ErrorKind::LostClaim {
-            self.release(key, token, budget).await;
-        }
-        let what = if e.is_transient() {
-            "the completion with effects could not be confirmed, it may or may not have \
-             committed (a retry finds out: replayed if it did, run again if it did not)"
-        } else if e.kind() == ErrorKind::LostClaim {
-            "the claim's lease lapsed and another invocation took the key over: this \
-             invocation's effects were not committed"
-        } else {
-            "the completion with effects failed, nothing was committed"
-        };
-        Err(Error::with_source(e.kind(), what, e).into())
+        complete(&attempt, &token, response, effects).await
     }
 
     /// Runs the handler without a claim (no key, [`MissingKey::ProcessWithoutDedup`]).
@@ -383,7 +211,8 @@ where
         R: HandlerResponse<St::Effect>,
         E: Into<BoxError>,
     {
-        let response = match call_handler(event, handler, budget).await {
+        let call = async move { handler(event).await.map_err(Into::into) };
+        let response = match guarded(call, None, budget).await {
             HandlerEnd::Returned(response) => response,
             HandlerEnd::Failed(e) => return Err(e),
             HandlerEnd::Panicked(what) => {
@@ -393,7 +222,7 @@ where
                 )
                 .into());
             }
-            HandlerEnd::OutOfTime => {
+            HandlerEnd::OutOfTime | HandlerEnd::TimedOut(_) => {
                 return Err(out_of_time("the handler was cut off by the time budget"));
             }
         };
@@ -409,52 +238,107 @@ where
         }
         Ok(IdempotentResponse::new(&body)?)
     }
+}
 
-    async fn release(&self, key: &str, token: &ClaimToken, budget: &Budget) {
-        // Not fatal either way: an unreleased claim lapses with its lease.
-        match budget
-            .bounded(Box::pin(self.inner.store.release(key, token)))
-            .await
-        {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                warn!(key, error = %format_args!("{e:#}"), "could not release the claim; it will lapse with its lease");
-            }
-            Err(OutOfTime) => {
-                warn!(
-                    key,
-                    "release cut off by the time budget; the claim will lapse with its lease"
-                );
-            }
+/// A key found completed: the stored response, unless the payload check refuses the request
+/// as another one.
+fn replay(
+    key: &str,
+    payload: PayloadVerdict,
+    record: ClaimRecord,
+    answers: &dyn Answers,
+) -> Result<IdempotentResponse, BoxError> {
+    match payload {
+        PayloadVerdict::Same => {}
+        PayloadVerdict::Refused => {
+            return answer(
+                answers,
+                Refusal::new(
+                    RefusalKind::PayloadMismatch,
+                    "this idempotency key was already used for a different request",
+                ),
+            );
         }
+        PayloadVerdict::Tolerated => warn!(
+            key,
+            "same key as a completed request, with a different payload; replaying its \
+             response (PayloadCheck::Warn)"
+        ),
+    }
+    match record.response {
+        Some(stored) => Ok(IdempotentResponse::from_text(stored.into_string(), true)?),
+        None => Err(Error::new(
+            ErrorKind::NotReplayable,
+            format!(
+                "key {key:?} was completed by a writer that stores no response (the SQS \
+                 processor or a one-shot write): there is nothing to replay, and the handler \
+                 did not run"
+            ),
+        )
+        .into()),
     }
 }
 
-/// Calls the handler under the budget, catching a panic: the whole call, the closure's own
-/// synchronous part included, runs inside `catch_unwind`.
-async fn call_handler<T, F, Fut, R, E>(
-    event: LambdaEvent<T>,
-    handler: F,
-    budget: &Budget,
-) -> HandlerEnd<R>
-where
-    F: FnOnce(LambdaEvent<T>) -> Fut,
-    Fut: Future<Output = Result<R, E>>,
-    E: Into<BoxError>,
-{
-    let run = Box::pin(AssertUnwindSafe(async move { handler(event).await }).catch_unwind());
-    match budget.bounded(run).await {
-        Err(OutOfTime) => HandlerEnd::OutOfTime,
-        Ok(Ok(Ok(response))) => HandlerEnd::Returned(response),
-        Ok(Ok(Err(e))) => HandlerEnd::Failed(e.into()),
-        Ok(Err(panic)) => HandlerEnd::Panicked(
-            panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".to_owned()),
-        ),
+/// Records the completion with the response and the effects ([`Attempt::complete`]: retried
+/// under the one retry policy, under the budget, released when nothing stands), and says what
+/// it means for the caller.
+async fn complete<St: ClaimStore>(
+    attempt: &Attempt<'_, St>,
+    token: &ClaimToken,
+    response: IdempotentResponse,
+    effects: Effects<St::Effect>,
+) -> Result<IdempotentResponse, BoxError> {
+    let stored = StoredResponse::new(response.json());
+    let e = match attempt.complete(token, Some(stored), effects).await {
+        Recorded::Committed => return Ok(response),
+        Recorded::CutOff { had_effects: true } => {
+            return Err(out_of_time(
+                "the completion was cut off by the time budget: its effects may or may not \
+                 have committed (a retry after the lease lapses finds out); the claim is kept \
+                 until its lease lapses",
+            ));
+        }
+        Recorded::CutOff { had_effects: false } => {
+            // As for a completion that failed (below): the side effect already happened.
+            error!(
+                key = attempt.key(),
+                "handler succeeded but its completion was cut off by the time budget; \
+                 answering its response, a retry of this key after the lease lapses could run \
+                 the handler again"
+            );
+            return Ok(response);
+        }
+        Recorded::Unrecorded(e) => {
+            // The handler's side effect already happened: an error would make the caller
+            // retry and run it again. Answer its response and shout; the claim stays in
+            // progress until its lease lapses (a retry meanwhile is answered "in progress").
+            // After a lapsed lease (LostClaim) another invocation's record stands, and this
+            // caller still gets the response its own call produced.
+            error!(
+                key = attempt.key(), error = %format_args!("{e:#}"),
+                "handler succeeded but its completion could not be recorded; answering its \
+                 response, a retry of this key after the lease lapses could run the handler again"
+            );
+            return Ok(response);
+        }
+        Recorded::Failed(e) => e,
+    };
+    if e.kind() == ErrorKind::ResponseTooLarge {
+        // The store's own limit: refused before anything was written (the claim released).
+        return Err(e.into());
     }
+    // With effects, nothing of the handler's work is done unless the completion committed:
+    // answer an error.
+    let what = if e.is_transient() {
+        "the completion with effects could not be confirmed, it may or may not have \
+         committed (a retry finds out: replayed if it did, run again if it did not)"
+    } else if e.kind() == ErrorKind::LostClaim {
+        "the claim's lease lapsed and another invocation took the key over: this \
+         invocation's effects were not committed"
+    } else {
+        "the completion with effects failed, nothing was committed"
+    };
+    Err(Error::with_source(e.kind(), what, e).into())
 }
 
 fn answer(answers: &dyn Answers, refusal: Refusal) -> Result<IdempotentResponse, BoxError> {

@@ -4,13 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::warn;
-
 use super::{Inner, Processor};
-use crate::deadline::{Clock, Lease};
-use crate::key::{KeySource, MissingKey};
+use crate::claim::{KeyFormat, Lease, MissingKey, Namespace, NativeFormat, PayloadCheck, Terms};
+use crate::deadline::Clock;
+use crate::key::KeySource;
 use crate::metrics::{MetricsSink, Sink};
-use crate::outcome::{Failure, FailureKind, Outcome};
 use crate::retry::RetryPolicy;
 
 /// What to do when the store cannot be reached to claim a message.
@@ -25,39 +23,6 @@ pub enum StoreUnavailable {
     /// redelivered message runs again. Handlers that return effects still fail, as their
     /// effects cannot be committed without the store.
     FailOpen,
-}
-
-/// What to do when a key was completed before with a different payload fingerprint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum PayloadCheck {
-    /// Do not fingerprint payloads.
-    Off,
-    /// Log a warning and skip the message as a duplicate.
-    Warn,
-    /// Report the message as failed (the default): it is retried, then reaches the DLQ, where a
-    /// person can look at the conflicting payload. Same key, other body is a producer bug, and
-    /// skipping it silently could drop a payment.
-    #[default]
-    Fail,
-}
-
-impl PayloadCheck {
-    /// The one place the policy is applied: a message whose key was already done (by a stored
-    /// record, or by an earlier copy in this batch) is a duplicate, unless its payload differs
-    /// and the policy says fail. `against` names what it was compared with, for the failure and
-    /// the log line.
-    pub(crate) fn judge(self, differs: bool, message_id: &str, against: &str) -> Outcome {
-        if !differs {
-            return Outcome::Duplicate;
-        }
-        let why = format!("same key as {against}, with a different payload");
-        if self == PayloadCheck::Fail {
-            return Outcome::Failed(Failure::new(FailureKind::PayloadMismatch, why));
-        }
-        warn!(message_id, "{why}; skipped as a duplicate");
-        Outcome::Duplicate
-    }
 }
 
 /// How a FIFO batch reacts to a failure.
@@ -78,20 +43,18 @@ pub enum FifoMode {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(super) key: KeySource,
-    pub(super) namespace: Option<String>,
+    pub(super) namespace: Namespace,
+    /// How keys and fingerprints are written ([`ProcessorBuilder::key_format`]).
+    pub(super) format: Arc<dyn KeyFormat>,
     pub(super) missing_key: MissingKey,
-    pub(super) payload_check: PayloadCheck,
+    /// TTL, lease, completion retries and payload check: what the idempotency layer has too.
+    pub(super) terms: Terms,
     pub(super) concurrency: Option<usize>,
-    pub(super) lease: Lease,
-    /// Set by the deprecated [`ProcessorBuilder::lease`]: warn once when a deadline overrides it.
-    pub(super) lease_from_deprecated_setter: bool,
-    pub(super) ttl: Duration,
     pub(super) deadline_margin: Duration,
     pub(super) answer_reserve: Duration,
     pub(super) handler_timeout: Option<Duration>,
     pub(super) on_store_unavailable: StoreUnavailable,
     pub(super) fifo: FifoMode,
-    pub(super) completion_retry: RetryPolicy,
     pub(super) clock: Clock,
     #[cfg(feature = "sqs")]
     pub(super) failure_destination: Option<super::FailureDestination>,
@@ -99,26 +62,16 @@ pub(crate) struct Config {
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
-    /// Keys and fingerprints as Powertools derives them ([`ProcessorBuilder::powertools`]).
-    #[cfg(feature = "powertools")]
-    pub(super) powertools: Option<crate::powertools::PowertoolsFormat>,
 }
 
 impl Config {
-    /// The stored key of `record` (`namespace#raw`, or Powertools' key), `None` if it has none.
+    /// The stored key of `record` under the key format, `None` if it has none.
     pub(super) fn stored_key(
         &self,
         record: &aws_lambda_events::sqs::SqsMessage,
         namespace: &str,
     ) -> Result<Option<String>, crate::Error> {
-        #[cfg(feature = "powertools")]
-        if let Some(format) = &self.powertools {
-            return format.record_key(&self.key, record);
-        }
-        Ok(self
-            .key
-            .extract(record)?
-            .map(|raw| crate::key::namespaced(namespace, &raw)))
+        self.format.record_key(namespace, &self.key, record)
     }
 
     /// The payload fingerprint of `record` under the payload check, `None` when it is off.
@@ -126,16 +79,10 @@ impl Config {
         &self,
         record: &aws_lambda_events::sqs::SqsMessage,
     ) -> Option<String> {
-        if self.payload_check == PayloadCheck::Off {
+        if !self.terms.payload_check.fingerprints() {
             return None;
         }
-        #[cfg(feature = "powertools")]
-        if let Some(format) = &self.powertools {
-            return format.record_fingerprint(record);
-        }
-        Some(crate::key::sha256_hex(
-            record.body.as_deref().unwrap_or("").as_bytes(),
-        ))
+        self.format.record_fingerprint(record)
     }
 }
 
@@ -143,26 +90,21 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             key: KeySource::MessageId,
-            namespace: None,
+            namespace: Namespace::default(),
+            format: Arc::new(NativeFormat),
             missing_key: MissingKey::Fail,
-            payload_check: PayloadCheck::Fail,
+            terms: Terms::default(),
             concurrency: None,
-            lease: Lease::default(),
-            lease_from_deprecated_setter: false,
-            ttl: Duration::from_secs(24 * 3600),
             deadline_margin: Duration::from_secs(2),
             answer_reserve: Duration::from_millis(250),
             handler_timeout: None,
             on_store_unavailable: StoreUnavailable::FailClosed,
             fifo: FifoMode::PerGroup,
-            completion_retry: RetryPolicy::default(),
             clock: Clock::system(),
             #[cfg(feature = "sqs")]
             failure_destination: None,
             metrics: None,
             one_shot: false,
-            #[cfg(feature = "powertools")]
-            powertools: None,
         }
     }
 }
@@ -189,25 +131,30 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// The key namespace (`namespace#key`). Default: the `AWS_LAMBDA_FUNCTION_NAME`
-    /// environment variable, else the function name in the invocation context, else
-    /// `sqs-claim`. Set it explicitly for payments: renaming a function must not reset
-    /// deduplication, and two consumers of one table must use different namespaces.
+    /// The key namespace (`namespace#key`). Default: the function's name (the invocation
+    /// context's, else `AWS_LAMBDA_FUNCTION_NAME`), else `sqs-claim`: the
+    /// [namespace rule](crate::claim#the-namespace-rule), the idempotency layer's too. Set it
+    /// explicitly for payments: renaming a function must not reset deduplication, and two
+    /// consumers of one table must use different namespaces.
     pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
-        self.config.namespace = Some(namespace.into());
+        self.config.namespace.set(namespace.into());
         self
     }
 
-    /// Keys and payload fingerprints as Powertools for AWS Lambda (Python) derives them for an
-    /// `@idempotent_function` SQS record handler, from the [`key`](Self::key) source's value
-    /// ([`PowertoolsFormat::record_key`] says what each source is to Powertools), so the
-    /// processor and a Powertools consumer of the same table see each other's messages as
-    /// duplicates (docs/powertools.md). The key is Powertools' `{prefix}#{hash}`: the
-    /// [`namespace`](Self::namespace) does not enter it. Payload fingerprints are Powertools'
-    /// `validation` hashes, of what [`PowertoolsFormat::with_record_validation`] names, and
-    /// none without it. Default: off, sqs-claim's own keys. Feature `powertools`.
+    /// How keys and payload fingerprints are written. Default: [`NativeFormat`] (the key
+    /// `namespace#<raw key>`, the fingerprint the SHA-256 of the body).
+    ///
+    /// `PowertoolsFormat` (feature `powertools`) derives them as Powertools for AWS Lambda
+    /// (Python) does for an `@idempotent_function` SQS record handler, from the
+    /// [`key`](Self::key) source's value (`PowertoolsFormat::record_key` says what each source
+    /// is to Powertools), so the processor and a Powertools consumer of the same table see each
+    /// other's messages as duplicates (docs/powertools.md). Its key is Powertools'
+    /// `{prefix}#{hash}`: the [`namespace`](Self::namespace) does not enter it. Its payload
+    /// fingerprints are Powertools' `validation` hashes, of what
+    /// `PowertoolsFormat::with_record_validation` names, and none without it.
     ///
     /// ```
+    /// # #[cfg(feature = "powertools")] {
     /// use sqs_claim::powertools::PowertoolsFormat;
     /// use sqs_claim::{KeySource, MemoryStore, Message, Processor};
     ///
@@ -215,17 +162,13 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// // Powertools: event_key_jmespath="powertools_json(body).order_id" on app.record_handler
     /// let processor = Processor::builder(MemoryStore::new(), handler)
     ///     .key(KeySource::JsonPointer("/order_id".into()))
-    ///     .powertools(PowertoolsFormat::new("orders-fn", "app.record_handler"))
+    ///     .key_format(PowertoolsFormat::new("orders-fn", "app.record_handler"))
     ///     .build();
     /// # let _ = processor;
+    /// # }
     /// ```
-    ///
-    /// [`PowertoolsFormat::record_key`]: crate::powertools::PowertoolsFormat::record_key
-    /// [`PowertoolsFormat::with_record_validation`]: crate::powertools::PowertoolsFormat::with_record_validation
-    #[cfg(feature = "powertools")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
-    pub fn powertools(mut self, format: crate::powertools::PowertoolsFormat) -> Self {
-        self.config.powertools = Some(format);
+    pub fn key_format(mut self, format: impl KeyFormat) -> Self {
+        self.config.format = Arc::new(format);
         self
     }
 
@@ -237,7 +180,7 @@ impl<S, H> ProcessorBuilder<S, H> {
 
     /// Payload fingerprint check. Default: [`PayloadCheck::Fail`].
     pub fn payload_check(mut self, check: PayloadCheck) -> Self {
-        self.config.payload_check = check;
+        self.config.terms.payload_check = check;
         self
     }
 
@@ -270,24 +213,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// assert!(processor.lease().outlives_deadline());
     /// ```
     pub fn lease_policy(mut self, lease: Lease) -> Self {
-        self.config.lease = lease;
-        self.config.lease_from_deprecated_setter = false;
-        self
-    }
-
-    /// The lease when the invocation has no deadline, as
-    /// [`lease_policy(Lease::until_deadline(lease))`](Self::lease_policy). Inside Lambda it has
-    /// no effect: the lease is then the invocation's deadline, and the processor logs a warning
-    /// (once per process) saying so.
-    #[deprecated(
-        since = "0.2.0",
-        note = "inside Lambda this only applies without a deadline; say which lease you mean: \
-                `.lease_policy(Lease::until_deadline(d))` (the deadline, `d` outside Lambda) or \
-                `.lease_policy(Lease::at_least(d))` (at least `d`, deadline or not)"
-    )]
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.config.lease = Lease::until_deadline(lease);
-        self.config.lease_from_deprecated_setter = true;
+        self.config.terms.lease = lease;
         self
     }
 
@@ -296,7 +222,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// still if producers can resend hours later. Values above 100 years are treated as 100
     /// years.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config.ttl = ttl;
+        self.config.terms.ttl = ttl;
         self
     }
 
@@ -310,7 +236,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// How long before the deadline every step still in flight is cut off, so the answer can
     /// be sent in time. Default: 250 ms. Every step (claim, handler, completion and its
     /// retries, release) races `deadline - answer_reserve`; a message cut off is reported
-    /// [`Outcome::CutOff`] with the step it was at.
+    /// [`Outcome::CutOff`](crate::Outcome::CutOff) with the step it was at.
     pub fn answer_reserve(mut self, reserve: Duration) -> Self {
         self.config.answer_reserve = reserve;
         self
@@ -318,7 +244,7 @@ impl<S, H> ProcessorBuilder<S, H> {
 
     /// The longest one handler call may take. Default: none (the invocation's time budget
     /// still bounds it). A handler that runs longer is cancelled and its message fails with
-    /// [`FailureKind::HandlerTimeout`]; its claim is kept until its lease lapses, as the call
+    /// [`FailureKind::HandlerTimeout`](crate::FailureKind::HandlerTimeout); its claim is kept until its lease lapses, as the call
     /// may have reached an external service. (A `tower::timeout::TimeoutLayer` around the
     /// handler also works, but its error is an ordinary handler error, which releases the
     /// claim at once.)
@@ -340,19 +266,13 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// Retries of a completion that failed with a transient error, and the first backoff
-    /// (doubled each time, with jitter, capped at 2 s). Default: 3 retries from 50 ms.
-    /// Shorthand for [`completion_retry`](Self::completion_retry).
-    pub fn completion_retries(self, retries: u32, backoff: Duration) -> Self {
-        self.completion_retry(RetryPolicy::new(retries, backoff))
-    }
-
     /// The retry policy of a completion that failed with a transient error. Default:
-    /// [`RetryPolicy::default`]. Not used for stores whose client retries by itself
+    /// [`RetryPolicy::default`] (3 retries from 50 ms, doubling with jitter, capped at 2 s). Not
+    /// used for stores whose client retries by itself
     /// ([`ClaimStore::retries_internally`](crate::ClaimStore::retries_internally): the AWS
     /// SDK's own retry configuration applies there), and never past the time budget.
     pub fn completion_retry(mut self, policy: RetryPolicy) -> Self {
-        self.config.completion_retry = policy;
+        self.config.terms.completion_retry = policy;
         self
     }
 
@@ -364,7 +284,7 @@ impl<S, H> ProcessorBuilder<S, H> {
 
     /// Sends a message that fails on its last allowed receive to `destination`, with its
     /// failure kind and reason as message attributes, and reports it handled
-    /// ([`Outcome::DeadLettered`]) instead of letting the DLQ take it without its reason. A
+    /// ([`Outcome::DeadLettered`](crate::Outcome::DeadLettered)) instead of letting the DLQ take it without its reason. A
     /// failed send leaves it reported for retry, as without a destination. Default: none.
     /// See [`FailureDestination`](super::FailureDestination).
     ///
@@ -387,11 +307,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// Finishes the processor.
     pub fn build(self) -> Processor<S, H> {
         let mut config = self.config;
-        if config.namespace.is_none() {
-            config.namespace = std::env::var("AWS_LAMBDA_FUNCTION_NAME")
-                .ok()
-                .filter(|s| !s.is_empty());
-        }
+        config.namespace = config.namespace.read_env();
         Processor {
             inner: Arc::new(Inner {
                 store: self.store,

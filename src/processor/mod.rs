@@ -11,15 +11,18 @@
 //! | file | what it holds |
 //! |------|---------------|
 //! | `mod.rs` | [`Processor`]: `process` and the `tower::Service` the Lambda runtime calls |
-//! | `config.rs` | the policies ([`StoreUnavailable`], [`PayloadCheck`], [`FifoMode`]) and [`ProcessorBuilder`] |
+//! | `config.rs` | the processor's own policies ([`StoreUnavailable`], [`FifoMode`]) and [`ProcessorBuilder`]; the claim's ([`PayloadCheck`](crate::PayloadCheck), [`Lease`](crate::Lease), [`MissingKey`](crate::MissingKey), the key format) are in [`claim`](crate::claim) |
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
-//! | `run.rs` | the standard and FIFO schedulers, and the steps of one message under the budget |
+//! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
 //! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive sent, with their reason, to a failure queue (feature `sqs`) |
 //!
-//! Where a duplicate is detected: when the claim finds the key completed (`run.rs`,
-//! `Claim::Completed`), or, for copies inside one batch, at planning (`plan.rs`: a later copy
-//! follows the first copy's outcome). Where the deadline cuts work off: `deadline.rs`
-//! (`Budget::bounded`), called for every step in `run.rs`.
+//! Where a duplicate is detected: when the claim finds the key completed (`claim/attempt.rs`,
+//! `Claim::Completed`, judged by the [`PayloadCheck`](crate::PayloadCheck); `run.rs` makes it
+//! [`Outcome::Duplicate`](crate::Outcome::Duplicate)), or, for copies inside one batch, at
+//! planning (`plan.rs`: a later copy follows the first copy's outcome). Where the deadline cuts
+//! work off: `deadline.rs` (`Budget::bounded`), which every step of the claim
+//! (`claim/attempt.rs`) races. Where a failure becomes an `itemIdentifier`:
+//! [`BatchReport::response`](crate::BatchReport::response) (`outcome.rs`).
 
 mod config;
 #[cfg(feature = "sqs")]
@@ -39,7 +42,7 @@ use tower::Service;
 use tracing::{Instrument, field, info};
 
 pub(crate) use config::Config;
-pub use config::{FifoMode, PayloadCheck, ProcessorBuilder, StoreUnavailable};
+pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
 pub use failure_destination::FailureDestination;
 pub use one_shot::OneShot;
@@ -119,7 +122,7 @@ where
 
     /// The lease policy claims are taken with ([`ProcessorBuilder::lease_policy`]).
     pub fn lease(&self) -> crate::Lease {
-        self.inner.config.lease
+        self.inner.config.terms.lease
     }
 
     /// Processes one invocation's batch and reports every message's outcome.
@@ -158,23 +161,13 @@ where
         span: &tracing::Span,
     ) -> Result<BatchReport, Error> {
         let config = &self.inner.config;
-        let function_name =
-            Some(context.env_config.function_name.clone()).filter(|s| !s.is_empty());
-        let namespace = config
-            .namespace
-            .clone()
-            .or_else(|| function_name.clone())
-            .unwrap_or_else(|| "sqs-claim".to_owned());
+        let namespace = config.namespace.resolve(&context);
         let mut budget = Budget::new(
             config.clock.clone(),
             context.deadline,
             config.deadline_margin,
             config.answer_reserve,
-            config.lease,
         );
-        if config.lease_from_deprecated_setter && budget.deadline().is_some() {
-            warn_lease_overridden(config.lease);
-        }
         #[cfg(feature = "sqs")]
         let poison = config
             .failure_destination
@@ -228,12 +221,8 @@ where
             let metrics = BatchMetrics::new(
                 &report,
                 config.clock.now(),
-                context.request_id,
-                function_name.or_else(|| {
-                    std::env::var("AWS_LAMBDA_FUNCTION_NAME")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                }),
+                context.request_id.clone(),
+                config.namespace.function_name(&context).map(str::to_owned),
                 queue_name,
                 fifo,
                 budget.take_latencies(),
@@ -312,19 +301,4 @@ where
             Ok(report.response())
         })
     }
-}
-
-/// Says, once per process, that a lease set with the deprecated `ProcessorBuilder::lease` does
-/// not apply to an invocation with a deadline: never silently.
-fn warn_lease_overridden(lease: crate::Lease) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        tracing::warn!(
-            lease = ?lease.duration(),
-            "the lease set with ProcessorBuilder::lease applies only without a deadline: inside \
-             Lambda claims are leased until the invocation's deadline. To hold claims longer, use \
-             .lease_policy(Lease::at_least(..)); to keep the deadline and silence this, use \
-             .lease_policy(Lease::until_deadline(..))"
-        );
-    });
 }

@@ -12,7 +12,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use tracing::warn;
 
 use super::config::{Config, FifoMode};
-use crate::key::MissingKey;
+use crate::claim::{MissingKey, differs};
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind};
 use crate::{Error, ErrorKind};
@@ -107,9 +107,9 @@ impl Plan {
                             leader: *leader,
                             // Named only when a copy appears: most keys have none.
                             leader_name: format!("{} (#{leader})", metas[*leader].id),
-                            payload_differs: matches!(
-                                (&fingerprint, leader_fingerprint),
-                                (Some(ours), Some(theirs)) if ours != theirs
+                            payload_differs: differs(
+                                fingerprint.as_deref(),
+                                leader_fingerprint.as_deref(),
                             ),
                         },
                         None => {

@@ -12,7 +12,6 @@
 //!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -24,13 +23,12 @@ use tracing::{Instrument, error, warn};
 use super::Inner;
 use super::config::{FifoMode, StoreUnavailable};
 use super::plan::{Action, Meta, Plan, Work};
-use crate::deadline::{self, Budget, OutOfTime};
+use crate::claim::{Attempt, Claimed, HandlerEnd, PayloadCheck, PayloadVerdict, Recorded, guarded};
+use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;
-use crate::metrics::StoreCall;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
-use crate::retry::RetryPolicy;
-use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite};
+use crate::store::{ClaimStore, ClaimToken, Effects};
 use crate::{BoxError, Error, ErrorKind};
 
 /// A FIFO item's result, as the items that depend on it see it.
@@ -43,8 +41,8 @@ struct Done {
 
 type Item<'a> = Shared<BoxFuture<'a, Done>>;
 
-/// How a handler call ended.
-enum HandlerEnd<E> {
+/// How a handler call ended, for a message.
+enum HandlerCall<E> {
     /// It returned: its effects, or why it failed (an error or a panic).
     Returned(Result<Effects<E>, Failure>),
     /// It ran longer than `handler_timeout` and was cancelled.
@@ -134,7 +132,7 @@ where
                 }
             }
         }
-        let check = self.config.payload_check;
+        let check = self.config.terms.payload_check;
         // (leader index, its outcome, its copies' indexes and outcomes)
         type Ran = (usize, Outcome, Vec<(usize, Outcome)>);
         let ran: Vec<Ran> = stream::iter(groups)
@@ -210,7 +208,7 @@ where
                     payload_differs,
                 } => {
                     let leader = items[leader].clone();
-                    let check = self.config.payload_check;
+                    let check = self.config.terms.payload_check;
                     async move {
                         follow(
                             leader.await.outcome,
@@ -320,38 +318,22 @@ where
         if !budget.may_start() {
             return Outcome::NotStarted(NotStarted::Deadline);
         }
-        if self.config.one_shot {
-            return self
-                .run_one_shot(message, id, key, fingerprint, budget)
-                .await;
-        }
         let config = &self.config;
-        let now = budget.now();
-        let lease_until = budget.lease_until(now);
-        let request = ClaimRequest {
-            key,
-            now,
-            lease_until,
-            // An in-progress record must not expire before its lease lapses: an expired record
-            // counts as absent, and a second worker would run the handler alongside the first.
-            expires_at: deadline::after(now, config.ttl).max(lease_until),
-            fingerprint,
-        };
-        // Store futures are boxed where they are awaited: an SDK call's future runs to
-        // kilobytes, and inline it would grow every message's future (see `call_handler`).
-        let Ok(claim) = budget
-            .timed(StoreCall::Claim, Box::pin(self.store.claim(request)))
-            .await
-        else {
-            return Outcome::CutOff(Step::Claim);
-        };
-        let token = match claim {
-            Ok(Claim::Acquired(token)) => token,
-            Ok(Claim::Completed(record)) => return self.completed_before(fingerprint, &record, id),
-            Ok(Claim::HeldElsewhere { lease_until }) => {
+        let attempt =
+            Attempt::new(&self.store, &config.terms, budget, key, fingerprint).for_message(id);
+        if config.one_shot {
+            return self.run_one_shot(message, id, &attempt, budget).await;
+        }
+        let token = match attempt.claim().await {
+            Claimed::Won(token) => token,
+            Claimed::CutOff => return Outcome::CutOff(Step::Claim),
+            Claimed::Completed { payload, .. } => {
+                return payload_outcome(payload, id, "a completed record");
+            }
+            Claimed::HeldElsewhere { lease_until } => {
                 return Outcome::HeldElsewhere { lease_until };
             }
-            Err(e) if e.kind() == ErrorKind::StoreUnavailable => {
+            Claimed::Failed(e) if e.kind() == ErrorKind::StoreUnavailable => {
                 if config.on_store_unavailable == StoreUnavailable::FailOpen {
                     warn!(message_id = %id, key, error = %format_args!("{e:#}"), "store unavailable: fail-open, running without a claim");
                     return Box::pin(self.run_unclaimed(
@@ -368,7 +350,7 @@ where
                     format!("claim failed, nothing ran: {e:#}"),
                 ));
             }
-            Err(e) => {
+            Claimed::Failed(e) => {
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreRejected,
                     format!("claim refused by the store, nothing ran: {e:#}"),
@@ -377,35 +359,18 @@ where
         };
 
         match self.call_handler(message, budget).await {
-            HandlerEnd::Returned(Ok(effects)) => {
-                Box::pin(self.complete(id, key, &token, budget, effects)).await
+            HandlerCall::Returned(Ok(effects)) => {
+                Box::pin(self.complete(id, key, &attempt, &token, effects)).await
             }
-            HandlerEnd::Returned(Err(failure)) => {
-                Box::pin(self.release(id, key, &token, budget)).await;
+            HandlerCall::Returned(Err(failure)) => {
+                Box::pin(attempt.release(&token)).await;
                 Outcome::Failed(failure)
             }
             // The call may have reached an external service: the claim is kept (not released)
             // until its lease lapses, so a redelivery cannot race a call still in flight.
-            HandlerEnd::TimedOut(after) => Outcome::Failed(handler_timed_out(after, true)),
-            HandlerEnd::OutOfTime => Outcome::CutOff(Step::Handler),
+            HandlerCall::TimedOut(after) => Outcome::Failed(handler_timed_out(after, true)),
+            HandlerCall::OutOfTime => Outcome::CutOff(Step::Handler),
         }
-    }
-
-    /// The outcome of a message whose key a store found completed: a duplicate, unless the
-    /// payload check says its body differs from the one that completed it.
-    fn completed_before(
-        &self,
-        fingerprint: Option<&str>,
-        record: &crate::store::ClaimRecord,
-        id: &str,
-    ) -> Outcome {
-        let differs = matches!(
-            (fingerprint, record.fingerprint.as_deref()),
-            (Some(ours), Some(theirs)) if ours != theirs
-        );
-        self.config
-            .payload_check
-            .judge(differs, id, "a completed record")
     }
 
     /// One-shot: the handler computes the effects (it cannot await: see
@@ -416,45 +381,25 @@ where
         &self,
         message: Box<Message>,
         id: &str,
-        key: &str,
-        fingerprint: Option<&str>,
+        attempt: &Attempt<'_, S>,
         budget: &Budget,
     ) -> Outcome {
         let effects = match self.call_handler(message, budget).await {
-            HandlerEnd::Returned(Ok(effects)) => effects,
-            HandlerEnd::Returned(Err(failure)) => return Outcome::Failed(failure),
-            HandlerEnd::TimedOut(after) => return Outcome::Failed(handler_timed_out(after, false)),
-            HandlerEnd::OutOfTime => return Outcome::CutOff(Step::Handler),
-        };
-        let now = budget.now();
-        let request = ClaimRequest {
-            key,
-            now,
-            lease_until: budget.lease_until(now),
-            expires_at: deadline::after(now, self.config.ttl),
-            fingerprint,
-        };
-        let Ok(written) = budget
-            .timed(
-                StoreCall::Completion,
-                Box::pin(self.store.claim_completed(request, effects)),
-            )
-            .await
-        else {
-            return Outcome::CutOff(Step::Completion);
-        };
-        match written {
-            Ok(OneShotWrite::Committed) => Outcome::Processed,
-            Ok(OneShotWrite::Completed(record)) => self.completed_before(fingerprint, &record, id),
-            Ok(OneShotWrite::HeldElsewhere { lease_until }) => {
-                Outcome::HeldElsewhere { lease_until }
+            HandlerCall::Returned(Ok(effects)) => effects,
+            HandlerCall::Returned(Err(failure)) => return Outcome::Failed(failure),
+            HandlerCall::TimedOut(after) => {
+                return Outcome::Failed(handler_timed_out(after, false));
             }
-            Err(e) => {
-                let kind = match e.kind() {
-                    ErrorKind::EffectRejected => FailureKind::EffectRejected,
-                    ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
-                    _ => FailureKind::StoreRejected,
-                };
+            HandlerCall::OutOfTime => return Outcome::CutOff(Step::Handler),
+        };
+        match attempt.claim_completed(effects).await {
+            Claimed::Won(()) => Outcome::Processed,
+            Claimed::CutOff => Outcome::CutOff(Step::Completion),
+            Claimed::Completed { payload, .. } => {
+                payload_outcome(payload, id, "a completed record")
+            }
+            Claimed::HeldElsewhere { lease_until } => Outcome::HeldElsewhere { lease_until },
+            Claimed::Failed(e) => {
                 // A transient error may hide a commit (an answer lost after the write), or may
                 // say nothing was sent: the store's own message tells which. Either way the
                 // redelivery settles it.
@@ -464,7 +409,10 @@ where
                 } else {
                     "one-shot write failed, nothing was committed"
                 };
-                Outcome::Failed(Failure::new(kind, format!("{what}: {e:#}")))
+                Outcome::Failed(Failure::new(
+                    FailureKind::of_store_error(e.kind()),
+                    format!("{what}: {e:#}"),
+                ))
             }
         }
     }
@@ -480,128 +428,63 @@ where
         why: &str,
     ) -> Outcome {
         match self.call_handler(message, budget).await {
-            HandlerEnd::Returned(Ok(effects)) if effects.is_empty() => Outcome::Processed,
-            HandlerEnd::Returned(Ok(_)) => Outcome::Failed(Failure::new(
+            HandlerCall::Returned(Ok(effects)) if effects.is_empty() => Outcome::Processed,
+            HandlerCall::Returned(Ok(_)) => Outcome::Failed(Failure::new(
                 kind,
                 format!(
                     "{why}, but the handler returned effects, which commit only with a claim's \
                      completion: nothing was committed"
                 ),
             )),
-            HandlerEnd::Returned(Err(failure)) => Outcome::Failed(failure),
-            HandlerEnd::TimedOut(after) => Outcome::Failed(handler_timed_out(after, false)),
-            HandlerEnd::OutOfTime => Outcome::CutOff(Step::Handler),
+            HandlerCall::Returned(Err(failure)) => Outcome::Failed(failure),
+            HandlerCall::TimedOut(after) => Outcome::Failed(handler_timed_out(after, false)),
+            HandlerCall::OutOfTime => Outcome::CutOff(Step::Handler),
         }
     }
 
-    /// Calls the handler under the handler timeout and the budget, turning an error or a panic
-    /// into a [`Failure`].
-    async fn call_handler(&self, message: Box<Message>, budget: &Budget) -> HandlerEnd<S::Effect> {
+    /// Calls the handler under its guards (panic, handler timeout, budget: [`guarded`]),
+    /// turning an error or a panic into a [`Failure`].
+    async fn call_handler(&self, message: Box<Message>, budget: &Budget) -> HandlerCall<S::Effect> {
         let mut handler = self.handler.clone();
-        // The whole call, `ready` and the synchronous part of `call` included, is inside
-        // `catch_unwind`: a panicking handler fails its message, not the batch.
-        //
-        // Boxed: every layer around it (the handler timeout, the budget, the claim's steps)
-        // would otherwise hold a copy of the handler's future and the message, and the
-        // per-message future grew to kilobytes that every scheduling step moved; one small
-        // allocation is cheaper.
-        let run = Box::pin(
-            AssertUnwindSafe(async move {
-                let ready = handler.ready().await.map_err(Into::into)?;
-                ready.call(*message).await.map_err(Into::into)
-            })
-            .catch_unwind(),
-        );
-        let timed = async {
-            match self.config.handler_timeout {
-                None => Ok(run.await),
-                // The timer is boxed: it exists only when a timeout is set, and inline it would
-                // enlarge every message's future whether or not one is.
-                Some(limit) => {
-                    let timer = Box::pin(tokio::time::sleep(limit));
-                    match futures::future::select(std::pin::pin!(run), timer).await {
-                        futures::future::Either::Left((returned, _)) => Ok(returned),
-                        futures::future::Either::Right(((), _)) => Err(limit),
-                    }
-                }
-            }
+        let call = async move {
+            let ready = handler.ready().await.map_err(Into::into)?;
+            ready.call(*message).await.map_err(Into::into)
         };
-        let returned = match budget.bounded(timed).await {
-            Err(OutOfTime) => return HandlerEnd::OutOfTime,
-            Ok(Err(limit)) => return HandlerEnd::TimedOut(limit),
-            Ok(Ok(returned)) => returned,
-        };
-        HandlerEnd::Returned(match returned {
-            Ok(Ok(response)) => Ok(response.into()),
-            Ok(Err(e)) => {
-                let e: BoxError = e;
+        match guarded(call, self.config.handler_timeout, budget).await {
+            HandlerEnd::Returned(response) => HandlerCall::Returned(Ok(response.into())),
+            HandlerEnd::Failed(e) => {
                 let e: &(dyn std::error::Error + 'static) = &*e;
                 // The whole chain: the handler's own message may not name the root cause.
-                Err(Failure::new(FailureKind::Handler, Chain(e).to_string())
-                    .with_error_kind(Error::kind_in_chain(e)))
+                HandlerCall::Returned(Err(Failure::new(
+                    FailureKind::Handler,
+                    Chain(e).to_string(),
+                )
+                .with_error_kind(Error::kind_in_chain(e))))
             }
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic payload".to_owned());
-                Err(Failure::new(
-                    FailureKind::Panic,
-                    format!("handler panicked: {what}"),
-                ))
-            }
-        })
+            HandlerEnd::Panicked(what) => HandlerCall::Returned(Err(Failure::new(
+                FailureKind::Panicked,
+                format!("handler panicked: {what}"),
+            ))),
+            HandlerEnd::TimedOut(limit) => HandlerCall::TimedOut(limit),
+            HandlerEnd::OutOfTime => HandlerCall::OutOfTime,
+        }
     }
 
-    /// Records the completion with the handler's effects, retrying transient errors under the
-    /// one retry policy, and all of it under the budget.
+    /// Records the completion with the handler's effects ([`Attempt::complete`]: retried under
+    /// the one retry policy, under the budget, released when nothing stands), and says what it
+    /// means for the message.
     async fn complete(
         &self,
         id: &str,
         key: &str,
+        attempt: &Attempt<'_, S>,
         token: &ClaimToken,
-        budget: &Budget,
         effects: Effects<S::Effect>,
     ) -> Outcome {
-        let has_effects = !effects.is_empty();
-        let expires_at = deadline::after(budget.now(), self.config.ttl);
-        // A client that retries by itself (the AWS SDK) gets no second loop on top.
-        let policy = if self.store.retries_internally() {
-            RetryPolicy::none()
-        } else {
-            self.config.completion_retry
-        };
-        let mut effects = Some(effects);
-        // A retry resends the same effects. A transient error can leave it unknown whether the
-        // attempt committed; the contract makes that safe: if it did, the retry finds the
-        // record completed by this token and succeeds without applying anything again; if it
-        // did not, the retry commits effects and completion together.
-        let attempt = |retry: u32| {
-            let send = if retry >= policy.max_retries() {
-                effects.take().unwrap_or_default()
-            } else {
-                effects
-                    .as_ref()
-                    .map(|e| Effects::from(e.as_slice().to_vec()))
-                    .unwrap_or_default()
-            };
-            Box::pin(self.store.complete(key, token, expires_at, send))
-        };
-        let retried = policy.retry(
-            budget.hard_stop(),
-            attempt,
-            Error::is_transient,
-            |retry, e| warn!(message_id = %id, key, retry, error = %format_args!("{e:#}"), "completion failed; retrying"),
-        );
-        match budget.timed(StoreCall::Completion, retried).await {
-            Ok(Ok(())) => Outcome::Processed,
-            Ok(Err(e)) => {
-                self.completion_failed(id, key, token, budget, has_effects, e)
-                    .await
-            }
-            Err(OutOfTime) if has_effects => Outcome::CutOff(Step::Completion),
-            Err(OutOfTime) => {
+        match attempt.complete(token, None, effects).await {
+            Recorded::Committed => Outcome::Processed,
+            Recorded::CutOff { had_effects: true } => Outcome::CutOff(Step::Completion),
+            Recorded::CutOff { had_effects: false } => {
                 // As for a completion that failed (below): the side effect already happened.
                 error!(
                     message_id = %id, key,
@@ -611,61 +494,53 @@ where
                 );
                 Outcome::Processed
             }
+            Recorded::Unrecorded(e) => {
+                // The handler's side effect already happened: reporting a failure would run it
+                // again on redelivery. Report success and shout; the claim stays in progress
+                // and its lease lapses at the deadline.
+                error!(
+                    message_id = %id, key, error = %format_args!("{e:#}"),
+                    "handler succeeded but its completion could not be recorded; reporting \
+                     success, a later redelivery of this key could run the handler again"
+                );
+                Outcome::Processed
+            }
+            Recorded::Failed(e) => {
+                // A transient error (a timeout, a dropped connection) can hide a commit: do not
+                // tell the on-call engineer that nothing was written, or they may apply the
+                // effects by hand.
+                let what = if e.is_transient() {
+                    "completion with effects could not be confirmed, it may or may not have \
+                     committed (the redelivery finds out: skipped as a duplicate if it did, \
+                     applied with the completion if it did not)"
+                } else {
+                    "completion with effects failed, nothing was committed"
+                };
+                Outcome::Failed(Failure::new(
+                    FailureKind::of_store_error(e.kind()),
+                    format!("{what}: {e:#}"),
+                ))
+            }
         }
     }
+}
 
-    async fn completion_failed(
-        &self,
-        id: &str,
-        key: &str,
-        token: &ClaimToken,
-        budget: &Budget,
-        has_effects: bool,
-        e: Error,
-    ) -> Outcome {
-        if !has_effects {
-            // The handler's side effect already happened: reporting a failure would run it
-            // again on redelivery. Report success and shout; the claim stays in progress and
-            // its lease lapses at the deadline.
-            error!(
-                message_id = %id, key, error = %format_args!("{e:#}"),
-                "handler succeeded but its completion could not be recorded; reporting success, \
-                 a later redelivery of this key could run the handler again"
+/// The outcome of a message whose key was done before (by a stored record, or by an earlier
+/// copy in this batch, as `against` names it): a duplicate, unless the payload check refuses
+/// its payload.
+fn payload_outcome(verdict: PayloadVerdict, message_id: &str, against: &str) -> Outcome {
+    match verdict {
+        PayloadVerdict::Same => Outcome::Duplicate,
+        PayloadVerdict::Refused => Outcome::Failed(Failure::new(
+            FailureKind::PayloadMismatch,
+            format!("same key as {against}, with a different payload"),
+        )),
+        PayloadVerdict::Tolerated => {
+            warn!(
+                message_id,
+                "same key as {against}, with a different payload; skipped as a duplicate"
             );
-            return Outcome::Processed;
-        }
-        let kind = match e.kind() {
-            ErrorKind::EffectRejected => FailureKind::EffectRejected,
-            ErrorKind::LostClaim => FailureKind::LostClaim,
-            ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
-            _ => FailureKind::StoreRejected,
-        };
-        if kind != FailureKind::LostClaim {
-            self.release(id, key, token, budget).await;
-        }
-        // A transient error (a timeout, a dropped connection) can hide a commit: do not tell
-        // the on-call engineer that nothing was written, or they may apply the effects by hand.
-        let what = if e.is_transient() {
-            "completion with effects could not be confirmed, it may or may not have committed \
-             (the redelivery finds out: skipped as a duplicate if it did, applied with the \
-             completion if it did not)"
-        } else {
-            "completion with effects failed, nothing was committed"
-        };
-        Outcome::Failed(Failure::new(kind, format!("{what}: {e:#}")))
-    }
-
-    async fn release(&self, id: &str, key: &str, token: &ClaimToken, budget: &Budget) {
-        // Not fatal either way: the message is reported failed, and an unreleased claim lapses
-        // with its lease, after which the redelivery takes it over.
-        match budget.bounded(self.store.release(key, token)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                warn!(message_id = %id, key, error = %format_args!("{e:#}"), "could not release the claim; it will lapse with its lease");
-            }
-            Err(OutOfTime) => {
-                warn!(message_id = %id, key, "release cut off by the time budget; the claim will lapse with its lease");
-            }
+            Outcome::Duplicate
         }
     }
 }
@@ -675,12 +550,12 @@ fn follow(
     leader: Outcome,
     leader_name: &str,
     payload_differs: bool,
-    check: super::config::PayloadCheck,
+    check: PayloadCheck,
     id: &str,
 ) -> Outcome {
     match leader {
-        Outcome::Processed | Outcome::Duplicate => check.judge(
-            payload_differs,
+        Outcome::Processed | Outcome::Duplicate => payload_outcome(
+            check.judge_differs(payload_differs),
             id,
             &format!("message {leader_name} of this batch"),
         ),

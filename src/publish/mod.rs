@@ -86,7 +86,6 @@ mod validate;
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::message::Message;
 use crate::retry::RetryPolicy;
@@ -239,17 +238,10 @@ impl Publisher {
         })
     }
 
-    /// Attempts per entry failed server-side inside a `200` answer (1 = no retry) and the
-    /// first backoff, doubled each time (with jitter, capped at 2 s): a shorthand for
-    /// [`retry_policy`](Self::retry_policy)`(RetryPolicy::new(attempts - 1, first_backoff))`.
-    /// Default: 3 attempts from 100 ms. Values below 1 are treated as 1. Whole calls are
-    /// retried by the SDK client, not here (see "Retries" in the module docs).
-    pub fn retries(self, attempts: u32, first_backoff: Duration) -> Self {
-        self.retry_policy(RetryPolicy::new(attempts.max(1) - 1, first_backoff))
-    }
-
-    /// How entries failed server-side inside a `200` answer are retried. Default: 2 retries
-    /// from 100 ms, capped at 2 s.
+    /// How entries failed server-side inside a `200` answer are retried: the one
+    /// [`RetryPolicy`], counting retries after the first attempt, as everywhere in the crate.
+    /// Default: 2 retries from 100 ms, capped at 2 s. Whole calls are retried by the SDK
+    /// client, not here (see "Retries" in the module docs).
     pub fn retry_policy(self, policy: RetryPolicy) -> Self {
         self.update(|i| i.policy = policy)
     }

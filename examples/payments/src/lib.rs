@@ -599,7 +599,7 @@ fn configure<S, H>(
     // A Powertools-written table: its keys (the namespace does not enter them) and its
     // `validation` hashes, in both modes.
     if let Some(format) = &settings.powertools {
-        builder = builder.powertools(format.clone());
+        builder = builder.key_format(format.clone());
     }
     // Validated when the settings were read; `Emf` writes to stdout inside Lambda.
     if let Some(emf) = settings

@@ -1,0 +1,423 @@
+//! The steps of one attempt at a key, as both front doors take them: build the claim request,
+//! claim and judge what the store found, call the handler under its guards, complete with
+//! retries, release. Every store step and the handler race the invocation's time budget.
+//!
+//! Each step answers what happened in the claim's own terms ([`Claimed`], [`Recorded`],
+//! [`HandlerEnd`]); the SQS processor turns them into outcomes, the idempotency layer into
+//! responses and errors.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, SystemTime};
+
+use futures::FutureExt;
+use tracing::warn;
+
+use super::{Lease, PayloadCheck, PayloadVerdict};
+use crate::deadline::{self, Budget, OutOfTime};
+use crate::metrics::StoreCall;
+use crate::retry::RetryPolicy;
+use crate::store::{
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
+    StoredResponse,
+};
+use crate::{BoxError, Error, ErrorKind};
+
+/// The settings of a claim that both front doors share, with the same defaults.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    /// How long a completed key is remembered.
+    pub(crate) ttl: Duration,
+    /// How long a claim is held.
+    pub(crate) lease: Lease,
+    /// How a completion that failed with a transient error is retried.
+    pub(crate) completion_retry: RetryPolicy,
+    /// What a key done before with another payload means.
+    pub(crate) payload_check: PayloadCheck,
+}
+
+impl Default for Terms {
+    fn default() -> Self {
+        Terms {
+            ttl: Duration::from_secs(24 * 3600),
+            lease: Lease::default(),
+            completion_retry: RetryPolicy::default(),
+            payload_check: PayloadCheck::Fail,
+        }
+    }
+}
+
+/// One attempt at one key: the store, the terms, the budget, and what is claimed.
+pub(crate) struct Attempt<'a, S> {
+    store: &'a S,
+    terms: &'a Terms,
+    budget: &'a Budget,
+    key: &'a str,
+    fingerprint: Option<&'a str>,
+    /// The SQS message id, for log lines, when the attempt is one message's.
+    message_id: Option<&'a str>,
+}
+
+/// What a claim (or a one-shot write) found.
+#[derive(Debug)]
+pub(crate) enum Claimed<W> {
+    /// This attempt won the key: the claim's token, or, for a one-shot write, `()` (committed).
+    Won(W),
+    /// The key was completed before; `payload` is the [`PayloadCheck`]'s verdict on this
+    /// attempt's payload against the one that completed it.
+    Completed {
+        record: ClaimRecord,
+        payload: PayloadVerdict,
+    },
+    /// Another worker holds a live claim on the key.
+    HeldElsewhere { lease_until: Option<SystemTime> },
+    /// The store failed; this attempt holds nothing.
+    Failed(Error),
+    /// The budget ran out first: the claim may have been written, and is then held until its
+    /// lease lapses.
+    CutOff,
+}
+
+/// How a completion ended.
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    /// Committed, with the effects and the response.
+    Committed,
+    /// The budget ran out first: it may or may not have committed. The claim is kept.
+    CutOff { had_effects: bool },
+    /// It failed, and the handler returned no effects: its side effect stands unrecorded, so
+    /// the front door reports success. The claim stays in progress until its lease lapses.
+    Unrecorded(Error),
+    /// It failed (or could not be confirmed, when the error is transient) with effects, or the
+    /// store refused the response as too large: the claim was released, unless it was lost.
+    Failed(Error),
+}
+
+/// How a guarded handler call ended.
+#[derive(Debug)]
+pub(crate) enum HandlerEnd<R> {
+    /// It returned a response.
+    Returned(R),
+    /// It returned an error.
+    Failed(BoxError),
+    /// It panicked; the panic's message, read once.
+    Panicked(String),
+    /// It ran longer than its timeout and was cancelled.
+    TimedOut(Duration),
+    /// The budget ran out while it ran; it was cancelled.
+    OutOfTime,
+}
+
+impl<'a, S: ClaimStore> Attempt<'a, S> {
+    /// An attempt at `key`, whose payload's fingerprint is `fingerprint`.
+    pub(crate) fn new(
+        store: &'a S,
+        terms: &'a Terms,
+        budget: &'a Budget,
+        key: &'a str,
+        fingerprint: Option<&'a str>,
+    ) -> Self {
+        Attempt {
+            store,
+            terms,
+            budget,
+            key,
+            fingerprint,
+            message_id: None,
+        }
+    }
+
+    /// The stored key.
+    pub(crate) fn key(&self) -> &'a str {
+        self.key
+    }
+
+    /// The same attempt, naming SQS message `id` in its log lines.
+    pub(crate) fn for_message(mut self, id: &'a str) -> Self {
+        self.message_id = Some(id);
+        self
+    }
+
+    /// The claim request, taken now: leased under the lease policy, and kept at least as long
+    /// as the lease (an expired record counts as absent, and a second worker would run the
+    /// handler alongside the first).
+    fn request(&self) -> ClaimRequest<'a> {
+        let now = self.budget.now();
+        let lease_until = self.terms.lease.lease_until(now, self.budget.deadline());
+        ClaimRequest {
+            key: self.key,
+            now,
+            lease_until,
+            expires_at: deadline::after(now, self.terms.ttl).max(lease_until),
+            fingerprint: self.fingerprint,
+        }
+    }
+
+    /// Claims the key.
+    pub(crate) async fn claim(&self) -> Claimed<ClaimToken> {
+        // Store futures are boxed where they are awaited: an SDK call's future runs to
+        // kilobytes, and inline it would grow every message's future.
+        let claimed = self
+            .budget
+            .timed(StoreCall::Claim, Box::pin(self.store.claim(self.request())))
+            .await;
+        match claimed {
+            Err(OutOfTime) => Claimed::CutOff,
+            Ok(Err(e)) => Claimed::Failed(e),
+            Ok(Ok(Claim::Acquired(token))) => Claimed::Won(token),
+            Ok(Ok(Claim::Completed(record))) => self.completed(record),
+            Ok(Ok(Claim::HeldElsewhere { lease_until })) => Claimed::HeldElsewhere { lease_until },
+        }
+    }
+
+    /// Claims the key completed with `effects` in one write
+    /// ([`ClaimStore::claim_completed`]). A completed record expires with the TTL alone: no
+    /// lease holds it.
+    pub(crate) async fn claim_completed(&self, effects: Effects<S::Effect>) -> Claimed<()> {
+        let request = ClaimRequest {
+            expires_at: deadline::after(self.budget.now(), self.terms.ttl),
+            ..self.request()
+        };
+        let written = self
+            .budget
+            .timed(
+                StoreCall::Completion,
+                Box::pin(self.store.claim_completed(request, effects)),
+            )
+            .await;
+        match written {
+            Err(OutOfTime) => Claimed::CutOff,
+            Ok(Err(e)) => Claimed::Failed(e),
+            Ok(Ok(OneShotWrite::Committed)) => Claimed::Won(()),
+            Ok(Ok(OneShotWrite::Completed(record))) => self.completed(record),
+            Ok(Ok(OneShotWrite::HeldElsewhere { lease_until })) => {
+                Claimed::HeldElsewhere { lease_until }
+            }
+        }
+    }
+
+    /// A stored record judged: a duplicate, unless the payload check says the payload is
+    /// another one.
+    fn completed<W>(&self, record: ClaimRecord) -> Claimed<W> {
+        let payload = self
+            .terms
+            .payload_check
+            .judge(self.fingerprint, record.fingerprint.as_deref());
+        Claimed::Completed { record, payload }
+    }
+
+    /// Records the completion with `response` (the idempotency layer's) and `effects`,
+    /// retrying transient errors under the one retry policy, all of it under the budget; on a
+    /// failure, releases the claim when nothing of the handler's work is left standing.
+    pub(crate) async fn complete(
+        &self,
+        token: &ClaimToken,
+        response: Option<StoredResponse>,
+        effects: Effects<S::Effect>,
+    ) -> Recorded {
+        let had_effects = !effects.is_empty();
+        let sent_response = response.is_some();
+        let expires_at = deadline::after(self.budget.now(), self.terms.ttl);
+        // A client that retries by itself (the AWS SDK) gets no second loop on top.
+        let policy = if self.store.retries_internally() {
+            RetryPolicy::none()
+        } else {
+            self.terms.completion_retry
+        };
+        let mut effects = Some(effects);
+        // A retry resends the same completion. A transient error can leave it unknown whether
+        // the attempt committed; the contract makes that safe: if it did, the retry finds the
+        // record completed by this token and succeeds without applying anything again; if it
+        // did not, the retry commits effects and completion together.
+        let attempt = |retry: u32| {
+            let send = if retry >= policy.max_retries() {
+                effects.take().unwrap_or_default()
+            } else {
+                effects
+                    .as_ref()
+                    .map(|e| Effects::from(e.as_slice().to_vec()))
+                    .unwrap_or_default()
+            };
+            let mut completion = Completion::new(expires_at).with_effects(send);
+            if let Some(response) = &response {
+                completion = completion.with_response(response.clone());
+            }
+            Box::pin(self.store.complete_with(self.key, token, completion))
+        };
+        let retried = policy.retry(
+            self.budget.hard_stop(),
+            attempt,
+            Error::is_transient,
+            |retry, e| {
+                warn!(
+                    message_id = self.message_id,
+                    key = self.key,
+                    retry,
+                    error = %format_args!("{e:#}"),
+                    "completion failed; retrying"
+                );
+            },
+        );
+        let e = match self.budget.timed(StoreCall::Completion, retried).await {
+            Ok(Ok(())) => return Recorded::Committed,
+            Err(OutOfTime) => return Recorded::CutOff { had_effects },
+            Ok(Err(e)) => e,
+        };
+        if sent_response && e.kind() == ErrorKind::ResponseTooLarge {
+            // The store's own limit: refused before anything was written, the key free again.
+            self.release(token).await;
+            return Recorded::Failed(e);
+        }
+        if !had_effects {
+            return Recorded::Unrecorded(e);
+        }
+        // With effects, nothing of the handler's work is done unless the completion committed.
+        // A lost claim has nothing of ours left to release.
+        if e.kind() != ErrorKind::LostClaim {
+            self.release(token).await;
+        }
+        Recorded::Failed(e)
+    }
+
+    /// Releases the claim. Not fatal either way: an unreleased claim lapses with its lease,
+    /// after which a redelivery or a retry takes it over.
+    pub(crate) async fn release(&self, token: &ClaimToken) {
+        let released = self
+            .budget
+            .bounded(Box::pin(self.store.release(self.key, token)))
+            .await;
+        match released {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(
+                message_id = self.message_id,
+                key = self.key,
+                error = %format_args!("{e:#}"),
+                "could not release the claim; it will lapse with its lease"
+            ),
+            Err(OutOfTime) => warn!(
+                message_id = self.message_id,
+                key = self.key,
+                "release cut off by the time budget; the claim will lapse with its lease"
+            ),
+        }
+    }
+}
+
+/// Runs a handler `call` under its guards: a panic is caught (the whole call, the synchronous
+/// part of the handler's `call` included, runs inside `catch_unwind`, so a panicking handler
+/// fails its message or request, not the invocation), `timeout` cancels it (none: only the
+/// budget does), and the budget's hard stop cuts it off.
+pub(crate) async fn guarded<R, Fut>(
+    call: Fut,
+    timeout: Option<Duration>,
+    budget: &Budget,
+) -> HandlerEnd<R>
+where
+    Fut: Future<Output = Result<R, BoxError>>,
+{
+    // Boxed: every layer around it (the timeout, the budget, the claim's steps) would otherwise
+    // hold a copy of the handler's future and its input, and the per-message future grew to
+    // kilobytes that every scheduling step moved; one small allocation is cheaper.
+    let run = Box::pin(AssertUnwindSafe(call).catch_unwind());
+    let timed = async {
+        match timeout {
+            None => Ok(run.await),
+            // The timer is boxed: it exists only when a timeout is set, and inline it would
+            // enlarge every message's future whether or not one is.
+            Some(limit) => {
+                let timer = Box::pin(tokio::time::sleep(limit));
+                match futures::future::select(run, timer).await {
+                    futures::future::Either::Left((returned, _)) => Ok(returned),
+                    futures::future::Either::Right(((), _)) => Err(limit),
+                }
+            }
+        }
+    };
+    match budget.bounded(timed).await {
+        Err(OutOfTime) => HandlerEnd::OutOfTime,
+        Ok(Err(limit)) => HandlerEnd::TimedOut(limit),
+        Ok(Ok(Ok(Ok(response)))) => HandlerEnd::Returned(response),
+        Ok(Ok(Ok(Err(e)))) => HandlerEnd::Failed(e),
+        Ok(Ok(Err(panic))) => HandlerEnd::Panicked(panic_message(&*panic)),
+    }
+}
+
+/// What a panic says: its `&str` or `String` payload, the two `panic!` makes.
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deadline::Clock;
+    use crate::store::MemoryStore;
+
+    fn budget() -> Budget {
+        Budget::new(Clock::tokio(), 0, Duration::ZERO, Duration::ZERO)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_panic_is_read_once_whatever_its_payload() {
+        let b = budget();
+        let end: HandlerEnd<()> = guarded(async { panic!("boom {}", 1) }, None, &b).await;
+        assert!(
+            matches!(end, HandlerEnd::Panicked(ref m) if m == "boom 1"),
+            "{end:?}"
+        );
+        let end: HandlerEnd<()> = guarded(async { panic!("static") }, None, &b).await;
+        assert!(
+            matches!(end, HandlerEnd::Panicked(ref m) if m == "static"),
+            "{end:?}"
+        );
+        let end: HandlerEnd<()> = guarded(async { std::panic::panic_any(7_u8) }, None, &b).await;
+        assert!(
+            matches!(end, HandlerEnd::Panicked(ref m) if m == "non-string panic payload"),
+            "{end:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handler_past_its_timeout_is_cancelled() {
+        let b = budget();
+        let end: HandlerEnd<()> =
+            guarded(std::future::pending(), Some(Duration::from_millis(30)), &b).await;
+        assert!(matches!(end, HandlerEnd::TimedOut(d) if d == Duration::from_millis(30)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_completed_key_is_judged_against_its_fingerprint() {
+        let store = MemoryStore::new();
+        let terms = Terms::default();
+        let b = budget();
+        let first = Attempt::new(&store, &terms, &b, "ns#k", Some("a"));
+        let Claimed::Won(token) = first.claim().await else {
+            panic!("the first claim wins");
+        };
+        assert!(matches!(
+            first.complete(&token, None, Effects::none()).await,
+            Recorded::Committed
+        ));
+        let same = Attempt::new(&store, &terms, &b, "ns#k", Some("a"));
+        assert!(matches!(
+            same.claim().await,
+            Claimed::Completed {
+                payload: PayloadVerdict::Same,
+                ..
+            }
+        ));
+        let other = Attempt::new(&store, &terms, &b, "ns#k", Some("b"));
+        assert!(matches!(
+            other.claim().await,
+            Claimed::Completed {
+                payload: PayloadVerdict::Refused,
+                ..
+            }
+        ));
+    }
+}
