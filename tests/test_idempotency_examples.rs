@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use fake_runtime::{FakeRuntime, Posted};
 use serde_json::Value;
-use sqs_claim::{ClaimStore, SqlValue, SqliteStore};
+use sqs_claim::store::StoreAdmin;
+use sqs_claim::{SqlValue, SqliteStore};
 
 const WAIT: Duration = Duration::from_secs(300);
 

@@ -5,17 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqs_claim::aws_sdk_dynamodb::Client;
-use sqs_claim::aws_sdk_dynamodb::error::ProvideErrorMetadata;
-use sqs_claim::aws_sdk_dynamodb::types::{
-    AttributeValue, KeyType, TableDescription, TableStatus, TransactWriteItem, Update,
-};
+use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
 
 use super::{Ledger, Payment, read_balance};
-use crate::config::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout_values};
-use sqs_claim::store::DynamoDbStore;
-use sqs_claim::store::dynamodb::{
-    DynamoDbKeySchema, classify, create_table_with_key, table_status,
-};
+use sqs_claim::store::dynamodb::{classify, create_table_with_key, table_status};
+use sqs_claim::store::{DynamoDbStore, StoreAdmin};
 use sqs_claim::{Error, ErrorKind};
 
 /// The accounts table's partition key (a string) and balance attribute (a number).
@@ -65,135 +59,38 @@ impl DynamoDbLedger {
         create_table_with_key(self.client(), self.accounts_table(), ACCOUNT).await
     }
 
-    /// The `sqs-claim init` that creates this ledger's tables: the accounts table is named
-    /// whenever it is not the default, and the claims table's key layout whenever it is not
-    /// the default, so the hint creates the tables this run looks for.
+    /// The `sqs-claim init` that creates this ledger's tables: the store's own
+    /// ([`DynamoDbStore::init_command`], which names the claims table's key layout whenever it
+    /// is not the default), with the accounts table named whenever it is not the default, so
+    /// the hint creates the tables this run looks for.
     pub fn init_command(&self) -> String {
         let table = self.inner.store.table();
-        let mut command = format!("sqs-claim init --store dynamodb:{table}");
-        if self.accounts_table() != format!("{table}-accounts") {
-            command.push_str(" --accounts-table ");
-            command.push_str(self.accounts_table());
+        let store_command = self.inner.store.init_command();
+        let head = format!("sqs-claim init --store dynamodb:{table}");
+        if self.accounts_table() == format!("{table}-accounts") {
+            return store_command;
         }
-        let schema = self.inner.store.key_schema();
-        if *schema != DynamoDbKeySchema::default() {
-            let (partition, sort) = key_layout_values(schema);
-            command.push_str(" --partition-key ");
-            command.push_str(&shell_word(&partition));
-            if let Some(sort) = sort {
-                command.push_str(" --sort-key ");
-                command.push_str(&shell_word(&sort));
-            }
-        }
-        command
+        let layout = store_command.strip_prefix(&head).unwrap_or_default();
+        format!("{head} --accounts-table {}{layout}", self.accounts_table())
     }
 
-    /// The table's description, `None` if it does not exist.
-    async fn describe(&self, table: &str) -> Result<Option<TableDescription>, Error> {
-        match self
-            .client()
-            .describe_table()
-            .table_name(table)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out.table().cloned()),
-            Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
-            Err(e) => Err(classify("DescribeTable", e)),
+    /// `error` with the store's `sqs-claim init` hint replaced by this ledger's, which also
+    /// creates the accounts table.
+    fn with_ledger_hint(&self, error: Error) -> Error {
+        let (store_hint, ledger_hint) = (self.inner.store.init_command(), self.init_command());
+        let text = error.to_string();
+        if store_hint == ledger_hint || !text.contains(&format!("`{store_hint}`")) {
+            return error;
         }
+        Error::new(
+            error.kind(),
+            text.replace(&format!("`{store_hint}`"), &format!("`{ledger_hint}`")),
+        )
     }
 
     /// The table's status, `None` if it does not exist.
     async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
         table_status(self.client(), table).await
-    }
-
-    /// Refuses a claims table whose primary key is not the configured layout's (every claim
-    /// would be refused with a `ValidationException`, or, worse, land on another layout's
-    /// items): a partition key of type S, and the sort key of type S if the layout has one.
-    fn check_key_schema(&self, description: &TableDescription) -> Result<(), Error> {
-        let schema = self.inner.store.key_schema();
-        let wanted: Vec<(&str, &str)> = std::iter::once((schema.partition_key().name(), "HASH"))
-            .chain(schema.sort_key().map(|k| (k.name(), "RANGE")))
-            .collect();
-        let type_of = |name: &str| {
-            description
-                .attribute_definitions()
-                .iter()
-                .find(|a| a.attribute_name() == name)
-                .map_or("?", |a| a.attribute_type().as_str())
-        };
-        let seen: Vec<(&str, &str, &str)> = description
-            .key_schema()
-            .iter()
-            .map(|k| {
-                let kind = match k.key_type() {
-                    KeyType::Hash => "HASH",
-                    KeyType::Range => "RANGE",
-                    other => other.as_str(),
-                };
-                (k.attribute_name(), kind, type_of(k.attribute_name()))
-            })
-            .collect();
-        let matches = seen.len() == wanted.len()
-            && seen
-                .iter()
-                .zip(&wanted)
-                .all(|((name, kind, ty), (want, want_kind))| {
-                    name == want && kind == want_kind && *ty == "S"
-                });
-        if matches {
-            return Ok(());
-        }
-        let shown = |keys: Vec<String>| keys.join(" + ");
-        let seen = shown(
-            seen.iter()
-                .map(|(name, kind, ty)| format!("{name} ({kind}, {ty})"))
-                .collect(),
-        );
-        let wanted = shown(
-            wanted
-                .iter()
-                .map(|(name, kind)| format!("{name} ({kind}, S)"))
-                .collect(),
-        );
-        let (partition, sort) = key_layout_values(schema);
-        let layout = if *schema == DynamoDbKeySchema::default() {
-            format!("the default layout {partition} ({PARTITION_KEY_VAR} and {SORT_KEY_VAR} unset)")
-        } else {
-            let mut layout = format!("{PARTITION_KEY_VAR}={partition}");
-            if let Some(sort) = sort {
-                layout.push_str(&format!(", {SORT_KEY_VAR}={sort}"));
-            }
-            layout
-        };
-        Err(Error::new(
-            ErrorKind::Config,
-            format!(
-                "DynamoDB table {} has the key schema {seen}, but the store is configured for \
-                 {wanted} ({layout}): every claim would be refused. Set {PARTITION_KEY_VAR} and \
-                 {SORT_KEY_VAR} (or --partition-key and --sort-key) to the table's keys, or \
-                 point the store at a table with this layout (a table's key cannot be changed)",
-                self.inner.store.table()
-            ),
-        ))
-    }
-}
-
-/// `word` as one shell word: as it is when it has no character a shell would read, else in
-/// single quotes.
-fn shell_word(word: &str) -> String {
-    let plain = word.chars().all(|c| {
-        c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                '_' | '-' | '.' | ':' | '/' | '=' | '#' | '@' | '+' | '%' | '{' | '}'
-            )
-    });
-    if plain && !word.is_empty() {
-        word.to_owned()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
     }
 }
 
@@ -290,43 +187,32 @@ impl Ledger for DynamoDbLedger {
     }
 
     async fn init(&self) -> Result<(), Error> {
-        self.inner.store.create_table().await?;
+        self.inner.store.init().await?;
         self.create_accounts_table().await
     }
 
     /// Checks that both tables exist and are active, and that the claims table's key schema
-    /// is the configured layout's; creates nothing. The two checks run at once, so a dark
-    /// endpoint costs one timeout, not two.
+    /// is the configured layout's ([`StoreAdmin::check_ready`]); creates nothing. The two
+    /// checks run at once, so a dark endpoint costs one timeout, not two.
     async fn prepare(&self) -> Result<(), Error> {
-        let tables = [self.inner.store.table(), self.accounts_table()];
+        let table = self.accounts_table();
         let (claims, accounts) =
-            futures::future::join(self.describe(tables[0]), self.table_status(tables[1])).await;
-        let claims = claims?;
-        if let Some(description) = &claims {
-            self.check_key_schema(description)?;
+            futures::future::join(self.inner.store.check_ready(), self.table_status(table)).await;
+        claims.map_err(|e| self.with_ledger_hint(e))?;
+        match accounts? {
+            Some(TableStatus::Active) => Ok(()),
+            None => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "DynamoDB table {table} does not exist: create the tables with `{}`",
+                    self.init_command()
+                ),
+            )),
+            Some(status) => Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                format!("DynamoDB table {table} is {status}, not ACTIVE: retry shortly"),
+            )),
         }
-        let claims = Ok(claims.and_then(|d| d.table_status().cloned()));
-        for (table, status) in tables.into_iter().zip([claims, accounts]) {
-            match status? {
-                Some(TableStatus::Active) => {}
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::StoreRejected,
-                        format!(
-                            "DynamoDB table {table} does not exist: create the tables with `{}`",
-                            self.init_command()
-                        ),
-                    ));
-                }
-                Some(status) => {
-                    return Err(Error::new(
-                        ErrorKind::StoreUnavailable,
-                        format!("DynamoDB table {table} is {status}, not ACTIVE: retry shortly"),
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 }
 

@@ -36,7 +36,7 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use tower::Service;
 
-use sqs_claim::store::{ClaimStore, Effects};
+use sqs_claim::store::{ClaimStore, Effects, StoreAdmin};
 use sqs_claim::{BoxError, Error, ErrorKind, Message, OneShot, Processor, ProcessorBuilder};
 
 pub mod config;
@@ -69,7 +69,7 @@ pub use sqlite::SqliteLedger;
 /// [`StoreUrl`].
 pub trait Ledger: Clone + Send + Sync + 'static {
     /// The claim store the balances live beside.
-    type Store: ClaimStore + Clone;
+    type Store: ClaimStore + StoreAdmin + Clone;
 
     /// The claim store, for the processor and for tests.
     fn store(&self) -> &Self::Store;

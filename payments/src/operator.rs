@@ -1,7 +1,7 @@
 //! The operator's commands for one key: `sqs-claim inspect`, `release` and `forget`.
 //!
 //! They work on every store through the store contract's optional methods
-//! ([`ClaimStore::inspect`], [`ClaimStore::force_release`], [`ClaimStore::forget`]), whose
+//! ([`StoreAdmin::inspect`], [`StoreAdmin::force_release`], [`StoreAdmin::forget`]), whose
 //! deletes are conditional on the record's status in the same request: `release` never deletes
 //! a completed record and `forget` never an in-progress one, even if the record changes between
 //! the operator's read and the delete.
@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand, ValueEnum};
 use sqs_claim::powertools::{HashFunction, PowertoolsFormat};
-use sqs_claim::store::{ClaimStore, Inspected, Status, epoch_millis};
+use sqs_claim::store::{Inspected, Status, StoreAdmin, epoch_millis};
 
 use crate::{AnyLedger, Ledger, Settings, with_ledger};
 

@@ -3,6 +3,7 @@
 
 use super::{Ledger, Payment};
 use sqs_claim::Error;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::postgres::{PgEffect, PostgresStore, check_error};
 
 /// The accounts table of `store`: `{claims table}_accounts`, in the same schema.
@@ -77,9 +78,9 @@ impl Ledger for PostgresLedger {
             .await
     }
 
-    /// Creates the claims table ([`PostgresStore::migrate`]) and the accounts table.
+    /// Creates the claims table ([`StoreAdmin::init`]) and the accounts table.
     async fn init(&self) -> Result<(), Error> {
-        self.store.migrate().await?;
+        self.store.init().await?;
         self.store
             .bounded("creating the accounts table", create_accounts(&self.store))
             .await
@@ -87,9 +88,7 @@ impl Ledger for PostgresLedger {
 
     /// Checks that both tables exist and answer, at once; creates nothing.
     async fn prepare(&self) -> Result<(), Error> {
-        let claims = self
-            .store
-            .bounded("the start-up check", check_claims_table(&self.store));
+        let claims = self.store.check_ready();
         let (claims, accounts) = futures::future::join(claims, self.balances()).await;
         claims?;
         accounts.map(|_| ())
@@ -100,19 +99,8 @@ impl Ledger for PostgresLedger {
         now: std::time::SystemTime,
         limit: u32,
     ) -> Result<Option<u64>, Error> {
-        self.store.prune_expired(now, limit).await.map(Some)
+        self.store.prune_expired(now, limit).await
     }
-}
-
-async fn check_claims_table(store: &PostgresStore) -> Result<(), Error> {
-    let client = store.client().await?;
-    // Names the newest column, so a table of an older version is caught here, with the fix,
-    // and not at the first claim.
-    let sql = format!("SELECT response FROM {} LIMIT 0", quoted(store.table()));
-    client
-        .batch_execute(&sql)
-        .await
-        .map_err(|e| check_error(store.table(), e))
 }
 
 async fn read_balances(store: &PostgresStore) -> Result<Vec<(String, i64)>, Error> {
@@ -139,7 +127,7 @@ async fn read_balances(store: &PostgresStore) -> Result<Vec<(String, i64)>, Erro
 
 async fn create_accounts(store: &PostgresStore) -> Result<(), Error> {
     let client = store.client().await?;
-    // Under the advisory lock `PostgresStore::migrate` takes (one simple query is one implicit
+    // Under the advisory lock the store's `init` takes (one simple query is one implicit
     // transaction, which the `xact` lock lasts for): two `CREATE TABLE IF NOT EXISTS` at once
     // can both miss the table, and one then fails on the catalog's unique index (two
     // `sqs-claim init` started together).

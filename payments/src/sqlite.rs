@@ -2,6 +2,7 @@
 //! credited in the completion's transaction.
 
 use super::{Ledger, Payment, read_balance};
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
 use sqs_claim::{Error, ErrorKind};
 
@@ -115,7 +116,7 @@ impl Ledger for SqliteLedger {
         now: std::time::SystemTime,
         limit: u32,
     ) -> Result<Option<u64>, Error> {
-        self.store.prune_expired(now, limit).await.map(Some)
+        self.store.prune_expired(now, limit).await
     }
 }
 
