@@ -31,6 +31,7 @@ use aws_sdk_dynamodb::types::{
 use futures::StreamExt;
 use lambda_runtime::{Context, LambdaEvent};
 use sqs_claim::events::SqsEvent;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::{DynamoDbStore, Error, KeySource, Message, Processor};
 use tower::service_fn;
 
@@ -123,7 +124,7 @@ fn wait_for_go() {
 async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
     let store = DynamoDbStore::from_env(table).await;
     store
-        .create_table()
+        .init()
         .await
         .map_err(|e| format!("create table: {e}"))?;
     let mut builder = Processor::one_shot(store, |m: &Message| {
@@ -154,7 +155,7 @@ async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Resu
 async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
     let store = DynamoDbStore::from_env(table).await;
     store
-        .create_table()
+        .init()
         .await
         .map_err(|e| format!("create table: {e}"))?;
     let mut builder = Processor::builder(store, trivial_handler())

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::config::interceptors::BeforeDeserializationInterceptorCont
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::dynamodb::DynamoDbAttributes;
 use sqs_claim::store::{Claim, ClaimRequest};
@@ -33,7 +34,7 @@ fn client() -> Client {
 async fn fresh_store(name: &str) -> DynamoDbStore {
     let table = format!("{name}-{}", uuid::Uuid::new_v4());
     let store = DynamoDbStore::new(client(), table);
-    store.create_table().await.unwrap_or_else(|e| {
+    store.init().await.unwrap_or_else(|e| {
         panic!(
             "cannot create a table on DynamoDB Local at {}: {e}\n\
              run `make test`, or `scripts/standins.sh up` first",
@@ -47,6 +48,52 @@ async fn fresh_store(name: &str) -> DynamoDbStore {
 async fn conformance_suite() {
     let store = fresh_store("conformance").await;
     conformance::run_all(&store).await;
+}
+
+/// `check_ready` on a table nobody created names the `sqs-claim init` that creates it (with
+/// the key layout's flags when it is not the default), then `init` is idempotent and makes it
+/// pass; a store of another layout on that table is refused, naming both layouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_then_check_ready() {
+    use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+    let table = format!("admin-init-{}", uuid::Uuid::new_v4());
+    let store = DynamoDbStore::new(client(), &table);
+    let err = store.check_ready().await.expect_err("no table yet");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::StoreRejected, "{err}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "DynamoDB table {table} does not exist: create the tables with \
+             `sqs-claim init --store dynamodb:{table}`"
+        )
+    );
+    conformance::init_is_idempotent(&store).await;
+
+    let table = format!("admin-init-single-{}", uuid::Uuid::new_v4());
+    let single = DynamoDbStore::new(client(), &table)
+        .with_key_schema(DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM"))
+        .expect("a valid layout");
+    let err = single.check_ready().await.expect_err("no table yet");
+    assert!(
+        err.to_string().ends_with(&format!(
+            "`sqs-claim init --store dynamodb:{table} --partition-key pk=CLAIM#{{key}} \
+             --sort-key sk=CLAIM`"
+        )),
+        "{err}"
+    );
+    conformance::init_is_idempotent(&single).await;
+    let default = DynamoDbStore::new(client(), &table);
+    let err = default
+        .check_ready()
+        .await
+        .expect_err("the default layout on a composite table");
+    assert_eq!(err.kind(), sqs_claim::ErrorKind::Config, "{err}");
+    for needle in [
+        "has the key schema pk (HASH, S) + sk (RANGE, S)",
+        "configured for id (HASH, S) (the default layout id={key}",
+    ] {
+        assert!(err.to_string().contains(needle), "no {needle:?}: {err}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -77,7 +124,7 @@ async fn conformance_with_custom_attribute_names() {
         .with_expiration("ttl")
         .with_token("owner");
     let store = DynamoDbStore::new(client(), table).with_attributes(attrs);
-    store.create_table().await.expect("create table");
+    store.init().await.expect("create table");
     conformance::fresh_claim_is_acquired(&store).await;
     conformance::completed_key_is_a_duplicate(&store).await;
     conformance::stale_token_cannot_complete(&store).await;
@@ -133,10 +180,7 @@ async fn a_short_ttl_item_is_not_deleted_before_its_lease() {
 #[tokio::test]
 async fn create_table_is_idempotent_and_enables_ttl() {
     let store = fresh_store("init").await;
-    store
-        .create_table()
-        .await
-        .expect("second create_table is a no-op");
+    store.init().await.expect("second create_table is a no-op");
     let ttl = store
         .client()
         .describe_time_to_live()
@@ -533,7 +577,7 @@ async fn a_renamed_data_attribute_is_written_and_read_back() {
     let table = format!("data-renamed-{}", uuid::Uuid::new_v4());
     let store = DynamoDbStore::new(client(), table)
         .with_attributes(DynamoDbAttributes::new().with_data("result"));
-    store.create_table().await.expect("create table");
+    store.init().await.expect("create table");
     let now = SystemTime::now();
     let token = acquire(&store, request("renamed", now)).await;
     store
@@ -624,7 +668,7 @@ async fn the_largest_response_fits_the_worst_record_of_every_layout() {
         if let Some(schema) = schema {
             store = store.with_key_schema(schema).expect("valid schema");
         }
-        store.create_table().await.expect("create table");
+        store.init().await.expect("create table");
         let limit = store.max_response_bytes();
         let now = SystemTime::now();
         let fingerprint = "f".repeat(MAX_FINGERPRINT_BYTES);
@@ -800,7 +844,7 @@ async fn fresh_store_with(name: &str, schema: DynamoDbKeySchema) -> DynamoDbStor
     let store = DynamoDbStore::new(client(), table)
         .with_key_schema(schema)
         .expect("a valid key schema");
-    store.create_table().await.expect("create table");
+    store.init().await.expect("create table");
     store
 }
 
@@ -849,7 +893,7 @@ async fn create_table_makes_the_composite_key_and_ttl() {
         keys,
         [("pk".into(), "HASH".into()), ("sk".into(), "RANGE".into())]
     );
-    store.create_table().await.expect("idempotent");
+    store.init().await.expect("idempotent");
     let ttl = store
         .client()
         .describe_time_to_live()

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use sqs_claim::idempotency::{
     HttpAnswers, Idempotency, IdempotentResponse, RefusalKind, WithEffects, key,
 };
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{
     Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
@@ -164,13 +165,15 @@ impl ClaimStore for TestStore {
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         self.inner.release(key, token).await
     }
+}
 
+impl StoreAdmin for TestStore {
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         self.inner.inspect(key).await
     }
 }
 
-async fn stored_response(store: &impl ClaimStore, key: &str) -> Option<String> {
+async fn stored_response(store: &impl StoreAdmin, key: &str) -> Option<String> {
     store
         .inspect(key)
         .await

@@ -25,7 +25,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sqs_claim::{ClaimStore, SqlValue, SqliteStore};
+use sqs_claim::store::StoreAdmin;
+use sqs_claim::{SqlValue, SqliteStore};
 use sqs_claim_testkit::runtime::{FakeRuntime, Posted};
 
 const WAIT: Duration = Duration::from_secs(300);

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use sqs_claim::store::{ClaimStore, Status};
+use sqs_claim::store::Status;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::{BoxError, Clock, Lease, MemoryStore, Message, Outcome, Processor};
 use tokio::sync::Notify;
 use tower::service_fn;

@@ -70,6 +70,7 @@ async fn conformance_suite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_admin_operations() {
     conformance::admin_operations(&MemoryStore::new()).await;
+    conformance::init_is_idempotent(&MemoryStore::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

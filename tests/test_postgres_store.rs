@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
@@ -37,6 +38,21 @@ async fn conformance_run_all() {
         "postgres: conformance::run_all took {:?}",
         started.elapsed()
     );
+    drop_table(&store).await;
+}
+
+/// `check_ready` on a table nobody created says to run `sqs-claim init`; `init` is idempotent
+/// and makes it pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_then_check_ready() {
+    let table = format!("admin_init_{}", uuid::Uuid::new_v4().simple());
+    let store = PostgresStore::connect(&pg_url())
+        .and_then(|s| s.with_table(&table))
+        .expect("store config");
+    let err = store.check_ready().await.expect_err("no table yet");
+    assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
+    assert!(err.to_string().contains("run `sqs-claim init`"), "{err}");
+    conformance::init_is_idempotent(&store).await;
     drop_table(&store).await;
 }
 
@@ -223,7 +239,7 @@ async fn bad_effect_data_is_rejected_not_a_store_error() {
 #[tokio::test]
 async fn migrate_is_idempotent_and_concurrent() {
     let store = store().await;
-    let results = futures::future::join_all((0..4).map(|_| store.migrate())).await;
+    let results = futures::future::join_all((0..4).map(|_| store.init())).await;
     for r in results {
         r.expect("concurrent migrate");
     }
@@ -282,7 +298,7 @@ async fn a_table_without_the_response_column_is_upgraded_by_migrate() {
     );
     drop(client);
 
-    let results = futures::future::join_all((0..3).map(|_| store.migrate())).await;
+    let results = futures::future::join_all((0..3).map(|_| store.init())).await;
     for r in results {
         r.expect("migrate upgrades the old table");
     }
@@ -321,10 +337,7 @@ async fn a_table_without_the_response_column_is_upgraded_by_migrate() {
         }
     }
     assert!(probe.applied("m-new").await);
-    store
-        .migrate()
-        .await
-        .expect("migrate again changes nothing");
+    store.init().await.expect("migrate again changes nothing");
     drop_table(&store).await;
 }
 
@@ -344,11 +357,15 @@ async fn prune_deletes_only_expired_records_in_bounded_batches() {
     let later = now + Duration::from_secs(11);
     assert_eq!(
         store.prune_expired(later, 3).await.unwrap(),
-        3,
+        Some(3),
         "bounded by the limit"
     );
-    assert_eq!(store.prune_expired(later, 3).await.unwrap(), 2, "the rest");
-    assert_eq!(store.prune_expired(later, 3).await.unwrap(), 0);
+    assert_eq!(
+        store.prune_expired(later, 3).await.unwrap(),
+        Some(2),
+        "the rest"
+    );
+    assert_eq!(store.prune_expired(later, 3).await.unwrap(), Some(0));
     store
         .complete(
             "live",
@@ -374,7 +391,7 @@ async fn prune_keeps_a_short_ttl_claim_under_its_lease() {
     let later = now + Duration::from_secs(30);
     assert_eq!(
         store.prune_expired(later, 10_000).await.unwrap(),
-        0,
+        Some(0),
         "a record under a live lease must not be pruned"
     );
     match store.claim(request("short-ttl", later)).await {

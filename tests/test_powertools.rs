@@ -14,6 +14,7 @@ use sqs_claim::ClaimStore;
 use sqs_claim::powertools::{
     HashFunction, PowertoolsFormat, is_missing_key, python_json_dumps, python_json_dumps_text,
 };
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::dynamodb::DynamoDbKeySchema;
 use sqs_claim::store::{Claim, ClaimRequest, Completion, Status, StoredResponse};
 
@@ -340,7 +341,7 @@ async fn powertools_sort_key_mode_table_is_shared_both_ways() {
     )
     .with_key_schema(schema)
     .unwrap();
-    store.create_table().await.unwrap();
+    store.init().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let sort_key = ["--sort-key-attr", "sk"];
 

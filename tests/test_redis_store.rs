@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse, epoch_millis};
@@ -27,6 +28,7 @@ async fn conformance_run_all() {
 async fn conformance_admin_operations() {
     let store = store().await;
     conformance::admin_operations(&store).await;
+    conformance::init_is_idempotent(&store).await;
     cleanup(store.connection(), store.prefix()).await;
 }
 

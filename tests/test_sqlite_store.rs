@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use sqs_claim::ErrorKind;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::request;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
@@ -128,6 +129,9 @@ async fn conformance_in_memory() {
     let store = SqliteStore::open_in_memory().expect("open in memory");
     conformance::run_all(&store).await;
     conformance::admin_operations(&store).await;
+    conformance::init_is_idempotent(&store).await;
+    let db = TempDb::new("init");
+    conformance::init_is_idempotent(&open(&db)).await;
     probe_table(&store).await;
     conformance::atomic_effects(&store, &RowCountProbe(store.clone())).await;
     conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;
@@ -541,7 +545,7 @@ async fn purge_removes_only_expired_records() {
         .prune_expired(now + Duration::from_secs(60), 10_000)
         .await
         .expect("purge");
-    assert_eq!(purged, 1);
+    assert_eq!(purged, Some(1));
     let rows = store
         .query("SELECT id FROM claims ORDER BY id", vec![])
         .await
@@ -563,7 +567,11 @@ async fn prune_keeps_a_short_ttl_claim_under_its_lease() {
     };
     let later = now + Duration::from_secs(30);
     let pruned = store.prune_expired(later, 10_000).await.expect("prune");
-    assert_eq!(pruned, 0, "a record under a live lease must not be pruned");
+    assert_eq!(
+        pruned,
+        Some(0),
+        "a record under a live lease must not be pruned"
+    );
     match store.claim(request("short-ttl", later)).await {
         Ok(Claim::HeldElsewhere { .. }) => {}
         other => panic!("the claim must still be held after pruning, got {other:?}"),

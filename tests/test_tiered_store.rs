@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{
     Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, StoredResponse,
@@ -52,6 +53,20 @@ async fn conformance_redis_and_postgres() {
         "tiered(redis+postgres): conformance::run_all took {:?}",
         started.elapsed()
     );
+    drop_tables(&pg).await;
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+}
+
+/// The durable tier's table: `check_ready` fails before `init` creates it, then passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_creates_the_durable_table() {
+    let table = format!("tiered_init_{}", uuid::Uuid::new_v4().simple());
+    let pg = PostgresStore::connect(&servers::pg_url())
+        .and_then(|s| s.with_table(&table))
+        .expect("store config");
+    let store = TieredStore::new(cache().await, pg.clone());
+    store.check_ready().await.expect_err("no durable table yet");
+    conformance::init_is_idempotent(&store).await;
     drop_tables(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }

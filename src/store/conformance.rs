@@ -6,8 +6,8 @@
 //! against your backend.
 //!
 //! Every store's integration test calls [`run_all`] (and [`atomic_effects`] where the store
-//! supports effects, and [`admin_operations`] for the operator's optional methods) against the
-//! real server. The checks panic with a message naming the broken
+//! supports effects, and [`admin_operations`] and [`init_is_idempotent`] for its
+//! [`StoreAdmin`]) against the real server. The checks panic with a message naming the broken
 //! rule, so they read as test failures. Keys are prefixed with a fresh UUID, so the suite can run
 //! against a shared server and in parallel with itself.
 //!
@@ -29,7 +29,7 @@ use futures::stream::{self, StreamExt};
 
 use super::{
     Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite, Status,
-    StoredResponse,
+    StoreAdmin, StoredResponse,
 };
 use crate::ErrorKind;
 
@@ -99,11 +99,12 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     one_shot_race(store, 50, 16).await;
 }
 
-/// The operator's methods ([`ClaimStore::inspect`], [`ClaimStore::force_release`],
-/// [`ClaimStore::forget`]): each reads or deletes exactly what the contract says, never a record
-/// of the other status, and a force release racing the owner's completion leaves one
-/// consistent outcome. Not part of [`run_all`]: the methods are optional.
-pub async fn admin_operations<S: ClaimStore>(store: &S) {
+/// The operator's methods for one key ([`StoreAdmin::inspect`], [`StoreAdmin::force_release`],
+/// [`StoreAdmin::forget`]): each reads or deletes exactly what the contract says, never a
+/// record of the other status, a force release racing the owner's completion leaves one
+/// consistent outcome, and a record that replaced an expired completion shows no response.
+/// Not part of [`run_all`]: administration is a trait of its own.
+pub async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
     let p = prefix("admin");
     let now = base_time();
 
@@ -234,23 +235,85 @@ pub async fn admin_operations<S: ClaimStore>(store: &S) {
     }))
     .await;
     assert_eq!(outcomes.len(), 20);
+
+    // A claim that replaced an expired completion with a response: its in-progress record
+    // carries no response (a stale one replayed for it would answer a duplicate with another
+    // message's result).
+    let key = format!("{p}#replaced");
+    let expired = now + Duration::from_secs(10);
+    let later = expired + Duration::from_secs(1);
+    let token = must_acquire(store, request(&key, now), "claim to expire").await;
+    store
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(expired).with_response(StoredResponse::new("\"old\"")),
+        )
+        .await
+        .expect("complete with a response");
+    must_acquire(store, request(&key, later), "claim after the expiry").await;
+    let seen = inspect(store, &key)
+        .await
+        .expect("inspect must find the new claim");
+    assert_eq!(
+        seen.record.status,
+        Status::InProgress,
+        "the new claim's status"
+    );
+    assert_eq!(
+        seen.record.response, None,
+        "an in-progress record carries no response"
+    );
 }
 
-async fn inspect<S: ClaimStore>(store: &S, key: &str) -> Option<super::Inspected> {
+/// [`StoreAdmin::init`] on a store whose table is new: it creates what the store needs, a
+/// second run and runs at once change nothing and fail nothing, [`StoreAdmin::check_ready`]
+/// then passes, and the store claims and completes. Not part of [`run_all`]: pass a store on a
+/// table nobody made yet (a fresh table name, file or schema).
+pub async fn init_is_idempotent<S: ClaimStore + StoreAdmin>(store: &S) {
+    store
+        .init()
+        .await
+        .unwrap_or_else(|e| panic!("init of a new table failed: {e:#}"));
+    store
+        .init()
+        .await
+        .unwrap_or_else(|e| panic!("a second init must change nothing: {e:#}"));
+    for result in join_all((0..3).map(|_| store.init())).await {
+        result.unwrap_or_else(|e| panic!("inits run at once must all succeed: {e:#}"));
+    }
+    store
+        .check_ready()
+        .await
+        .unwrap_or_else(|e| panic!("check_ready after init failed: {e:#}"));
+    let key = format!("{}#after-init", prefix("init"));
+    let now = base_time();
+    let token = must_acquire(store, request(&key, now), "claim after init").await;
+    store
+        .complete_with(&key, &token, Completion::new(now + TTL))
+        .await
+        .expect("complete after init");
+    completed_record(
+        store.claim(request(&key, now)).await,
+        "claim after init's completion",
+    );
+}
+
+async fn inspect<S: StoreAdmin>(store: &S, key: &str) -> Option<super::Inspected> {
     store
         .inspect(key)
         .await
         .unwrap_or_else(|e| panic!("inspect of {key:?} failed: {e:#}"))
 }
 
-async fn force_release<S: ClaimStore>(store: &S, key: &str) -> bool {
+async fn force_release<S: StoreAdmin>(store: &S, key: &str) -> bool {
     store
         .force_release(key)
         .await
         .unwrap_or_else(|e| panic!("force_release of {key:?} failed: {e:#}"))
 }
 
-async fn forget<S: ClaimStore>(store: &S, key: &str) -> bool {
+async fn forget<S: StoreAdmin>(store: &S, key: &str) -> bool {
     store
         .forget(key)
         .await
@@ -694,9 +757,9 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
     );
 }
 
-/// After a completion with a response has expired: a new claim's in-progress record (as
-/// `inspect` shows it), its own completion without a response, and a one-shot write each carry
-/// no response; a stale response replayed for the new record would answer a duplicate with
+/// After a completion with a response has expired: a new claim's own completion without a
+/// response and a one-shot write each carry no response (the in-progress record, as `inspect`
+/// shows it, is checked by [`admin_operations`]); a stale response replayed for the new record would answer a duplicate with
 /// another message's result.
 pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
     let p = prefix("replaced");
@@ -724,12 +787,6 @@ pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
             }
         } else {
             let token = must_acquire(store, request(&key, later), "claim after the expiry").await;
-            if let Ok(Some(inspected)) = store.inspect(&key).await {
-                assert_eq!(
-                    inspected.record.response, None,
-                    "an in-progress record carries no response"
-                );
-            }
             store
                 .complete(
                     &key,

@@ -28,8 +28,8 @@
 //! template puts every claim under one partition key, which DynamoDB serves at about 1,000
 //! write units a second: a hot partition that caps the consumer. Every request names the whole
 //! primary key, so claims, completions, releases and the operator's deletes touch only the
-//! claim's own item, never a business item beside it. [`DynamoDbStore::create_table`] creates
-//! the composite key.
+//! claim's own item, never a business item beside it. [`StoreAdmin::init`] creates the
+//! composite key.
 //!
 //! # The response and the 400 KB limit
 //!
@@ -94,14 +94,15 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType, Put,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableStatus, TimeToLiveSpecification,
-    TimeToLiveStatus, TransactWriteItem, Update,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TableDescription, TableStatus,
+    TimeToLiveSpecification, TimeToLiveStatus, TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaiterError;
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoredResponse, epoch_millis, from_epoch_millis, from_epoch_seconds,
+    OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
 
@@ -723,15 +724,22 @@ impl DynamoDbStore {
         }
     }
 
-    /// Creates the table (on-demand capacity; the string partition key, and the string sort
-    /// key if the [key schema](Self::with_key_schema) has one) and enables TTL on the expiry
-    /// attribute. Idempotent: an existing table is left as it is, and TTL is enabled only if
-    /// it is not already.
-    pub async fn create_table(&self) -> Result<(), Error> {
-        let sort = self.schema.sort.as_ref().map(|s| s.name.as_str());
-        create_table_with_keys(&self.client, &self.table, &self.schema.partition.name, sort)
-            .await?;
-        enable_ttl(&self.client, &self.table, &self.attrs.expiration).await
+    /// The `sqs-claim init` that creates this store's table: `sqs-claim init --store
+    /// dynamodb:TABLE`, with `--partition-key` and `--sort-key` whenever the key layout is not
+    /// the default, so the command creates the table this store looks for. The hint of
+    /// [`check_ready`](StoreAdmin::check_ready)'s error for a missing table.
+    pub fn init_command(&self) -> String {
+        let mut command = format!("sqs-claim init --store dynamodb:{}", self.table);
+        if *self.schema != DynamoDbKeySchema::default() {
+            let (partition, sort) = layout_values(&self.schema);
+            command.push_str(" --partition-key ");
+            command.push_str(&shell_word(&partition));
+            if let Some(sort) = sort {
+                command.push_str(" --sort-key ");
+                command.push_str(&shell_word(&sort));
+            }
+        }
+        command
     }
 
     fn key_value(&self, key: &str) -> HashMap<String, AttributeValue> {
@@ -1149,6 +1157,66 @@ impl ClaimStore for DynamoDbStore {
         }
     }
 
+    /// The SDK retries throttling, server errors and lost connections by itself (with the
+    /// `RetryConfig` of [`DynamoDbSettings`] when built by `from_env`): a loop of ours on top
+    /// would multiply the attempts.
+    fn retries_internally(&self) -> bool {
+        true
+    }
+
+    /// 256: one HTTP/1.1 connection per call in flight, kept in the SDK client's pool across
+    /// invocations. Well under Lambda's 1,024 file descriptors; an on-demand table takes it,
+    /// a provisioned one may throttle (the SDK then backs off and retries).
+    fn max_in_flight(&self) -> usize {
+        256
+    }
+}
+
+/// Records expire by DynamoDB's TTL, so there is nothing to prune.
+impl StoreAdmin for DynamoDbStore {
+    /// Creates the table (on-demand capacity; the string partition key, and the string sort
+    /// key if the [key schema](Self::with_key_schema) has one), waits until it is ACTIVE, and
+    /// enables TTL on the expiry attribute. Idempotent: an existing table is left as it is,
+    /// and TTL is enabled only if it is not already.
+    async fn init(&self) -> Result<(), Error> {
+        let sort = self.schema.sort.as_ref().map(|s| s.name.as_str());
+        create_table_with_keys(&self.client, &self.table, &self.schema.partition.name, sort)
+            .await?;
+        enable_ttl(&self.client, &self.table, &self.attrs.expiration).await
+    }
+
+    /// One `DescribeTable`: the table exists, is ACTIVE, and its primary key is the configured
+    /// layout's (a partition key of type S, and the sort key of type S if the layout has one).
+    /// A missing table names the [`init_command`](DynamoDbStore::init_command) that creates it.
+    async fn check_ready(&self) -> Result<(), Error> {
+        let description = describe_table(&self.client, &self.table).await?;
+        if let Some(description) = &description {
+            self.check_key_schema(description)?;
+        }
+        match description.and_then(|d| d.table_status().cloned()) {
+            Some(TableStatus::Active) => Ok(()),
+            None => Err(Error::new(
+                ErrorKind::StoreRejected,
+                format!(
+                    "DynamoDB table {} does not exist: create the tables with `{}`",
+                    self.table,
+                    self.init_command()
+                ),
+            )),
+            Some(status) => Err(Error::new(
+                ErrorKind::StoreUnavailable,
+                format!(
+                    "DynamoDB table {} is {status}, not ACTIVE: retry shortly",
+                    self.table
+                ),
+            )),
+        }
+    }
+
+    async fn prune_expired(&self, _now: SystemTime, _limit: u32) -> Result<Option<u64>, Error> {
+        Ok(None)
+    }
+
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         let result = self
             .client
@@ -1191,19 +1259,116 @@ impl ClaimStore for DynamoDbStore {
         self.delete_if(key, Status::Completed, "DeleteItem (forget)")
             .await
     }
+}
 
-    /// The SDK retries throttling, server errors and lost connections by itself (with the
-    /// `RetryConfig` of [`DynamoDbSettings`] when built by `from_env`): a loop of ours on top
-    /// would multiply the attempts.
-    fn retries_internally(&self) -> bool {
-        true
+impl DynamoDbStore {
+    /// Refuses a claims table whose primary key is not the configured layout's (every claim
+    /// would be refused with a `ValidationException`, or, worse, land on another layout's
+    /// items): a partition key of type S, and the sort key of type S if the layout has one.
+    fn check_key_schema(&self, description: &TableDescription) -> Result<(), Error> {
+        let schema = &*self.schema;
+        let wanted: Vec<(&str, &str)> = std::iter::once((schema.partition_key().name(), "HASH"))
+            .chain(schema.sort_key().map(|k| (k.name(), "RANGE")))
+            .collect();
+        let type_of = |name: &str| {
+            description
+                .attribute_definitions()
+                .iter()
+                .find(|a| a.attribute_name() == name)
+                .map_or("?", |a| a.attribute_type().as_str())
+        };
+        let seen: Vec<(&str, &str, &str)> = description
+            .key_schema()
+            .iter()
+            .map(|k| {
+                let kind = match k.key_type() {
+                    KeyType::Hash => "HASH",
+                    KeyType::Range => "RANGE",
+                    other => other.as_str(),
+                };
+                (k.attribute_name(), kind, type_of(k.attribute_name()))
+            })
+            .collect();
+        let matches = seen.len() == wanted.len()
+            && seen
+                .iter()
+                .zip(&wanted)
+                .all(|((name, kind, ty), (want, want_kind))| {
+                    name == want && kind == want_kind && *ty == "S"
+                });
+        if matches {
+            return Ok(());
+        }
+        let shown = |keys: Vec<String>| keys.join(" + ");
+        let seen = shown(
+            seen.iter()
+                .map(|(name, kind, ty)| format!("{name} ({kind}, {ty})"))
+                .collect(),
+        );
+        let wanted = shown(
+            wanted
+                .iter()
+                .map(|(name, kind)| format!("{name} ({kind}, S)"))
+                .collect(),
+        );
+        let (partition, sort) = layout_values(schema);
+        let layout = if *schema == DynamoDbKeySchema::default() {
+            format!("the default layout {partition} ({PARTITION_KEY_VAR} and {SORT_KEY_VAR} unset)")
+        } else {
+            let mut layout = format!("{PARTITION_KEY_VAR}={partition}");
+            if let Some(sort) = sort {
+                layout.push_str(&format!(", {SORT_KEY_VAR}={sort}"));
+            }
+            layout
+        };
+        Err(Error::new(
+            ErrorKind::Config,
+            format!(
+                "DynamoDB table {} has the key schema {seen}, but the store is configured for \
+                 {wanted} ({layout}): every claim would be refused. Set {PARTITION_KEY_VAR} and \
+                 {SORT_KEY_VAR} (or --partition-key and --sort-key) to the table's keys, or \
+                 point the store at a table with this layout (a table's key cannot be changed)",
+                self.table
+            ),
+        ))
     }
+}
 
-    /// 256: one HTTP/1.1 connection per call in flight, kept in the SDK client's pool across
-    /// invocations. Well under Lambda's 1,024 file descriptors; an on-demand table takes it,
-    /// a provisioned one may throttle (the SDK then backs off and retries).
-    fn max_in_flight(&self) -> usize {
-        256
+/// The variables the operator's tools (and the example app) read a key layout from, named in
+/// [`StoreAdmin::check_ready`]'s error for a table of another layout.
+const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
+const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
+
+/// A key layout as the operator's settings spell it: `NAME=TEMPLATE` of the partition key,
+/// and of the sort key if there is one.
+fn layout_values(schema: &DynamoDbKeySchema) -> (String, Option<String>) {
+    let value = |k: &DynamoDbKeyAttribute| format!("{}={}", k.name, k.template);
+    (value(&schema.partition), schema.sort.as_ref().map(value))
+}
+
+/// `word` as one shell word: as it is when it has no character a shell would read, else in
+/// single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = word.chars().all(|c| {
+        c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                '_' | '-' | '.' | ':' | '/' | '=' | '#' | '@' | '+' | '%' | '{' | '}'
+            )
+    });
+    if plain && !word.is_empty() {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// The table's description, `None` if it does not exist.
+async fn describe_table(client: &Client, table: &str) -> Result<Option<TableDescription>, Error> {
+    match client.describe_table().table_name(table).send().await {
+        Ok(out) => Ok(out.table().cloned()),
+        Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
+        Err(e) => Err(classify("DescribeTable", e)),
     }
 }
 
@@ -1393,7 +1558,7 @@ impl DynamoDbStore {
 /// until it is ACTIVE (a new table refuses writes for a few seconds on AWS).
 ///
 /// For tables of your own beside the claims table (the example app's accounts table uses it);
-/// [`DynamoDbStore::create_table`] creates the claims table itself.
+/// [`StoreAdmin::init`] creates the claims table itself.
 pub async fn create_table_with_key(client: &Client, table: &str, key: &str) -> Result<(), Error> {
     create_table_with_keys(client, table, key, None).await
 }

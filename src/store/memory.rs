@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoredResponse,
+    OneShotWrite, Status, StoreAdmin, StoredResponse,
 };
 use crate::{Error, ErrorKind};
 
@@ -259,6 +259,23 @@ impl ClaimStore for MemoryStore {
             }
             _ => Err(Error::lost_claim(key)),
         }
+    }
+}
+
+/// Nothing to create or prune: records live in the process and expired ones count as absent
+/// (they go with the store). [`check_ready`](StoreAdmin::check_ready) fails while the store
+/// pretends to be down ([`MemoryStore::set_unavailable`]).
+impl StoreAdmin for MemoryStore {
+    async fn init(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn check_ready(&self) -> Result<(), Error> {
+        self.check_up()
+    }
+
+    async fn prune_expired(&self, _now: SystemTime, _limit: u32) -> Result<Option<u64>, Error> {
+        Ok(None)
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {

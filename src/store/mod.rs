@@ -71,32 +71,18 @@
 //!   never reads its own clock for the contract's decisions. This keeps every store
 //!   deterministic under test and makes the processor's clock the only clock.
 //!
-//! # Operator's methods (optional)
+//! # Administration
 //!
-//! Three methods serve an operator looking at one key (`sqs-claim inspect`, `release`,
-//! `forget`), never the processor. Their defaults fail with
-//! [`ErrorKind::StoreRejected`](crate::ErrorKind::StoreRejected) ("not supported by this
-//! store"); every store of this crate implements them.
-//!
-//! * **inspect** reads the record as stored, expired or not, with its token
-//!   ([`Inspected`]), or `None` if there is none. It decides nothing.
-//! * **force_release** deletes the record only if it is in progress, whoever holds it and
-//!   whether or not its lease is live, and says whether it did. A completed record is never
-//!   deleted by it, even if it is completed between the operator's read and the delete: the
-//!   status check is part of the delete (one conditional request). A holder still running
-//!   then fails to complete with `LostClaim`, as after a lapsed lease.
-//! * **forget** deletes the record only if it is completed, under the same rule: an
-//!   in-progress record is never deleted by it. The key can then be claimed, and the message
-//!   processed, again.
-//! * Unreachable backends fail with [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable);
-//!   requests the backend refuses for good fail with
-//!   [`ErrorKind::StoreRejected`](crate::ErrorKind::StoreRejected).
+//! Creating the table, checking that it is ready, pruning expired records and an operator's
+//! look at one key (inspect, force-release, forget) are a second role, never on the message
+//! path: the [`StoreAdmin`] trait ([`admin`]), which every store of this crate implements.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
 
+pub mod admin;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod memory;
@@ -112,6 +98,7 @@ pub mod sqlite;
 #[cfg(feature = "redis")]
 pub mod tiered;
 
+pub use admin::StoreAdmin;
 pub use memory::{MemoryEffect, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
@@ -326,7 +313,7 @@ pub struct ClaimRecord {
     pub response: Option<StoredResponse>,
 }
 
-/// A record as an operator sees it ([`ClaimStore::inspect`]): the record and the owner token
+/// A record as an operator sees it ([`StoreAdmin::inspect`]): the record and the owner token
 /// that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -339,7 +326,7 @@ pub struct Inspected {
 }
 
 impl Inspected {
-    /// A record and its token, for a store's [`ClaimStore::inspect`].
+    /// A record and its token, for a store's [`StoreAdmin::inspect`].
     pub fn new(record: ClaimRecord, token: Option<ClaimToken>) -> Self {
         Inspected { record, token }
     }
@@ -554,38 +541,6 @@ pub trait ClaimStore: Send + Sync + 'static {
     fn one_shot_is_atomic(&self) -> bool {
         false
     }
-
-    /// The record for `key` as stored, expired or not, or `None` if there is none. For
-    /// operators ("Operator's methods" in the [module documentation](self)); the processor
-    /// never calls it. Default: fails, "not supported by this store".
-    fn inspect(&self, key: &str) -> impl Future<Output = Result<Option<Inspected>, Error>> + Send {
-        let _ = key;
-        std::future::ready(Err(not_supported("inspect")))
-    }
-
-    /// Deletes the record for `key` if, and only if, it is in progress (in the same request
-    /// as the check), and says whether it did. For an operator freeing a stuck claim.
-    /// Default: fails, "not supported by this store".
-    fn force_release(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send {
-        let _ = key;
-        std::future::ready(Err(not_supported("force_release")))
-    }
-
-    /// Deletes the record for `key` if, and only if, it is completed (in the same request as
-    /// the check), and says whether it did: the message will then run again if redelivered.
-    /// Default: fails, "not supported by this store".
-    fn forget(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send {
-        let _ = key;
-        std::future::ready(Err(not_supported("forget")))
-    }
-}
-
-/// The error of an operator's method a store does not implement.
-fn not_supported(method: &str) -> Error {
-    Error::new(
-        crate::ErrorKind::StoreRejected,
-        format!("{method} is not supported by this store (it implements only the claim protocol)"),
-    )
 }
 
 /// The effect type of stores that cannot commit effects atomically: it has no values, so a

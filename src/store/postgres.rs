@@ -3,7 +3,7 @@
 //!
 //! # Schema
 //!
-//! [`PostgresStore::migrate`] creates (idempotently) one table, by default
+//! [`StoreAdmin::init`] creates (idempotently) one table, by default
 //! `sqs_claim_processed_events`:
 //!
 //! ```sql
@@ -20,10 +20,10 @@
 //!     ON sqs_claim_processed_events (expires_at);
 //! ```
 //!
-//! A table created before the stored response has no `response` column: `migrate` adds it
+//! A table created before the stored response has no `response` column: `init` adds it
 //! (`ALTER TABLE ... ADD COLUMN response TEXT`, only if it is missing, so a current table is
 //! not locked for it), and the rows already there read as completed with no response. Until
-//! `migrate` has run on such a table, every claim fails with [`ErrorKind::StoreRejected`]
+//! `init` has run on such a table, every claim fails with [`ErrorKind::StoreRejected`]
 //! saying so.
 //!
 //! Times are epoch milliseconds, the caller's clock, compared as plain integers: the contract
@@ -72,7 +72,7 @@
 //! # Pruning and very large tables
 //!
 //! Expired rows count as absent but stay until deleted. Run
-//! [`PostgresStore::prune_expired`] on a schedule (for example every minute with a limit of
+//! [`StoreAdmin::prune_expired`] on a schedule (for example every minute with a limit of
 //! 10,000): each call is one bounded `DELETE` on the `expires_at` index that skips rows
 //! locked by a running claim, so it never blocks the consumers for long.
 //!
@@ -130,7 +130,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoredResponse, epoch_millis, from_epoch_millis,
+    OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -452,8 +452,9 @@ fn stored_id(key: &str) -> Cow<'_, str> {
 /// ```no_run
 /// # async fn demo() -> Result<(), sqs_claim::Error> {
 /// use sqs_claim::PostgresStore;
+/// use sqs_claim::store::StoreAdmin;
 /// let store = PostgresStore::connect("postgres://app@db.internal/app")?;
-/// store.migrate().await?;
+/// store.init().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -579,12 +580,6 @@ impl PostgresStore {
         &self.pool
     }
 
-    /// Creates the table and its `expires_at` index if they do not exist. Safe to run on every
-    /// start and from several processes at once.
-    pub async fn migrate(&self) -> Result<(), Error> {
-        self.bounded("migrate", self.migrate_unbounded()).await
-    }
-
     async fn migrate_unbounded(&self) -> Result<(), Error> {
         let mut client = self.client().await?;
         let txn = client
@@ -597,14 +592,6 @@ impl PostgresStore {
         txn.commit()
             .await
             .map_err(|e| self.pg_err("migrate", "", e))
-    }
-
-    /// Deletes up to `limit` records that expired at or before `now`, oldest first, and returns
-    /// how many it deleted. Rows locked by a running claim are skipped. Call it repeatedly
-    /// until it returns less than `limit` to drain a backlog.
-    pub async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
-        self.bounded("prune", self.prune_unbounded(now, limit))
-            .await
     }
 
     async fn prune_unbounded(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
@@ -760,15 +747,15 @@ fn map_pg_err(op: &str, key: &str, table: &str, e: tokio_postgres::Error) -> Err
         Some(code) if *code == SqlState::UNDEFINED_COLUMN => Error::with_source(
             ErrorKind::StoreRejected,
             format!(
-                "table {table:?} lacks a column this version needs (an older schema): run \
-                 PostgresStore::migrate() (`sqs-claim init`) to add it, then retry {op}"
+                "table {table:?} lacks a column this version needs (an older schema): migrate \
+                 it with StoreAdmin::init() (`sqs-claim init`), then retry {op}"
             ),
             e,
         ),
         Some(code) if *code == SqlState::UNDEFINED_TABLE => Error::with_source(
             ErrorKind::StoreRejected,
             format!(
-                "table {table:?} does not exist: run PostgresStore::migrate() (or create it as \
+                "table {table:?} does not exist: run StoreAdmin::init() (or create it as \
                  documented in sqs_claim::store::postgres) before consuming"
             ),
             e,
@@ -847,8 +834,8 @@ pub fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
         return Error::with_source(
             ErrorKind::StoreRejected,
             format!(
-                "table {table:?} does not exist: run `sqs-claim init` (or Ledger::init / \
-                 PostgresStore::migrate) first"
+                "table {table:?} does not exist: run `sqs-claim init` (or StoreAdmin::init) \
+                 first"
             ),
             e,
         );
@@ -858,7 +845,7 @@ pub fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
             ErrorKind::StoreRejected,
             format!(
                 "table {table:?} has the layout of an older version (no response column): run \
-                 `sqs-claim init` (or Ledger::init / PostgresStore::migrate) to add it; records \
+                 `sqs-claim init` (or StoreAdmin::init) to add it; records \
                  already stored are kept"
             ),
             e,
@@ -970,6 +957,33 @@ impl ClaimStore for PostgresStore {
     fn one_shot_is_atomic(&self) -> bool {
         true
     }
+}
+
+/// Every call bounded by the call timeout, as the claim's are.
+impl StoreAdmin for PostgresStore {
+    /// Creates the table and its `expires_at` index if they do not exist, and adds the
+    /// `response` column to a table of an older version. Safe to run on every start and from
+    /// several processes at once.
+    async fn init(&self) -> Result<(), Error> {
+        self.bounded("migrate", self.migrate_unbounded()).await
+    }
+
+    /// One `SELECT` of the newest column, `LIMIT 0`: a missing table, or one of an older
+    /// version, fails with what to run; a lost connection, a timeout or a permission says what
+    /// it is.
+    async fn check_ready(&self) -> Result<(), Error> {
+        self.bounded("the start-up check", self.check_unbounded())
+            .await
+    }
+
+    /// Deletes up to `limit` records that expired at or before `now`, oldest first, and says
+    /// how many it deleted. Rows locked by a running claim are skipped. Call it repeatedly
+    /// until it returns less than `limit` to drain a backlog.
+    async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {
+        self.bounded("prune", self.prune_unbounded(now, limit))
+            .await
+            .map(Some)
+    }
 
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         self.bounded("inspect", self.inspect_unbounded(key)).await
@@ -987,6 +1001,20 @@ impl ClaimStore for PostgresStore {
 }
 
 impl PostgresStore {
+    async fn check_unbounded(&self) -> Result<(), Error> {
+        let client = self.client().await?;
+        // Names the newest column, so a table of an older version is caught here, with the fix,
+        // and not at the first claim.
+        let sql = format!(
+            "SELECT response FROM {} LIMIT 0",
+            quote_table(&self.sql.table)
+        );
+        client
+            .batch_execute(&sql)
+            .await
+            .map_err(|e| check_error(&self.sql.table, e))
+    }
+
     async fn inspect_unbounded(&self, key: &str) -> Result<Option<Inspected>, Error> {
         let id = stored_id(key);
         let client = self.client().await?;

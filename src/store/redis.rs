@@ -86,7 +86,7 @@ use redis::{RedisError, Script, ServerErrorKind};
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-    StoredResponse, epoch_millis, from_epoch_millis,
+    StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -777,6 +777,31 @@ impl ClaimStore for RedisStore {
             Err(Error::lost_claim(key))
         }
     }
+}
+
+/// Nothing to create or prune: records are hashes that Redis expires by itself.
+/// [`check_ready`](StoreAdmin::check_ready) checks that the server answers (a `PING`).
+impl StoreAdmin for RedisStore {
+    async fn init(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
+    async fn check_ready(&self) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        redis::cmd("PING")
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| map_err("the start-up check of prefix", &self.prefix, e))
+    }
+
+    async fn prune_expired(
+        &self,
+        _now: std::time::SystemTime,
+        _limit: u32,
+    ) -> Result<Option<u64>, Error> {
+        Ok(None)
+    }
+
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         let mut conn = self.conn.clone();
         let reply: Vec<Option<String>> = redis::cmd("HMGET")

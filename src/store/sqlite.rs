@@ -66,7 +66,7 @@
 //!
 //! # Expired records
 //!
-//! SQLite has no TTL: expired rows stay until [`SqliteStore::prune_expired`] deletes them. They
+//! SQLite has no TTL: expired rows stay until [`StoreAdmin::prune_expired`] deletes them. They
 //! are harmless meanwhile (every claim compares `expires_at_ms` itself), they only take space.
 
 use std::panic::AssertUnwindSafe;
@@ -80,7 +80,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoredResponse, epoch_millis, from_epoch_millis,
+    OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -566,23 +566,6 @@ impl SqliteStore {
         })
         .await
     }
-
-    /// Deletes at most `limit` records that expired at `now`, oldest first, and returns how
-    /// many. Optional housekeeping (expired records already count as absent): bounded, so a
-    /// scheduled run never holds the write lock for long (`sqs-claim prune`).
-    pub async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
-        let now_ms = epoch_millis(now);
-        self.run(move |conn| {
-            conn.execute(
-                "DELETE FROM claims WHERE id IN (SELECT id FROM claims \
-                 WHERE expires_at_ms <= ?1 ORDER BY expires_at_ms LIMIT ?2)",
-                rusqlite::params![now_ms, i64::from(limit)],
-            )
-            .map(|n| n as u64)
-            .map_err(|e| classify(e, "pruning expired claims failed"))
-        })
-        .await
-    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -594,9 +577,14 @@ fn configure(conn: &Connection, file: bool) -> rusqlite::Result<()> {
     // Two processes opening a new file at once race to switch it to WAL and create the
     // schema; SQLite answers some of those lock conflicts with SQLITE_BUSY at once, without
     // waiting (to avoid deadlocks), so wait here, up to the busy timeout.
+    while_busy(|| setup(conn, file))
+}
+
+/// Runs `f` again while SQLite answers it busy or locked at once, up to the busy timeout.
+fn while_busy<T>(mut f: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
     let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
     loop {
-        match setup(conn, file) {
+        match f() {
             Err(e)
                 if matches!(
                     e.sqlite_error_code(),
@@ -624,6 +612,12 @@ fn setup(conn: &Connection, file: bool) -> rusqlite::Result<()> {
         }
         conn.pragma_update(None, "synchronous", "FULL")?;
     }
+    create_schema(conn)
+}
+
+/// Creates the `claims` table if it is missing, and adds the `response` column to one made by
+/// an older version.
+fn create_schema(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(SCHEMA)?;
     // A table created before the stored response lacks its column. Checked first without a
     // lock (the usual case, a current table, writes nothing), then again under the write lock:
@@ -1005,6 +999,42 @@ impl ClaimStore for SqliteStore {
         })
         .await
     }
+}
+
+/// The database is local: [`init`](StoreAdmin::init) and [`check_ready`](StoreAdmin::check_ready)
+/// both create the `claims` table if it is missing (as [`SqliteStore::open`] does) and add the
+/// `response` column to a table of an older version. SQLite has no TTL: expired rows stay until
+/// [`prune_expired`](StoreAdmin::prune_expired) deletes them.
+impl StoreAdmin for SqliteStore {
+    async fn init(&self) -> Result<(), Error> {
+        let location = self.inner.location.clone();
+        self.run_direct(move |conn| {
+            while_busy(|| create_schema(conn))
+                .map_err(|e| classify(e, format!("cannot create the claims table in {location}")))
+        })
+        .await
+    }
+
+    async fn check_ready(&self) -> Result<(), Error> {
+        self.init().await
+    }
+
+    /// Deletes at most `limit` records that expired at `now`, oldest first. Bounded, so a
+    /// scheduled run (`sqs-claim prune`) never holds the write lock for long.
+    async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {
+        let now_ms = epoch_millis(now);
+        self.run(move |conn| {
+            conn.execute(
+                "DELETE FROM claims WHERE id IN (SELECT id FROM claims \
+                 WHERE expires_at_ms <= ?1 ORDER BY expires_at_ms LIMIT ?2)",
+                rusqlite::params![now_ms, i64::from(limit)],
+            )
+            .map(|n| Some(n as u64))
+            .map_err(|e| classify(e, "pruning expired claims failed"))
+        })
+        .await
+    }
+
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         let key = key.to_owned();
         self.run_direct(move |conn| {

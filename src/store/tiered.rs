@@ -24,7 +24,7 @@
 //! an eviction) loses only speed, never correctness.
 //!
 //! An operator who deletes a durable record by hand, to have a message processed again, must
-//! delete its marker too ([`TieredStore::marker_key`]); [`ClaimStore::forget`] does both (the
+//! delete its marker too ([`TieredStore::marker_key`]); [`StoreAdmin::forget`] does both (the
 //! durable record first, so a claim in between cannot backfill a marker for a record already
 //! gone), and fails if Redis does not answer, because a marker left behind would keep the
 //! message "completed".
@@ -70,6 +70,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -78,7 +79,7 @@ use redis::AsyncCommands;
 use super::redis::RedisStore;
 use super::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-    StoredResponse, epoch_millis, from_epoch_millis,
+    StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::Error;
 
@@ -356,6 +357,45 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
         result
     }
 
+    /// The durable store decides every claim, completion and release (Redis errors are
+    /// swallowed): it is the durable store's client whose retries count.
+    fn retries_internally(&self) -> bool {
+        self.durable.retries_internally()
+    }
+
+    /// The durable store's: every call that misses the cache reaches it.
+    fn max_in_flight(&self) -> usize {
+        self.durable.max_in_flight()
+    }
+
+    /// The durable store's: it keeps the response (the marker's copy is optional).
+    fn max_response_bytes(&self) -> usize {
+        self.durable.max_response_bytes()
+    }
+}
+
+/// The durable store's table: Redis keeps only markers, which it expires by itself.
+impl<D: ClaimStore + StoreAdmin> StoreAdmin for TieredStore<D> {
+    /// The durable store's (Redis needs nothing created).
+    fn init(&self) -> impl Future<Output = Result<(), Error>> + Send {
+        self.durable.init()
+    }
+
+    /// The durable store's: it decides every claim, while the cache may be down (its errors
+    /// only cost speed).
+    fn check_ready(&self) -> impl Future<Output = Result<(), Error>> + Send {
+        self.durable.check_ready()
+    }
+
+    /// Prunes the durable tier; Redis expires its markers by itself.
+    fn prune_expired(
+        &self,
+        now: SystemTime,
+        limit: u32,
+    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
+        self.durable.prune_expired(now, limit)
+    }
+
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         self.durable.inspect(key).await
     }
@@ -384,22 +424,6 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
                 e,
             )),
         }
-    }
-
-    /// The durable store decides every claim, completion and release (Redis errors are
-    /// swallowed): it is the durable store's client whose retries count.
-    fn retries_internally(&self) -> bool {
-        self.durable.retries_internally()
-    }
-
-    /// The durable store's: every call that misses the cache reaches it.
-    fn max_in_flight(&self) -> usize {
-        self.durable.max_in_flight()
-    }
-
-    /// The durable store's: it keeps the response (the marker's copy is optional).
-    fn max_response_bytes(&self) -> usize {
-        self.durable.max_response_bytes()
     }
 }
 

@@ -8,7 +8,7 @@ pub(crate) async fn dynamodb_store(prefix: &str) -> sqs_claim::DynamoDbStore {
     let endpoint = dynamodb_endpoint();
     let table = sqs_claim_testkit::local::unique_name(prefix);
     let store = sqs_claim::DynamoDbStore::new(dynamodb_client(&endpoint), table);
-    if let Err(e) = store.create_table().await {
+    if let Err(e) = sqs_claim::store::StoreAdmin::init(&store).await {
         panic!(
             "cannot create a table on DynamoDB Local at {endpoint}: {e}\n\
              run `make test`, or `scripts/standins.sh up` first"
