@@ -65,6 +65,13 @@ impl LambdaCommand {
         self
     }
 
+    /// Command-line arguments, as [`arg`](Self::arg).
+    pub fn args<A: AsRef<OsStr>>(mut self, args: impl IntoIterator<Item = A>) -> Self {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
     /// `AWS_LAMBDA_FUNCTION_NAME` (and the log group's name); default [`FUNCTION_NAME`].
     pub fn function_name(mut self, name: &str) -> Self {
         self.function_name = name.to_owned();
