@@ -51,7 +51,7 @@ pub(crate) async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
     let store = sqs_claim::PostgresStore::connect(&url)
         .and_then(|s| s.with_table(&table))
         .expect("store config");
-    if let Err(e) = store.migrate().await {
+    if let Err(e) = sqs_claim::store::StoreAdmin::init(&store).await {
         panic!(
             "PostgreSQL is not usable at {url}: {e}\nrun `make test`, or `scripts/services.sh check`"
         );
