@@ -213,7 +213,7 @@ where
                 return Err(e.into());
             }
         };
-        let limit = config.store.max_response_bytes();
+        let limit = config.store.capabilities().max_response_bytes;
         let len = response.json().len();
         if len > limit {
             // Refused before anything is written: the effects are not committed and the key
@@ -286,7 +286,7 @@ where
         let expires_at = deadline::after(budget.now(), config.ttl);
         let stored = StoredResponse::new(response.json());
         // A client that retries by itself (the AWS SDK) gets no second loop on top.
-        let policy = if config.store.retries_internally() {
+        let policy = if config.store.capabilities().retries_internally {
             RetryPolicy::none()
         } else {
             config.completion_retry

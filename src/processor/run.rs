@@ -30,7 +30,9 @@ use crate::message::Message;
 use crate::metrics::StoreCall;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::retry::RetryPolicy;
-use crate::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Effects, OneShotWrite};
+use crate::store::{
+    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
+};
 use crate::{BoxError, Error, ErrorKind};
 
 /// A FIFO item's result, as the items that depend on it see it.
@@ -259,7 +261,7 @@ where
     pub(super) fn concurrency(&self) -> usize {
         self.config
             .concurrency
-            .unwrap_or_else(|| self.store.max_in_flight())
+            .unwrap_or_else(|| self.store.capabilities().max_in_flight)
             .max(1)
     }
 
@@ -567,7 +569,7 @@ where
         let has_effects = !effects.is_empty();
         let expires_at = deadline::after(budget.now(), self.config.ttl);
         // A client that retries by itself (the AWS SDK) gets no second loop on top.
-        let policy = if self.store.retries_internally() {
+        let policy = if self.store.capabilities().retries_internally {
             RetryPolicy::none()
         } else {
             self.config.completion_retry
@@ -586,7 +588,8 @@ where
                     .map(|e| Effects::from(e.as_slice().to_vec()))
                     .unwrap_or_default()
             };
-            Box::pin(self.store.complete(key, token, expires_at, send))
+            let completion = Completion::new(expires_at).with_effects(send);
+            Box::pin(self.store.complete_with(key, token, completion))
         };
         let retried = policy.retry(
             budget.hard_stop(),
