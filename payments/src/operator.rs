@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand, ValueEnum};
 use sqs_claim::powertools::{HashFunction, PowertoolsFormat};
-use sqs_claim::store::{Inspected, Status, StoreAdmin, epoch_millis};
+use sqs_claim::store::{Inspected, Status, StoreAdmin};
 
 use crate::{AnyLedger, Ledger, Settings, with_ledger};
 
@@ -438,6 +438,13 @@ fn to_json(key: &str, found: &Inspected, now: SystemTime) -> serde_json::Value {
     })
 }
 
+/// Milliseconds since the Unix epoch (0 before it), as `--report json` prints a time.
+fn epoch_millis(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// `2025-01-31T12:00:00.250Z`: RFC 3339 in UTC, to the millisecond.
 fn timestamp(t: SystemTime) -> String {
     let ms = epoch_millis(t);
@@ -488,7 +495,11 @@ fn span(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqs_claim::store::{ClaimRecord, ClaimToken, from_epoch_millis};
+    use sqs_claim::store::{ClaimRecord, ClaimToken};
+
+    fn from_epoch_millis(millis: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(millis)
+    }
 
     #[test]
     fn timestamps_are_rfc3339_utc() {

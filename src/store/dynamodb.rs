@@ -714,9 +714,11 @@ impl DynamoDbStore {
         &self.attrs
     }
 
-    /// The stored partition key for `key`: the key itself, or `sha256:<hex>` of it when it is
-    /// longer than DynamoDB allows. Deterministic, so every worker maps a key the same way.
-    pub fn storage_key(key: &str) -> String {
+    /// The stored partition key for `key` under the default layout: the key itself, or
+    /// `sha256:<hex>` of it when it is longer than DynamoDB allows (what
+    /// [`item_key`](Self::item_key) writes; the tests compare the two).
+    #[cfg(test)]
+    fn storage_key(key: &str) -> String {
         if key.len() > MAX_KEY_BYTES {
             format!("sha256:{}", crate::key::sha256_hex(key.as_bytes()))
         } else {

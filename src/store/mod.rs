@@ -505,7 +505,9 @@ pub trait ClaimStore: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoEffects {}
 
-/// Milliseconds since the Unix epoch (0 for times before it).
+/// Milliseconds since the Unix epoch (0 for times before it): the unit of every store's leases
+/// and expiries, and of a Lambda invocation's deadline (`Context::deadline`). The one public
+/// conversion, for code that reads what a store wrote or builds a deadline (tests, tools).
 pub fn epoch_millis(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -513,16 +515,16 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
 }
 
 /// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit).
-pub fn epoch_seconds(t: SystemTime) -> i64 {
+pub(crate) fn epoch_seconds(t: SystemTime) -> i64 {
     epoch_millis(t).div_euclid(1000)
 }
 
 /// The time `millis` after the Unix epoch (negative values clamp to the epoch).
-pub fn from_epoch_millis(millis: i64) -> SystemTime {
+pub(crate) fn from_epoch_millis(millis: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 
 /// The time `secs` after the Unix epoch (negative values clamp to the epoch).
-pub fn from_epoch_seconds(secs: i64) -> SystemTime {
+pub(crate) fn from_epoch_seconds(secs: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }
