@@ -29,7 +29,7 @@ pub enum ErrorKind {
     /// completion were written.
     EffectRejected,
     /// A handler's response is longer than the store keeps
-    /// ([`ClaimStore::max_response_bytes`](crate::ClaimStore::max_response_bytes)): it was
+    /// ([`Capabilities::max_response_bytes`](crate::store::Capabilities::max_response_bytes)): it was
     /// not stored and nothing was committed.
     ResponseTooLarge,
     /// The idempotency layer found the request's key claimed by another invocation still

@@ -66,7 +66,13 @@ impl ClaimStore for Stalling {
                 "scripted transient failure",
             ));
         }
-        self.inner.complete(key, token, expires_at, effects).await
+        self.inner
+            .complete_with(
+                key,
+                token,
+                Completion::new(expires_at).with_effects(effects),
+            )
+            .await
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
@@ -75,8 +81,8 @@ impl ClaimStore for Stalling {
         self.inner.release(key, token).await
     }
 
-    fn retries_internally(&self) -> bool {
-        self.retries_internally
+    fn capabilities(&self) -> sqs_claim::store::Capabilities {
+        sqs_claim::store::Capabilities::new().with_retries_internally(self.retries_internally)
     }
 }
 

@@ -15,7 +15,7 @@ use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::dynamodb::DynamoDbAttributes;
 use sqs_claim::store::{Claim, ClaimRequest};
-use sqs_claim::{ClaimStore, DynamoDbStore, Effects};
+use sqs_claim::{ClaimStore, DynamoDbStore};
 
 fn endpoint() -> String {
     std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
@@ -390,11 +390,10 @@ async fn a_claim_retried_by_the_sdk_after_a_lost_answer_is_acquired() {
         panic!("our own retried claim must be acquired, got {claim:?}");
     };
     store
-        .complete(
+        .complete_with(
             "ns#retried",
             &token,
-            now + Duration::from_secs(3600),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(3600)),
         )
         .await
         .expect("the token is ours: it completes");
@@ -437,7 +436,7 @@ async fn a_silent_endpoint_is_unavailable_within_the_operation_timeout() {
     let settings = DynamoDbSettings::default();
     let store = bounded_store(&endpoint.http_url(), settings).await;
     assert!(
-        store.retries_internally(),
+        store.capabilities().retries_internally,
         "the SDK retries; the processor must not"
     );
     let started = std::time::Instant::now();
@@ -629,12 +628,15 @@ async fn a_renamed_data_attribute_is_written_and_read_back() {
 #[test]
 fn the_default_response_limit_is_406_375_bytes() {
     let store = DynamoDbStore::new(client(), "t");
-    assert_eq!(store.max_response_bytes(), 406_375);
-    assert_eq!(MAX_ITEM_BYTES - store.max_response_bytes(), 3_225);
+    assert_eq!(store.capabilities().max_response_bytes, 406_375);
+    assert_eq!(
+        MAX_ITEM_BYTES - store.capabilities().max_response_bytes,
+        3_225
+    );
     // Longer names leave less room, byte for byte.
     let renamed = DynamoDbStore::new(client(), "t")
         .with_attributes(DynamoDbAttributes::new().with_data("response_text"));
-    assert_eq!(renamed.max_response_bytes(), 406_375 - 9);
+    assert_eq!(renamed.capabilities().max_response_bytes, 406_375 - 9);
 }
 
 /// The worst record the store writes, for each layout: every key attribute at its longest
@@ -669,7 +671,7 @@ async fn the_largest_response_fits_the_worst_record_of_every_layout() {
             store = store.with_key_schema(schema).expect("valid schema");
         }
         store.init().await.expect("create table");
-        let limit = store.max_response_bytes();
+        let limit = store.capabilities().max_response_bytes;
         let now = SystemTime::now();
         let fingerprint = "f".repeat(MAX_FINGERPRINT_BYTES);
         for with_effect in [false, true] {
@@ -739,7 +741,7 @@ async fn one_byte_over_the_limit_is_refused_before_sending() {
             &token,
             Completion::new(now + HOUR)
                 .with_response(StoredResponse::new(
-                    "x".repeat(store.max_response_bytes() + 1),
+                    "x".repeat(store.capabilities().max_response_bytes + 1),
                 ))
                 .with_effects(vec![probe.write("over")].into()),
         )
@@ -953,11 +955,15 @@ fn templates_make_the_item_key_and_hash_what_would_not_fit() {
     );
 
     // The default layout is the single `id` key, as before: the key, hashed past 2048 bytes.
+    let stored = |key: &str| match key.len() {
+        0..=2048 => key.to_owned(),
+        _ => format!("sha256:{}", sqs_claim::key::sha256_hex(key.as_bytes())),
+    };
     let default = DynamoDbStore::new(client(), "t");
     for key in ["ns#1".to_owned(), "k".repeat(2048), "k".repeat(2049)] {
         assert_eq!(
             default.item_key(&key),
-            HashMap::from([("id".into(), s(&DynamoDbStore::storage_key(&key)))])
+            HashMap::from([("id".into(), s(&stored(&key)))])
         );
     }
 }

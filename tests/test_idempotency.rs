@@ -157,9 +157,9 @@ impl ClaimStore for TestStore {
         self.inner.complete_with(key, token, completion).await
     }
 
-    fn max_response_bytes(&self) -> usize {
-        self.limit
-            .unwrap_or_else(|| self.inner.max_response_bytes())
+    fn capabilities(&self) -> sqs_claim::store::Capabilities {
+        let inner = self.inner.capabilities().max_response_bytes;
+        sqs_claim::store::Capabilities::new().with_max_response_bytes(self.limit.unwrap_or(inner))
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
@@ -540,11 +540,10 @@ async fn a_record_without_a_stored_response_is_not_replayed() {
         panic!("not acquired");
     };
     store
-        .complete(
+        .complete_with(
             "payments#k-sqs",
             &token,
-            now + Duration::from_secs(3600),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(3600)),
         )
         .await
         .unwrap();

@@ -13,7 +13,7 @@ use common::*;
 use sqs_claim::store::conformance::request;
 use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimStore, ClaimToken, Effects, Status};
+use sqs_claim::store::{Claim, ClaimStore, ClaimToken, Completion, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, ErrorKind, FailureKind, Lease, MemoryStore, Message, Outcome, Processor,
 };
@@ -114,7 +114,7 @@ async fn unavailable_store_fails_every_call_and_recovers() {
     for err in [
         store.claim(request("k2", now)).await.unwrap_err(),
         store
-            .complete("k", &token, now, Effects::none())
+            .complete_with("k", &token, Completion::new(now))
             .await
             .unwrap_err(),
         store.release("k", &token).await.unwrap_err(),
@@ -141,7 +141,11 @@ async fn injected_completion_failures_are_counted_and_write_nothing() {
     store.fail_next_completions(2);
     for _ in 0..2 {
         let err = store
-            .complete("k", &token, now, Effects::one(probe.insert("e")))
+            .complete_with(
+                "k",
+                &token,
+                Completion::new(now).with_effects(Effects::one(probe.insert("e"))),
+            )
             .await
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
@@ -149,11 +153,11 @@ async fn injected_completion_failures_are_counted_and_write_nothing() {
         assert_eq!(store.status("k"), Some(Status::InProgress));
     }
     store
-        .complete(
+        .complete_with(
             "k",
             &token,
-            now + Duration::from_secs(60),
-            Effects::one(probe.insert("e")),
+            Completion::new(now + Duration::from_secs(60))
+                .with_effects(Effects::one(probe.insert("e"))),
         )
         .await
         .unwrap();
@@ -454,11 +458,10 @@ async fn late_completion_without_effects_is_fenced_but_reported_processed() {
         "the stale completion must not complete the new owner's claim"
     );
     store
-        .complete(
+        .complete_with(
             "t#m1",
             &token2,
-            now + Duration::from_secs(60),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(60)),
         )
         .await
         .expect("the new owner still completes");
@@ -513,11 +516,10 @@ async fn late_release_of_a_lapsed_claim_is_fenced() {
         "a stale release must not delete the new owner's claim"
     );
     store
-        .complete(
+        .complete_with(
             "t#m1",
             &token2,
-            now + Duration::from_secs(60),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(60)),
         )
         .await
         .expect("the new owner still completes");

@@ -48,7 +48,13 @@ impl ClaimStore for SlowStore {
             ..
         } = completion;
         tokio::time::sleep(COMPLETE).await;
-        self.0.complete(key, token, expires_at, effects).await
+        self.0
+            .complete_with(
+                key,
+                token,
+                Completion::new(expires_at).with_effects(effects),
+            )
+            .await
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {

@@ -43,7 +43,13 @@ impl ClaimStore for Counting {
             ..
         } = completion;
         self.completes.fetch_add(1, Ordering::SeqCst);
-        self.inner.complete(key, token, expires_at, effects).await
+        self.inner
+            .complete_with(
+                key,
+                token,
+                Completion::new(expires_at).with_effects(effects),
+            )
+            .await
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
@@ -60,8 +66,8 @@ impl ClaimStore for Counting {
         self.inner.claim_completed(req, effects).await
     }
 
-    fn one_shot_is_atomic(&self) -> bool {
-        true
+    fn capabilities(&self) -> sqs_claim::store::Capabilities {
+        sqs_claim::store::Capabilities::new().with_atomic_one_shot(true)
     }
 }
 
@@ -193,11 +199,10 @@ async fn a_key_held_elsewhere_is_retried_and_left_alone() {
     assert_eq!(balance.load(Ordering::SeqCst), 0);
     store
         .inner
-        .complete(
+        .complete_with(
             "t#held",
             &token,
-            now + std::time::Duration::from_secs(60),
-            Effects::none(),
+            Completion::new(now + std::time::Duration::from_secs(60)),
         )
         .await
         .expect("the holder still completes");

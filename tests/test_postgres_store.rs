@@ -169,13 +169,21 @@ async fn unexpected_row_count_rolls_everything_back() {
     let mut effects = transfer("a", "b", 500);
     effects.reverse();
     let err = store
-        .complete("t1", &token, ttl, effects.into())
+        .complete_with(
+            "t1",
+            &token,
+            Completion::new(ttl).with_effects(effects.into()),
+        )
         .await
         .expect_err("insufficient balance must refuse the completion");
     assert_eq!(err.kind(), ErrorKind::EffectRejected, "{err}");
 
     store
-        .complete("t1", &token, ttl, transfer("a", "b", 40).into())
+        .complete_with(
+            "t1",
+            &token,
+            Completion::new(ttl).with_effects(transfer("a", "b", 40).into()),
+        )
         .await
         .expect("a transfer that fits commits");
     let client = store.pool().get().await.unwrap();
@@ -218,11 +226,10 @@ async fn bad_effect_data_is_rejected_not_a_store_error() {
         .bind(1i64),
     ] {
         let err = store
-            .complete(
+            .complete_with(
                 "bad-data",
                 &token,
-                now + Duration::from_secs(60),
-                vec![effect].into(),
+                Completion::new(now + Duration::from_secs(60)).with_effects(vec![effect].into()),
             )
             .await
             .expect_err("bad data must refuse the completion");
@@ -349,7 +356,7 @@ async fn prune_deletes_only_expired_records_in_bounded_batches() {
         let key = format!("old-{i}");
         let token = acquire(&store, request(&key, now)).await;
         store
-            .complete(&key, &token, now + Duration::from_secs(10), Effects::none())
+            .complete_with(&key, &token, Completion::new(now + Duration::from_secs(10)))
             .await
             .unwrap();
     }
@@ -367,11 +374,10 @@ async fn prune_deletes_only_expired_records_in_bounded_batches() {
     );
     assert_eq!(store.prune_expired(later, 3).await.unwrap(), Some(0));
     store
-        .complete(
+        .complete_with(
             "live",
             &live,
-            now + Duration::from_secs(3600),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(3600)),
         )
         .await
         .expect("a live record survives pruning");
@@ -415,7 +421,7 @@ async fn long_random_keys() {
     for key in [&long, &other] {
         let token = acquire(&store, request(key, now)).await;
         store
-            .complete(key, &token, now + Duration::from_secs(60), Effects::none())
+            .complete_with(key, &token, Completion::new(now + Duration::from_secs(60)))
             .await
             .expect("complete a long key");
     }

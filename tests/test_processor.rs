@@ -521,7 +521,13 @@ impl ClaimStore for CommitsThenTimesOut {
             effects,
             ..
         } = completion;
-        self.0.complete(key, token, expires_at, effects).await?;
+        self.0
+            .complete_with(
+                key,
+                token,
+                sqs_claim::store::Completion::new(expires_at).with_effects(effects),
+            )
+            .await?;
         Err(sqs_claim::Error::new(
             ErrorKind::StoreUnavailable,
             "timed out waiting for the answer",
@@ -1292,7 +1298,13 @@ impl ClaimStore for Carries {
             effects,
             ..
         } = completion;
-        self.0.complete(key, token, expires_at, effects).await
+        self.0
+            .complete_with(
+                key,
+                token,
+                sqs_claim::store::Completion::new(expires_at).with_effects(effects),
+            )
+            .await
     }
 
     async fn release(
@@ -1303,8 +1315,8 @@ impl ClaimStore for Carries {
         self.0.release(key, token).await
     }
 
-    fn max_in_flight(&self) -> usize {
-        self.1
+    fn capabilities(&self) -> sqs_claim::store::Capabilities {
+        sqs_claim::store::Capabilities::new().with_max_in_flight(self.1)
     }
 }
 

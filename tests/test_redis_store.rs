@@ -106,16 +106,17 @@ async fn increments_apply_together_and_a_type_error_writes_nothing() {
     // INCRBY on a hash would fail half-way in a plain script: the pre-check refuses it first.
     let token = acquire(&store, request("k1", now)).await;
     let err = store
-        .complete(
+        .complete_with(
             "k1",
             &token,
-            now + Duration::from_secs(60),
-            vec![
-                RedisEffect::incr_by(&counter, 5),
-                RedisEffect::hincr_by(&balances, "acct", 7),
-                RedisEffect::incr_by(&hash, 1),
-            ]
-            .into(),
+            Completion::new(now + Duration::from_secs(60)).with_effects(
+                vec![
+                    RedisEffect::incr_by(&counter, 5),
+                    RedisEffect::hincr_by(&balances, "acct", 7),
+                    RedisEffect::incr_by(&hash, 1),
+                ]
+                .into(),
+            ),
         )
         .await
         .expect_err("incr_by on a hash must be refused");
@@ -124,16 +125,17 @@ async fn increments_apply_together_and_a_type_error_writes_nothing() {
     assert!(!exists, "nothing may be written when an effect is refused");
 
     store
-        .complete(
+        .complete_with(
             "k1",
             &token,
-            now + Duration::from_secs(60),
-            vec![
-                RedisEffect::incr_by(&counter, 5),
-                RedisEffect::incr_by(&counter, -2),
-                RedisEffect::hincr_by(&balances, "acct", 7),
-            ]
-            .into(),
+            Completion::new(now + Duration::from_secs(60)).with_effects(
+                vec![
+                    RedisEffect::incr_by(&counter, 5),
+                    RedisEffect::incr_by(&counter, -2),
+                    RedisEffect::hincr_by(&balances, "acct", 7),
+                ]
+                .into(),
+            ),
         )
         .await
         .expect("good effects commit");
@@ -152,11 +154,11 @@ async fn increments_apply_together_and_a_type_error_writes_nothing() {
     ] {
         let token = acquire(&store, request(&format!("k-{}", effect.key()), now)).await;
         let err = store
-            .complete(
+            .complete_with(
                 &format!("k-{}", effect.key()),
                 &token,
-                now + Duration::from_secs(60),
-                Effects::one(effect.clone()),
+                Completion::new(now + Duration::from_secs(60))
+                    .with_effects(Effects::one(effect.clone())),
             )
             .await
             .expect_err("must be refused");
@@ -172,11 +174,12 @@ async fn effects_that_cannot_be_checked_apart_are_refused_before_sending() {
     let token = acquire(&store, request("k", now)).await;
     let key = format!("{}x", store.prefix());
     let err = store
-        .complete(
+        .complete_with(
             "k",
             &token,
-            now + Duration::from_secs(60),
-            vec![RedisEffect::set(&key, "a"), RedisEffect::incr_by(&key, 1)].into(),
+            Completion::new(now + Duration::from_secs(60)).with_effects(
+                vec![RedisEffect::set(&key, "a"), RedisEffect::incr_by(&key, 1)].into(),
+            ),
         )
         .await
         .expect_err("set then incr_by on one key cannot be pre-checked");
@@ -202,11 +205,10 @@ async fn records_carry_a_ttl() {
         "in-progress TTL {pttl} ms"
     );
     store
-        .complete(
+        .complete_with(
             "ttl",
             &token,
-            now + Duration::from_secs(120),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(120)),
         )
         .await
         .unwrap();
@@ -254,7 +256,7 @@ async fn caller_clock_behind_the_server_still_dedupes() {
     req.expires_at = now + Duration::from_secs(600); // already past by the server's clock
     let token = acquire(&store, req).await;
     store
-        .complete(key, &token, now + Duration::from_secs(600), Effects::none())
+        .complete_with(key, &token, Completion::new(now + Duration::from_secs(600)))
         .await
         .expect("complete");
     match store
@@ -365,11 +367,10 @@ async fn a_flushed_script_cache_is_reloaded() {
         .unwrap();
     let token = acquire(&store, request("after", now)).await;
     store
-        .complete(
+        .complete_with(
             "after",
             &token,
-            now + Duration::from_secs(60),
-            Effects::none(),
+            Completion::new(now + Duration::from_secs(60)),
         )
         .await
         .expect("complete after SCRIPT FLUSH");
@@ -430,7 +431,11 @@ async fn bounded_increments_are_checked_together() {
             let now = SystemTime::now();
             let token = acquire(&store, request(&key, now)).await;
             store
-                .complete(&key, &token, now + Duration::from_secs(60), effects.into())
+                .complete_with(
+                    &key,
+                    &token,
+                    Completion::new(now + Duration::from_secs(60)).with_effects(effects.into()),
+                )
                 .await
         }
     };

@@ -319,11 +319,11 @@ async fn completion_survives_reopen() {
             panic!("first claim must win");
         };
         store
-            .complete(
+            .complete_with(
                 &key,
                 &token,
-                now + Duration::from_secs(3600),
-                Effects::one(write("m1")),
+                Completion::new(now + Duration::from_secs(3600))
+                    .with_effects(Effects::one(write("m1"))),
             )
             .await
             .expect("complete");
@@ -425,11 +425,12 @@ async fn broken_effect_is_store_rejected() {
         panic!("claim must win");
     };
     let err = store
-        .complete(
+        .complete_with(
             key,
             &token,
-            now + Duration::from_secs(60),
-            Effects::one(SqlEffect::new("UPDATE no_such_table SET x = 1", vec![])),
+            Completion::new(now + Duration::from_secs(60)).with_effects(Effects::one(
+                SqlEffect::new("UPDATE no_such_table SET x = 1", vec![]),
+            )),
         )
         .await
         .expect_err("an invalid statement must fail the completion");
@@ -537,7 +538,7 @@ async fn purge_removes_only_expired_records() {
             panic!("claim {key}");
         };
         store
-            .complete(key, &token, now + Duration::from_secs(ttl), Effects::none())
+            .complete_with(key, &token, Completion::new(now + Duration::from_secs(ttl)))
             .await
             .expect("complete");
     }
@@ -606,7 +607,11 @@ async fn a_refused_completion_in_a_group_leaves_the_others_alone() {
             if i == 7 {
                 effects.push(RowCountProbe(store.clone()).rejected("nothing-matches"));
             }
-            store.complete(key, token, now + Duration::from_secs(3600), effects.into())
+            store.complete_with(
+                key,
+                token,
+                Completion::new(now + Duration::from_secs(3600)).with_effects(effects.into()),
+            )
         });
     let release = async {
         tokio::time::sleep(Duration::from_millis(300)).await;

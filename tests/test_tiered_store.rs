@@ -9,9 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::AsyncCommands;
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::{
-    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, StoredResponse,
-};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, StoredResponse};
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
 
 mod support;
@@ -91,7 +89,7 @@ async fn forget_deletes_the_marker_too() {
         panic!("fresh key");
     };
     store
-        .complete("k", &token, now + Duration::from_secs(600), Effects::none())
+        .complete_with("k", &token, Completion::new(now + Duration::from_secs(600)))
         .await
         .unwrap();
     let mut conn = cache.connection().clone();
@@ -126,7 +124,7 @@ async fn forget_deletes_the_marker_too() {
     let Ok(Claim::Acquired(token)) = down.claim(request("k", now)).await else {
         panic!("fresh key");
     };
-    down.complete("k", &token, now + Duration::from_secs(600), Effects::none())
+    down.complete_with("k", &token, Completion::new(now + Duration::from_secs(600)))
         .await
         .unwrap();
     let err = down
@@ -183,7 +181,7 @@ async fn every_call_survives_a_dead_cache() {
         panic!("fresh key must be acquired with Redis down");
     };
     store
-        .complete("k", &token, now + Duration::from_secs(60), Effects::none())
+        .complete_with("k", &token, Completion::new(now + Duration::from_secs(60)))
         .await
         .expect("complete with Redis down");
     match store.claim(request("k", now)).await {
@@ -294,7 +292,7 @@ async fn a_completed_key_is_answered_from_redis_without_the_durable_store() {
     assert_eq!(durable.claims(), 1);
     let expires = now + Duration::from_secs(600);
     store
-        .complete("k", &token, expires, Effects::none())
+        .complete_with("k", &token, Completion::new(expires))
         .await
         .unwrap();
     for _ in 0..3 {
@@ -344,7 +342,7 @@ async fn a_durable_completion_is_backfilled_into_redis() {
     };
     durable
         .inner
-        .complete("k", &token, now + Duration::from_secs(600), Effects::none())
+        .complete_with("k", &token, Completion::new(now + Duration::from_secs(600)))
         .await
         .unwrap();
     let mut conn = cache.connection().clone();

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use sqs_claim::events::SqsEvent;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Effects};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion};
 
 /// The Powertools batch loop, the baseline: claim, handle, complete, one message after another
 /// (two store round trips per message, none overlapping). `handle` gets each body.
@@ -25,11 +25,10 @@ pub(crate) async fn sequential_baseline<S: ClaimStore>(
         if let Ok(Claim::Acquired(token)) = store.claim(req).await {
             handle(m.body.as_deref().unwrap_or(""));
             let _ = store
-                .complete(
+                .complete_with(
                     &key,
                     &token,
-                    now + Duration::from_secs(3600),
-                    Effects::none(),
+                    Completion::new(now + Duration::from_secs(3600)),
                 )
                 .await;
         }

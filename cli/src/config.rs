@@ -105,7 +105,7 @@ pub struct Settings {
     /// `SQS_CLAIM_LEASE_AT_LEAST_SECS`: unset, claims are leased until the deadline.
     pub lease_at_least: Option<Duration>,
     /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
-    /// ([`ClaimStore::max_in_flight`](sqs_claim::ClaimStore::max_in_flight)).
+    /// ([`Capabilities::max_in_flight`](sqs_claim::store::Capabilities::max_in_flight)).
     pub concurrency: Option<usize>,
     /// `SQS_CLAIM_FIFO_MODE`.
     pub fifo: FifoMode,

@@ -220,7 +220,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         let sent_response = response.is_some();
         let expires_at = deadline::after(self.budget.now(), self.terms.ttl);
         // A client that retries by itself (the AWS SDK) gets no second loop on top.
-        let policy = if self.store.retries_internally() {
+        let policy = if self.store.capabilities().retries_internally {
             RetryPolicy::none()
         } else {
             self.terms.completion_retry

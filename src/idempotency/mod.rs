@@ -66,7 +66,7 @@
 //!
 //! # The response size limit
 //!
-//! A store keeps responses up to [`ClaimStore::max_response_bytes`] (DynamoDB: under its
+//! A store keeps responses up to [`Capabilities::max_response_bytes`](crate::store::Capabilities::max_response_bytes) (DynamoDB: under its
 //! 400 KB item limit; the default 6 MiB, Lambda's own limit). A longer response is **refused
 //! before anything is committed**: the claim is released, the handler's effects
 //! ([`WithEffects`]) are not committed, and the call fails with

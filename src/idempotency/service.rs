@@ -186,7 +186,7 @@ where
                 return Err(e.into());
             }
         };
-        let limit = config.store.max_response_bytes();
+        let limit = config.store.capabilities().max_response_bytes;
         let len = response.json().len();
         if len > limit {
             // Refused before anything is written: the effects are not committed and the key

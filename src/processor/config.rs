@@ -185,7 +185,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     }
 
     /// How many messages of a standard-queue batch run at once. Default: what the store can
-    /// carry ([`ClaimStore::max_in_flight`](crate::ClaimStore::max_in_flight): 256 for
+    /// carry ([`Capabilities::max_in_flight`](crate::store::Capabilities::max_in_flight): 256 for
     /// DynamoDB, Redis and SQLite, the pool size for PostgreSQL), so a batch of up to that
     /// many takes the round trips of one message. Lower it when the handler calls a service
     /// that cannot take that many calls at once, or when a provisioned DynamoDB table would
@@ -267,9 +267,8 @@ impl<S, H> ProcessorBuilder<S, H> {
     }
 
     /// The retry policy of a completion that failed with a transient error. Default:
-    /// [`RetryPolicy::default`] (3 retries from 50 ms, doubling with jitter, capped at 2 s). Not
-    /// used for stores whose client retries by itself
-    /// ([`ClaimStore::retries_internally`](crate::ClaimStore::retries_internally): the AWS
+    /// [`RetryPolicy::default`]. Not used for stores whose client retries by itself
+    /// ([`Capabilities::retries_internally`](crate::store::Capabilities::retries_internally): the AWS
     /// SDK's own retry configuration applies there), and never past the time budget.
     pub fn completion_retry(mut self, policy: RetryPolicy) -> Self {
         self.config.terms.completion_retry = policy;

@@ -115,7 +115,7 @@ where
 
     /// How many messages of a standard-queue batch run at once: the builder's
     /// [`concurrency`](ProcessorBuilder::concurrency), else what the store carries
-    /// ([`ClaimStore::max_in_flight`]).
+    /// ([`Capabilities::max_in_flight`](crate::store::Capabilities::max_in_flight)).
     pub fn concurrency(&self) -> usize {
         self.inner.concurrency()
     }

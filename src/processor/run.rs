@@ -257,7 +257,7 @@ where
     pub(super) fn concurrency(&self) -> usize {
         self.config
             .concurrency
-            .unwrap_or_else(|| self.store.max_in_flight())
+            .unwrap_or_else(|| self.store.capabilities().max_in_flight)
             .max(1)
     }
 

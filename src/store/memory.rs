@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoreAdmin, StoredResponse,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
+    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse,
 };
 use crate::{Error, ErrorKind};
 
@@ -151,9 +151,12 @@ impl MemoryStore {
 impl ClaimStore for MemoryStore {
     type Effect = MemoryEffect;
 
-    /// No network: a whole batch (Lambda sends at most 10,000) at once.
-    fn max_in_flight(&self) -> usize {
-        10_000
+    /// No network: a whole batch (Lambda sends at most 10,000) at once; the one-shot write is
+    /// one step under the lock.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_max_in_flight(10_000)
+            .with_atomic_one_shot(true)
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
@@ -183,7 +186,7 @@ impl ClaimStore for MemoryStore {
         token: &ClaimToken,
         completion: Completion<MemoryEffect>,
     ) -> Result<(), Error> {
-        completion.check_response_size(key, self.max_response_bytes())?;
+        completion.check_response_size(key, self.capabilities().max_response_bytes)?;
         let Completion {
             expires_at,
             response,
@@ -243,10 +246,6 @@ impl ClaimStore for MemoryStore {
             },
         );
         Ok(OneShotWrite::Committed)
-    }
-
-    fn one_shot_is_atomic(&self) -> bool {
-        true
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {

@@ -45,7 +45,7 @@
 //!   the handler's effects in the same atomic step, only if the record still carries `token` and
 //!   is in progress. The response is returned exactly as given (byte for byte) in the
 //!   [`ClaimRecord`] of every later claim, one-shot write and `inspect` that finds the record
-//!   completed. A response longer than [`ClaimStore::max_response_bytes`] is refused before
+//!   completed. A response longer than [`Capabilities::max_response_bytes`] is refused before
 //!   anything is written: the completion fails with
 //!   [`ErrorKind::ResponseTooLarge`](crate::ErrorKind::ResponseTooLarge), no effect is
 //!   committed and the claim stays in progress, to be released. Completing again with the same token after a success is a no-op success (so a
@@ -65,7 +65,7 @@
 //!   ambiguous error that finds its own commit answers `Committed`, never a duplicate of
 //!   itself. Stores that can do this in one round trip (DynamoDB: one `TransactWriteItems`;
 //!   SQLite and PostgreSQL: one SQL transaction; memory) say so with
-//!   [`ClaimStore::one_shot_is_atomic`]; the others run claim and complete in turn, and release
+//!   [`Capabilities::atomic_one_shot`]; the others run claim and complete in turn, and release
 //!   the claim if the completion is refused.
 //! * Times are passed in by the caller (`now` in [`ClaimRequest`]); a store compares them and
 //!   never reads its own clock for the contract's decisions. This keeps every store
@@ -83,6 +83,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::Error;
 
 pub mod admin;
+pub mod capabilities;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod memory;
@@ -99,6 +100,7 @@ pub mod sqlite;
 pub mod tiered;
 
 pub use admin::StoreAdmin;
+pub use capabilities::Capabilities;
 pub use memory::{MemoryEffect, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
@@ -215,7 +217,7 @@ impl StoredResponse {
         &self.0
     }
 
-    /// Its length in bytes (what [`ClaimStore::max_response_bytes`] bounds).
+    /// Its length in bytes (what [`Capabilities::max_response_bytes`] bounds).
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -273,7 +275,7 @@ impl<E> Completion<E> {
     }
 
     /// Refuses a response longer than `limit` (the store's
-    /// [`max_response_bytes`](ClaimStore::max_response_bytes)) with the error
+    /// [`max_response_bytes`](Capabilities::max_response_bytes)) with the error
     /// [`too_large`](Self::too_large) gives; a store calls it before it writes anything.
     pub fn check_response_size(&self, key: &str, limit: usize) -> Result<(), Error> {
         match &self.response {
@@ -295,7 +297,7 @@ impl<E> Completion<E> {
 }
 
 /// The longest response a store keeps unless it says otherwise
-/// ([`ClaimStore::max_response_bytes`]): 6 MiB, Lambda's limit for a synchronous response.
+/// ([`Capabilities::max_response_bytes`]): 6 MiB, Lambda's limit for a synchronous response.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 
 /// A stored record, as returned when a claim finds the key already completed.
@@ -447,31 +449,6 @@ pub trait ClaimStore: Send + Sync + 'static {
         completion: Completion<Self::Effect>,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// [`complete_with`](Self::complete_with) without a response: marks the claim completed
-    /// until `expires_at`, committing `effects` in the same atomic step, if `token` still holds
-    /// it.
-    fn complete(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        expires_at: SystemTime,
-        effects: Effects<Self::Effect>,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        self.complete_with(
-            key,
-            token,
-            Completion::new(expires_at).with_effects(effects),
-        )
-    }
-
-    /// The longest response, in bytes, [`complete_with`](Self::complete_with) stores for any key
-    /// the store accepts; a longer one is refused with
-    /// [`ErrorKind::ResponseTooLarge`](crate::ErrorKind::ResponseTooLarge) before anything is
-    /// written. Default: [`DEFAULT_MAX_RESPONSE_BYTES`] (6 MiB, Lambda's own response limit).
-    fn max_response_bytes(&self) -> usize {
-        DEFAULT_MAX_RESPONSE_BYTES
-    }
-
     /// Deletes the claim if `token` still holds it, so the key can be claimed again at once.
     fn release(
         &self,
@@ -479,33 +456,21 @@ pub trait ClaimStore: Send + Sync + 'static {
         token: &ClaimToken,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Whether this store's client already retries transient errors by itself (the AWS SDK
-    /// does, with its `RetryConfig`). The processor then adds no retries of its own on top:
-    /// stacked retry loops multiply. Default: `false`.
-    fn retries_internally(&self) -> bool {
-        false
-    }
-
-    /// How many calls this store serves at once without queueing inside its client: the
-    /// processor's default concurrency for a standard-queue batch (FIFO keeps its lanes).
-    ///
-    /// Latency, not CPU, bounds a batch: with a round trip of `r` and `c` messages in flight, a
-    /// batch of `n` takes about `ceil(n / c)` times the round trips of one message. So the
-    /// bound should be as high as the store's client can carry: its connection pool for a
-    /// pooled client, a few hundred for HTTP or multiplexed clients. Default: 10, for stores
-    /// that say nothing.
-    fn max_in_flight(&self) -> usize {
-        10
+    /// What the store can carry and does by itself ([`Capabilities`]): how many calls at once,
+    /// the longest response, whether its client retries, whether a one-shot write is atomic.
+    /// Default: [`Capabilities::new`].
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
     }
 
     /// Claims `req.key` and completes it with `effects` in one step (the one-shot mode: see the
     /// [module documentation](self)). The completed record expires at `req.expires_at`.
     ///
-    /// The default runs [`claim`](Self::claim), then [`complete`](Self::complete): two round
-    /// trips, and if the completion is refused ([`EffectRejected`](crate::ErrorKind::EffectRejected))
-    /// it releases the claim, so that nothing stays written. A store that can do it in one
-    /// atomic step overrides it and returns `true` from
-    /// [`one_shot_is_atomic`](Self::one_shot_is_atomic).
+    /// The default runs [`claim`](Self::claim), then [`complete_with`](Self::complete_with):
+    /// two round trips, and if the completion is refused
+    /// ([`EffectRejected`](crate::ErrorKind::EffectRejected)) it releases the claim, so that
+    /// nothing stays written. A store that can do it in one atomic step overrides it and says
+    /// so in its [`Capabilities::atomic_one_shot`].
     fn claim_completed(
         &self,
         req: ClaimRequest<'_>,
@@ -519,10 +484,8 @@ pub trait ClaimStore: Send + Sync + 'static {
                     return Ok(OneShotWrite::HeldElsewhere { lease_until });
                 }
             };
-            match self
-                .complete(req.key, &token, req.expires_at, effects)
-                .await
-            {
+            let completion = Completion::new(req.expires_at).with_effects(effects);
+            match self.complete_with(req.key, &token, completion).await {
                 Ok(()) => Ok(OneShotWrite::Committed),
                 Err(e) if e.kind() == crate::ErrorKind::EffectRejected => {
                     // Nothing of the effects was written; free the key as if the claim had
@@ -535,12 +498,6 @@ pub trait ClaimStore: Send + Sync + 'static {
             }
         }
     }
-
-    /// Whether [`claim_completed`](Self::claim_completed) is one atomic step (and, for a
-    /// networked store, one round trip). Default: `false`.
-    fn one_shot_is_atomic(&self) -> bool {
-        false
-    }
 }
 
 /// The effect type of stores that cannot commit effects atomically: it has no values, so a
@@ -548,7 +505,9 @@ pub trait ClaimStore: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoEffects {}
 
-/// Milliseconds since the Unix epoch (0 for times before it).
+/// Milliseconds since the Unix epoch (0 for times before it): the unit of every store's leases
+/// and expiries, and of a Lambda invocation's deadline (`Context::deadline`). The one public
+/// conversion, for code that reads what a store wrote or builds a deadline (tests, tools).
 pub fn epoch_millis(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -556,16 +515,16 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
 }
 
 /// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit).
-pub fn epoch_seconds(t: SystemTime) -> i64 {
+pub(crate) fn epoch_seconds(t: SystemTime) -> i64 {
     epoch_millis(t).div_euclid(1000)
 }
 
 /// The time `millis` after the Unix epoch (negative values clamp to the epoch).
-pub fn from_epoch_millis(millis: i64) -> SystemTime {
+pub(crate) fn from_epoch_millis(millis: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 
 /// The time `secs` after the Unix epoch (negative values clamp to the epoch).
-pub fn from_epoch_seconds(secs: i64) -> SystemTime {
+pub(crate) fn from_epoch_seconds(secs: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }

@@ -78,8 +78,8 @@ use redis::AsyncCommands;
 
 use super::redis::RedisStore;
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-    StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected,
+    Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::Error;
 
@@ -294,6 +294,18 @@ fn decode_marker(value: &str) -> Option<ClaimRecord> {
 impl<D: ClaimStore> ClaimStore for TieredStore<D> {
     type Effect = D::Effect;
 
+    /// The durable store's: it decides every claim, completion and release (Redis errors are
+    /// swallowed), so its client's retries are the ones that count; every call that misses the
+    /// cache reaches it; it keeps the response (the marker's copy is optional); and a one-shot
+    /// write is the default's claim, then complete, through the cache.
+    fn capabilities(&self) -> Capabilities {
+        let durable = self.durable.capabilities();
+        Capabilities::new()
+            .with_max_in_flight(durable.max_in_flight)
+            .with_max_response_bytes(durable.max_response_bytes)
+            .with_retries_internally(durable.retries_internally)
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now).await {
             return Ok(Claim::Completed(record));
@@ -355,22 +367,6 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
             self.pending().remove(token);
         }
         result
-    }
-
-    /// The durable store decides every claim, completion and release (Redis errors are
-    /// swallowed): it is the durable store's client whose retries count.
-    fn retries_internally(&self) -> bool {
-        self.durable.retries_internally()
-    }
-
-    /// The durable store's: every call that misses the cache reaches it.
-    fn max_in_flight(&self) -> usize {
-        self.durable.max_in_flight()
-    }
-
-    /// The durable store's: it keeps the response (the marker's copy is optional).
-    fn max_response_bytes(&self) -> usize {
-        self.durable.max_response_bytes()
     }
 }
 

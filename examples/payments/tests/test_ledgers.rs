@@ -159,11 +159,11 @@ mod dynamodb {
             let token = conformance::acquire(ledger.store(), conformance::request(&key, now)).await;
             let err = ledger
                 .store()
-                .complete(
+                .complete_with(
                     &key,
                     &token,
-                    now + Duration::from_secs(60),
-                    Effects::one(ledger.credit(&account, 1)),
+                    sqs_claim::store::Completion::new(now + Duration::from_secs(60))
+                        .with_effects(Effects::one(ledger.credit(&account, 1))),
                 )
                 .await
                 .expect_err("a credit on an unreadable balance");

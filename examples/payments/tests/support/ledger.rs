@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 use payments::{Ledger, Payment};
 use sqs_claim::ErrorKind;
 use sqs_claim::store::conformance::{acquire, request};
-use sqs_claim::store::{ClaimStore, Effects};
+use sqs_claim::store::{ClaimStore, Completion, Effects};
 
 /// Claims a fresh key and completes it with one credit; the completion's result.
 async fn credit<L: Ledger>(ledger: &L, account: &str, amount: i64) -> Result<(), sqs_claim::Error> {
@@ -19,7 +19,11 @@ async fn credit<L: Ledger>(ledger: &L, account: &str, amount: i64) -> Result<(),
     let effects = Effects::one(ledger.credit(account, amount));
     ledger
         .store()
-        .complete(&key, &token, now + Duration::from_secs(3600), effects)
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + Duration::from_secs(3600)).with_effects(effects),
+        )
         .await
 }
 

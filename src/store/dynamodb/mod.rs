@@ -39,7 +39,7 @@
 //! Claims refused with the old item, cancelled one-shot writes and `inspect` return it.
 //!
 //! DynamoDB refuses an item over 400 KB (409,600 bytes, attribute names and values in UTF-8).
-//! [`ClaimStore::max_response_bytes`] is that less the most every other attribute of the record
+//! [`Capabilities::max_response_bytes`] is that less the most every other attribute of the record
 //! can take (each key attribute at its limit or fixed template, numbers at 21 bytes, the
 //! fingerprint at its cap, a 36-byte token, every name as configured): **406,375 bytes** with
 //! the default names and layout, so a response of that length fits for every key. A longer
@@ -73,7 +73,7 @@
 //! a connect timeout, a timeout per attempt, a timeout for the whole call (retries included)
 //! and the SDK's standard retry mode with a fixed number of attempts. The SDK retries what it
 //! can see (throttling, 5xx, connection errors, timeouts), so the store says
-//! [`ClaimStore::retries_internally`] and the processor adds no loop of its own on top. A
+//! [`Capabilities::retries_internally`] and the processor adds no loop of its own on top. A
 //! client you build yourself ([`DynamoDbStore::new`]) keeps whatever you configured on it.
 //!
 //! Errors say how far a request got: "could not connect" (nothing was sent), "sent, but no
@@ -100,8 +100,8 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as WaiterError;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
+    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
     from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
@@ -117,7 +117,7 @@ pub const MAX_ITEM_BYTES: usize = 409_600;
 
 /// The longest payload fingerprint a claim stores, in bytes. A fingerprint is a hash (the
 /// processor's is 64 hex digits, Powertools' 32); a longer one is refused before anything is
-/// sent, so that [`DynamoDbStore::max_response_bytes`](ClaimStore::max_response_bytes) can hold
+/// sent, so that [`Capabilities::max_response_bytes`] can hold
 /// for every record.
 pub const MAX_FINGERPRINT_BYTES: usize = 1024;
 
@@ -714,9 +714,11 @@ impl DynamoDbStore {
         &self.attrs
     }
 
-    /// The stored partition key for `key`: the key itself, or `sha256:<hex>` of it when it is
-    /// longer than DynamoDB allows. Deterministic, so every worker maps a key the same way.
-    pub fn storage_key(key: &str) -> String {
+    /// The stored partition key for `key` under the default layout: the key itself, or
+    /// `sha256:<hex>` of it when it is longer than DynamoDB allows (what
+    /// [`item_key`](Self::item_key) writes; the tests compare the two).
+    #[cfg(test)]
+    fn storage_key(key: &str) -> String {
         if key.len() > MAX_KEY_BYTES {
             format!("sha256:{}", crate::key::sha256_hex(key.as_bytes()))
         } else {
@@ -911,6 +913,32 @@ struct Parsed {
 impl ClaimStore for DynamoDbStore {
     type Effect = TransactWriteItem;
 
+    /// The SDK retries throttling, server errors and lost connections by itself (with the
+    /// `RetryConfig` of [`DynamoDbSettings`] when built by `from_env`): a loop of ours on top
+    /// would multiply the attempts. 256 calls in flight: one HTTP/1.1 connection per call,
+    /// kept in the SDK client's pool across invocations; well under Lambda's 1,024 file
+    /// descriptors; an on-demand table takes it, a provisioned one may throttle (the SDK then
+    /// backs off and retries). The one-shot write is one `TransactWriteItems`.
+    ///
+    /// The longest response: [`MAX_ITEM_BYTES`] (409,600) less the most the record's other
+    /// attributes can take, so a response of this length fits for every key the store
+    /// accepts: each key attribute at DynamoDB's limit (2048 bytes for the partition key, 1024
+    /// for the sort key; a fixed template at its own length) with its name, the expiry and the
+    /// lease at 21 bytes each (DynamoDB's bound for a number), the status at 10 (`INPROGRESS`),
+    /// the fingerprint at [`MAX_FINGERPRINT_BYTES`], the token at 36 (a UUID), and every
+    /// attribute name as configured, the response's own (`data`) included.
+    ///
+    /// With the default names and layout: 409,600 − 3,225 = **406,375 bytes** (the key 2 +
+    /// 2048, `expiration` 10 + 21, `in_progress_expiration` 22 + 21, `status` 6 + 10,
+    /// `validation` 10 + 1024, `claim_token` 11 + 36, `data` 4).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_max_in_flight(256)
+            .with_max_response_bytes(MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes()))
+            .with_retries_internally(true)
+            .with_atomic_one_shot(true)
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         Self::check_fingerprint(&req)?;
         let token = ClaimToken::generate();
@@ -946,7 +974,7 @@ impl ClaimStore for DynamoDbStore {
         completion: Completion<TransactWriteItem>,
     ) -> Result<(), Error> {
         // Refused before anything is sent: nothing committed, the claim stays in progress.
-        completion.check_response_size(key, self.max_response_bytes())?;
+        completion.check_response_size(key, self.capabilities().max_response_bytes)?;
         let Completion {
             expires_at,
             response,
@@ -1112,25 +1140,6 @@ impl ClaimStore for DynamoDbStore {
         }
     }
 
-    fn one_shot_is_atomic(&self) -> bool {
-        true
-    }
-
-    /// [`MAX_ITEM_BYTES`] (409,600) less the most the record's other attributes can take, so a
-    /// response of this length fits for every key the store accepts: each key attribute at
-    /// DynamoDB's limit (2048 bytes for the partition key, 1024 for the sort key; a fixed
-    /// template at its own length) with its name, the expiry and the lease at 21 bytes each
-    /// (DynamoDB's bound for a number), the status at 10 (`INPROGRESS`), the fingerprint at
-    /// [`MAX_FINGERPRINT_BYTES`], the token at 36 (a UUID), and every attribute name as
-    /// configured, the response's own (`data`) included.
-    ///
-    /// With the default names and layout: 409,600 − 3,225 = **406,375 bytes** (the key 2 + 2048,
-    /// `expiration` 10 + 21, `in_progress_expiration` 22 + 21, `status` 6 + 10, `validation`
-    /// 10 + 1024, `claim_token` 11 + 36, `data` 4).
-    fn max_response_bytes(&self) -> usize {
-        MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes())
-    }
-
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         let mut names = self.attrs.names();
         names.retain(|k, _| k == "#token" || k == "#status");
@@ -1155,20 +1164,6 @@ impl ClaimStore for DynamoDbStore {
             },
             Err(e) => Err(classify("DeleteItem (release)", e)),
         }
-    }
-
-    /// The SDK retries throttling, server errors and lost connections by itself (with the
-    /// `RetryConfig` of [`DynamoDbSettings`] when built by `from_env`): a loop of ours on top
-    /// would multiply the attempts.
-    fn retries_internally(&self) -> bool {
-        true
-    }
-
-    /// 256: one HTTP/1.1 connection per call in flight, kept in the SDK client's pool across
-    /// invocations. Well under Lambda's 1,024 file descriptors; an on-demand table takes it,
-    /// a provisioned one may throttle (the SDK then backs off and retries).
-    fn max_in_flight(&self) -> usize {
-        256
     }
 }
 
@@ -1399,7 +1394,7 @@ impl DynamoDbStore {
 
 impl DynamoDbStore {
     /// The error of a completion DynamoDB refused because the completed item would pass its
-    /// 400 KB limit. [`max_response_bytes`](ClaimStore::max_response_bytes) rules this out for
+    /// 400 KB limit. [`max_response_bytes`](Capabilities::max_response_bytes) rules this out for
     /// the records this store writes; an item that carries attributes of someone else's gets
     /// here.
     fn item_refused_as_too_large(key: &str, message: Option<&str>) -> Error {

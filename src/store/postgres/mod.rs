@@ -56,7 +56,7 @@
 //! 'INPROGRESS'`, which also writes the response. With effects, it is one transaction: lock the
 //! row (`SELECT ... FOR UPDATE`, checking token and status), run each [`PgEffect`], mark the
 //! row completed with its response, commit. A response over
-//! [`ClaimStore::max_response_bytes`] (the default 6 MiB; a `TEXT` value holds up to 1 GB) is
+//! [`Capabilities::max_response_bytes`] (the default 6 MiB; a `TEXT` value holds up to 1 GB) is
 //! refused before a connection is taken. The
 //! business writes and the completion are committed together or not at all: the
 //! transactional-idempotency-table pattern. A repeated completion by the same token finds the
@@ -129,8 +129,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
+    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -904,9 +904,12 @@ fn bad_row(key: &str, table: &str, e: tokio_postgres::Error) -> Error {
 impl ClaimStore for PostgresStore {
     type Effect = PgEffect;
 
-    /// The pool's size: more calls at once would only queue for a connection.
-    fn max_in_flight(&self) -> usize {
-        self.pool.status().max_size.max(1)
+    /// The pool's size in flight (more calls at once would only queue for a connection); the
+    /// one-shot write is one SQL transaction.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_max_in_flight(self.pool.status().max_size.max(1))
+            .with_atomic_one_shot(true)
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
@@ -920,7 +923,7 @@ impl ClaimStore for PostgresStore {
         completion: Completion<PgEffect>,
     ) -> Result<(), Error> {
         // Refused before a connection is taken: nothing is written, the claim stays in progress.
-        completion.check_response_size(key, self.max_response_bytes())?;
+        completion.check_response_size(key, self.capabilities().max_response_bytes)?;
         let Completion {
             expires_at,
             response,
@@ -952,10 +955,6 @@ impl ClaimStore for PostgresStore {
             self.claim_completed_unbounded(req, effects),
         )
         .await
-    }
-
-    fn one_shot_is_atomic(&self) -> bool {
-        true
     }
 }
 

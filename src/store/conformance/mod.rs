@@ -154,14 +154,14 @@ pub async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
     assert_eq!(inspect(store, &key).await, None, "after force_release");
     let second = must_acquire(store, request(&key, now), "claim after force_release").await;
     let err = store
-        .complete(&key, &first, now + TTL, Effects::none())
+        .complete_with(&key, &first, Completion::new(now + TTL))
         .await
         .expect_err("the released claimant must not complete the next claim");
     assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
 
     // Completed: force_release leaves it; forget deletes it, and the key runs again.
     store
-        .complete(&key, &second, now + TTL * 2, Effects::none())
+        .complete_with(&key, &second, Completion::new(now + TTL * 2))
         .await
         .expect("the new owner completes");
     let seen = inspect(store, &key)
@@ -204,7 +204,7 @@ pub async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
         );
         let token = must_acquire(store, request(&key, now), "odd key again").await;
         store
-            .complete(&key, &token, now + TTL, Effects::none())
+            .complete_with(&key, &token, Completion::new(now + TTL))
             .await
             .expect("complete odd key");
         assert!(forget(store, &key).await, "forget of an odd key");
@@ -218,7 +218,7 @@ pub async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
         async move {
             let token = must_acquire(store, request(&key, now), "race claim").await;
             let (completed, released) = futures::join!(
-                store.complete(&key, &token, now + TTL, Effects::none()),
+                store.complete_with(&key, &token, Completion::new(now + TTL)),
                 store.force_release(&key)
             );
             let released = released.expect("force_release during a completion");
@@ -335,7 +335,7 @@ pub async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
     store
-        .complete(&key, &token, now + TTL, Effects::none())
+        .complete_with(&key, &token, Completion::new(now + TTL))
         .await
         .expect("complete with the owner token must succeed");
     // Even long after the lease would have lapsed, a completed record is a duplicate.
@@ -383,7 +383,7 @@ pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
     store
-        .complete(&key, &token, now + Duration::from_secs(60), Effects::none())
+        .complete_with(&key, &token, Completion::new(now + Duration::from_secs(60)))
         .await
         .expect("complete must succeed");
     let after = now + Duration::from_secs(62);
@@ -434,7 +434,7 @@ pub async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
         }
     }
     store
-        .complete(&key, &token, now + TTL, Effects::none())
+        .complete_with(&key, &token, Completion::new(now + TTL))
         .await
         .expect("the holder of a short-TTL claim must still complete within its lease");
     match store
@@ -471,7 +471,7 @@ pub async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
     let expires_at = now + Duration::from_secs(60);
     let token = must_acquire(store, request(&key, now), "first claim").await;
     store
-        .complete(&key, &token, expires_at, Effects::none())
+        .complete_with(&key, &token, Completion::new(expires_at))
         .await
         .expect("complete must succeed");
     match store
@@ -526,7 +526,7 @@ pub async fn lease_boundary_is_inclusive<S: ClaimStore>(store: &S) {
     .await;
     assert_ne!(old, new, "a takeover must issue a new token");
     let err = store
-        .complete(&key, &old, lease_until + TTL, Effects::none())
+        .complete_with(&key, &old, Completion::new(lease_until + TTL))
         .await
         .expect_err("the token whose lease lapsed at the boundary must not complete");
     assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
@@ -540,7 +540,7 @@ pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
     let later = now + LEASE + Duration::from_secs(1);
     let fresh = must_acquire(store, request(&key, later), "takeover").await;
     let err = store
-        .complete(&key, &stale, later + TTL, Effects::none())
+        .complete_with(&key, &stale, Completion::new(later + TTL))
         .await
         .expect_err("a stale token must not complete");
     assert_eq!(err.kind(), ErrorKind::LostClaim, "stale complete: {err}");
@@ -550,7 +550,7 @@ pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
         other => panic!("a stale complete must change nothing, got {other:?}"),
     }
     store
-        .complete(&key, &fresh, later + TTL, Effects::none())
+        .complete_with(&key, &fresh, Completion::new(later + TTL))
         .await
         .expect("the new owner must still complete");
 }
@@ -573,7 +573,7 @@ pub async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
     }
     // Nor can anyone release a completed record.
     store
-        .complete(&key, &fresh, later + TTL, Effects::none())
+        .complete_with(&key, &fresh, Completion::new(later + TTL))
         .await
         .expect("owner completes");
     let err = store
@@ -607,11 +607,11 @@ pub async fn completion_is_idempotent_per_token<S: ClaimStore>(store: &S) {
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
     store
-        .complete(&key, &token, now + TTL, Effects::none())
+        .complete_with(&key, &token, Completion::new(now + TTL))
         .await
         .expect("first complete");
     store
-        .complete(&key, &token, now + TTL, Effects::none())
+        .complete_with(&key, &token, Completion::new(now + TTL))
         .await
         .expect("a repeated complete with the same token must succeed");
 }
@@ -624,7 +624,7 @@ pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
     req.fingerprint = Some("abc123");
     let token = must_acquire(store, req, "first claim").await;
     store
-        .complete(&key, &token, now + TTL, Effects::none())
+        .complete_with(&key, &token, Completion::new(now + TTL))
         .await
         .expect("complete");
     match store.claim(request(&key, now)).await {
@@ -702,7 +702,7 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
     let key = format!("{p}#none");
     let token = must_acquire(store, request(&key, now), "claim without response").await;
     store
-        .complete(&key, &token, now + TTL, Effects::none())
+        .complete_with(&key, &token, Completion::new(now + TTL))
         .await
         .expect("complete without a response");
     let record = completed_record(store.claim(request(&key, now)).await, "no response");
@@ -788,11 +788,10 @@ pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
         } else {
             let token = must_acquire(store, request(&key, later), "claim after the expiry").await;
             store
-                .complete(
+                .complete_with(
                     &key,
                     &token,
-                    later + Duration::from_secs(60),
-                    Effects::none(),
+                    Completion::new(later + Duration::from_secs(60)),
                 )
                 .await
                 .expect("complete without a response");
@@ -807,13 +806,13 @@ pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
     }
 }
 
-/// A response of exactly [`ClaimStore::max_response_bytes`] is stored and replayed whole, even
+/// A response of exactly [`Capabilities::max_response_bytes`](super::Capabilities::max_response_bytes) is stored and replayed whole, even
 /// under a key past DynamoDB's key limit; one byte more is refused with `ResponseTooLarge`,
 /// writes nothing, and leaves the claim in progress with its owner, who can release it.
 pub async fn response_size_limit<S: ClaimStore>(store: &S) {
     let p = prefix("response-limit");
     let now = base_time();
-    let limit = store.max_response_bytes();
+    let limit = store.capabilities().max_response_bytes;
     let at_limit = format!("\"{}\"", "r".repeat(limit.saturating_sub(2)));
     assert_eq!(at_limit.len(), limit);
 
@@ -872,7 +871,7 @@ pub async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
     ] {
         let token = must_acquire(store, request(&key, now), "odd key").await;
         store
-            .complete(&key, &token, now + TTL, Effects::none())
+            .complete_with(&key, &token, Completion::new(now + TTL))
             .await
             .expect("complete odd key");
         match store.claim(request(&key, now)).await {
@@ -971,11 +970,11 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
 
     // A refused effect cancels everything: no effect, no completion.
     let err = store
-        .complete(
+        .complete_with(
             &key,
             &token,
-            now + TTL,
-            vec![probe.write(&m_ok), probe.rejected(&m_bad)].into(),
+            Completion::new(now + TTL)
+                .with_effects(vec![probe.write(&m_ok), probe.rejected(&m_bad)].into()),
         )
         .await
         .expect_err("a refused effect must fail the completion");
@@ -994,7 +993,7 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
     }
 
     // A response over the store's limit cancels everything too, effects included.
-    let too_large = "r".repeat(store.max_response_bytes() + 1);
+    let too_large = "r".repeat(store.capabilities().max_response_bytes + 1);
     let err = store
         .complete_with(
             &key,
@@ -1018,7 +1017,11 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
         .expect("release after cancel");
     let token = must_acquire(store, request(&key, now), "claim after release").await;
     store
-        .complete(&key, &token, now + TTL, vec![probe.write(&m_ok)].into())
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_effects(vec![probe.write(&m_ok)].into()),
+        )
         .await
         .expect("complete with a good effect");
     assert!(
@@ -1032,7 +1035,11 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
 
     // A repeated completion is a no-op: its effects are not applied again.
     store
-        .complete(&key, &token, now + TTL, vec![probe.write(&m_again)].into())
+        .complete_with(
+            &key,
+            &token,
+            Completion::new(now + TTL).with_effects(vec![probe.write(&m_again)].into()),
+        )
         .await
         .expect("repeated complete succeeds");
     assert!(
@@ -1047,11 +1054,10 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
     let later = now + LEASE + Duration::from_secs(1);
     must_acquire(store, request(&key2, later), "takeover").await;
     let err = store
-        .complete(
+        .complete_with(
             &key2,
             &stale,
-            later + TTL,
-            vec![probe.write(&m_stale)].into(),
+            Completion::new(later + TTL).with_effects(vec![probe.write(&m_stale)].into()),
         )
         .await
         .expect_err("stale complete with effects must fail");
@@ -1115,7 +1121,7 @@ pub async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
         other => panic!("one-shot on a live lease: expected HeldElsewhere, got {other:?}"),
     }
     store
-        .complete(&held, &token, now + TTL, Effects::none())
+        .complete_with(&held, &token, Completion::new(now + TTL))
         .await
         .expect("a refused one-shot write leaves the holder's claim alone");
 
@@ -1131,7 +1137,7 @@ pub async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
         other => panic!("one-shot on a lapsed lease: expected Committed, got {other:?}"),
     }
     let err = store
-        .complete(&lapsed, &stale, later + TTL, Effects::none())
+        .complete_with(&lapsed, &stale, Completion::new(later + TTL))
         .await
         .expect_err("the holder whose lease lapsed lost the key to the one-shot write");
     assert_eq!(err.kind(), ErrorKind::LostClaim, "{err}");

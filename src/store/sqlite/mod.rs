@@ -29,7 +29,7 @@
 //!   One changed row means the claim was won; no change means the existing row says why not.
 //! * **complete** checks the row still carries the token, runs the handler's [`SqlEffect`]s and
 //!   marks the row completed with its response, in one transaction: all or nothing. A response
-//!   over [`ClaimStore::max_response_bytes`] (the default 6 MiB: SQLite's `TEXT` holds up to
+//!   over [`Capabilities::max_response_bytes`] (the default 6 MiB: SQLite's `TEXT` holds up to
 //!   1 GB) is refused before anything is sent to the connection thread. A row already completed by
 //!   the same token is a no-op success (effects are not run again).
 //! * **release** is one `DELETE ... WHERE id = ? AND token = ? AND status = 'INPROGRESS'`.
@@ -49,7 +49,7 @@
 //! own writes), and answers every caller only after the `COMMIT`: one fsync covers a whole group
 //! instead of one per call, and nothing is acknowledged before it is on disk. With the
 //! processor's concurrency of 10 this made a batch about ten times faster on a disk where an
-//! fsync costs milliseconds; the default is now 256 ([`ClaimStore::max_in_flight`]). If the commit fails, every job of the group fails with it.
+//! fsync costs milliseconds; the default is now 256 ([`Capabilities::max_in_flight`]). If the commit fails, every job of the group fails with it.
 //! Queries and schema statements ([`SqliteStore::query`], [`SqliteStore::execute_batch`]) run on
 //! their own instead: a read needs no write lock, and in WAL mode never waits for a writer.
 //!
@@ -79,8 +79,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
+    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -893,10 +893,13 @@ fn complete_blocking(
 impl ClaimStore for SqliteStore {
     type Effect = SqlEffect;
 
-    /// 256: calls queue for the one connection thread, which commits whatever is waiting as
-    /// one group (one fsync), so more in flight means fewer commits per batch.
-    fn max_in_flight(&self) -> usize {
-        256
+    /// 256 calls in flight: they queue for the one connection thread, which commits whatever
+    /// is waiting as one group (one fsync), so more in flight means fewer commits per batch.
+    /// The one-shot write is one SQL transaction.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new()
+            .with_max_in_flight(256)
+            .with_atomic_one_shot(true)
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
@@ -920,7 +923,7 @@ impl ClaimStore for SqliteStore {
         completion: Completion<SqlEffect>,
     ) -> Result<(), Error> {
         // Refused before the job is queued: nothing is written, the claim stays in progress.
-        completion.check_response_size(key, self.max_response_bytes())?;
+        completion.check_response_size(key, self.capabilities().max_response_bytes)?;
         let Completion {
             expires_at,
             response,
@@ -975,10 +978,6 @@ impl ClaimStore for SqliteStore {
             }
         })
         .await
-    }
-
-    fn one_shot_is_atomic(&self) -> bool {
-        true
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {

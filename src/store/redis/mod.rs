@@ -85,8 +85,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, Script, ServerErrorKind};
 
 use super::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-    StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected,
+    Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 
@@ -662,10 +662,10 @@ fn parse_millis(v: Option<&String>) -> Option<i64> {
 impl ClaimStore for RedisStore {
     type Effect = RedisEffect;
 
-    /// 256: one multiplexed connection pipelines the calls; the server runs each script
-    /// atomically in turn.
-    fn max_in_flight(&self) -> usize {
-        256
+    /// 256 calls in flight: one multiplexed connection pipelines the calls; the server runs
+    /// each script atomically in turn.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::new().with_max_in_flight(256)
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
@@ -715,7 +715,7 @@ impl ClaimStore for RedisStore {
         completion: Completion<RedisEffect>,
     ) -> Result<(), Error> {
         // Refused before the script is sent: nothing is written, the claim stays in progress.
-        completion.check_response_size(key, self.max_response_bytes())?;
+        completion.check_response_size(key, self.capabilities().max_response_bytes)?;
         let Completion {
             expires_at,
             response,

@@ -1,0 +1,89 @@
+//! [`Capabilities`]: what a store tells the processor and the idempotency layer about itself,
+//! so they plan around it (how many calls at once, how long a response, whose retries).
+
+use super::DEFAULT_MAX_RESPONSE_BYTES;
+
+/// What a store can carry and does by itself, as [`ClaimStore::capabilities`](super::ClaimStore::capabilities)
+/// answers it. Hints, not the contract: a store that answers the defaults
+/// ([`Capabilities::new`]) is served correctly, only perhaps less well.
+///
+/// Built from the defaults with the `with_*` methods, so that a field added later keeps every
+/// store compiling:
+///
+/// ```
+/// use sqs_claim::store::Capabilities;
+///
+/// const MINE: Capabilities = Capabilities::new()
+///     .with_max_in_flight(64)
+///     .with_atomic_one_shot(true);
+/// assert_eq!(MINE.max_in_flight, 64);
+/// assert!(!MINE.retries_internally);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// How many calls the store serves at once without queueing inside its client: the
+    /// processor's default concurrency for a standard-queue batch (FIFO keeps its lanes).
+    ///
+    /// Latency, not CPU, bounds a batch: with `c` messages in flight, a batch of `n` takes
+    /// about `ceil(n / c)` times the round trips of one message. So the bound should be as
+    /// high as the store's client can carry: its connection pool for a pooled client, a few
+    /// hundred for HTTP or multiplexed clients. Default: 10, for stores that say nothing.
+    pub max_in_flight: usize,
+    /// The longest response, in bytes, [`complete_with`](super::ClaimStore::complete_with)
+    /// stores for any key the store accepts; a longer one is refused with
+    /// [`ErrorKind::ResponseTooLarge`](crate::ErrorKind::ResponseTooLarge) before anything is
+    /// written. Default: [`DEFAULT_MAX_RESPONSE_BYTES`] (6 MiB, Lambda's own response limit).
+    pub max_response_bytes: usize,
+    /// Whether the store's client already retries transient errors by itself (the AWS SDK
+    /// does, with its `RetryConfig`). The processor and the idempotency layer then add no
+    /// retries of their own on top: stacked retry loops multiply. Default: `false`.
+    pub retries_internally: bool,
+    /// Whether [`claim_completed`](super::ClaimStore::claim_completed) is one atomic step (and,
+    /// for a networked store, one round trip) rather than the default's claim, then complete.
+    /// Default: `false`.
+    pub atomic_one_shot: bool,
+}
+
+impl Capabilities {
+    /// The defaults: 10 calls in flight, responses up to [`DEFAULT_MAX_RESPONSE_BYTES`], no
+    /// retries inside the client, a one-shot write in two steps.
+    pub const fn new() -> Self {
+        Capabilities {
+            max_in_flight: 10,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            retries_internally: false,
+            atomic_one_shot: false,
+        }
+    }
+
+    /// Sets [`max_in_flight`](Self::max_in_flight).
+    pub const fn with_max_in_flight(mut self, calls: usize) -> Self {
+        self.max_in_flight = calls;
+        self
+    }
+
+    /// Sets [`max_response_bytes`](Self::max_response_bytes).
+    pub const fn with_max_response_bytes(mut self, bytes: usize) -> Self {
+        self.max_response_bytes = bytes;
+        self
+    }
+
+    /// Sets [`retries_internally`](Self::retries_internally).
+    pub const fn with_retries_internally(mut self, retries: bool) -> Self {
+        self.retries_internally = retries;
+        self
+    }
+
+    /// Sets [`atomic_one_shot`](Self::atomic_one_shot).
+    pub const fn with_atomic_one_shot(mut self, atomic: bool) -> Self {
+        self.atomic_one_shot = atomic;
+        self
+    }
+}
+
+impl Default for Capabilities {
+    fn default() -> Self {
+        Capabilities::new()
+    }
+}
