@@ -35,7 +35,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-/// What a fake endpoint does once a client is connected (and, for [`FakePg`], past the
+/// What a fake endpoint does once a client is connected (and, for [`fake_pg`], past the
 /// handshake).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Then {
