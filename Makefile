@@ -55,13 +55,14 @@ services: ## Check Redis (6379) and PostgreSQL (5432) answer; start them if not
 test: standins-up services ## Run the whole test suite against the real servers
 	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --workspace --all-features --no-fail-fast
 
-test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher)
+test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher, the CLIs' parsers, the test kit)
 	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \
 		--test test_memory_store --test test_events --test test_publish --test test_deadline \
 		--test test_properties --test test_fault_proxy --test test_lambda_run --test test_lease \
 		--test test_idempotency
 	$(CARGO) test -p payments --all-features --lib --bins --test test_properties
-	$(CARGO) test -p sqs-claim-cli --lib --bins
+	$(CARGO) test -p sqs-claim-cli --all-features --lib --bins
+	$(CARGO) test -p sqs-claim-testkit --all-features
 
 chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
 	set -a && . ./$(STANDINS_ENV) && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \
