@@ -117,12 +117,12 @@ impl StoreFlags {
                 }
                 None => (None, None),
             };
-            let pick = |flag: &Option<String>, name: &'static str, env: Option<String>, var| {
-                match (flag, env) {
-                    (Some(value), _) => Some((name.to_owned(), value.clone())),
-                    (None, Some(value)) => Some((format!("environment variable {var}"), value)),
-                    (None, None) => None,
-                }
+            let pick = |flag: &Option<String>, name: &'static str, env: Option<String>, var| match (
+                flag, env,
+            ) {
+                (Some(value), _) => Some((name.to_owned(), value.clone())),
+                (None, Some(value)) => Some((format!("environment variable {var}"), value)),
+                (None, None) => None,
             };
             let partition = pick(
                 &self.partition_key,
@@ -198,7 +198,12 @@ pub const DEFAULT_PRUNE_LIMIT: u32 = 10_000;
 impl AdminCommand {
     /// Runs the command on the claims store `url` (named `store` in messages), under
     /// `settings` (the consumer's, from the environment, with the flags applied).
-    pub async fn run(self, settings: &Settings, url: &StoreUrl, store: &str) -> Result<(), CliError> {
+    pub async fn run(
+        self,
+        settings: &Settings,
+        url: &StoreUrl,
+        store: &str,
+    ) -> Result<(), CliError> {
         let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e:#}"));
         match self {
             AdminCommand::Prune { limit } => {
@@ -331,7 +336,9 @@ pub fn start_logging() -> Result<(), CliError> {
         let logging = sqs_claim::logging::Logging::from_env()
             .stderr()
             .ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-        logging.init().map_err(|e| CliError::failed(e.to_string()))?;
+        logging
+            .init()
+            .map_err(|e| CliError::failed(e.to_string()))?;
     }
     Ok(())
 }

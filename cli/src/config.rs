@@ -204,8 +204,7 @@ impl Settings {
             sort.as_deref().map(|v| (sort_var.as_str(), v)),
         )?;
         if let Some(v) = get("SQS_CLAIM_KEY") {
-            s.key =
-                Some(KeySource::parse(&v).map_err(|e| invalid("SQS_CLAIM_KEY", e.message()))?);
+            s.key = Some(KeySource::parse(&v).map_err(|e| invalid("SQS_CLAIM_KEY", e.message()))?);
         }
         if let Some(v) = get("SQS_CLAIM_NAMESPACE") {
             s.namespace = Some(v.trim().to_owned());

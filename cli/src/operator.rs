@@ -23,9 +23,9 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand, ValueEnum};
 use sqs_claim::powertools::{HashFunction, PowertoolsFormat};
-use sqs_claim::store::{Inspected, Status};
 #[cfg(doc)]
 use sqs_claim::store::StoreAdmin;
+use sqs_claim::store::{Inspected, Status};
 
 use crate::{AnyStore, Settings};
 
@@ -542,14 +542,20 @@ mod tests {
     #[test]
     fn a_key_is_full_or_given_with_its_namespace() {
         assert_eq!(
-            key_args("payments#o-1", None).full_key(Some("payments")).unwrap(),
+            key_args("payments#o-1", None)
+                .full_key(Some("payments"))
+                .unwrap(),
             "payments#o-1"
         );
         assert_eq!(
-            key_args("o#1", Some("ns")).full_key(Some("payments")).unwrap(),
+            key_args("o#1", Some("ns"))
+                .full_key(Some("payments"))
+                .unwrap(),
             "ns#o#1"
         );
-        let e = key_args("o-1", None).full_key(Some("payments")).unwrap_err();
+        let e = key_args("o-1", None)
+            .full_key(Some("payments"))
+            .unwrap_err();
         assert!(e.usage, "{}", e.message);
         assert!(e.message.contains("payments#o-1"), "{}", e.message);
         assert!(key_args("", None).full_key(Some("p")).unwrap_err().usage);

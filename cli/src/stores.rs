@@ -87,13 +87,9 @@ impl AnyStore {
                 Ok(match open_durable(durable).await? {
                     AnyStore::Memory(s) => AnyStore::TieredMemory(TieredStore::new(cache, s)),
                     AnyStore::Sqlite(s) => AnyStore::TieredSqlite(TieredStore::new(cache, s)),
-                    AnyStore::DynamoDb(s) => {
-                        AnyStore::TieredDynamoDb(TieredStore::new(cache, s))
-                    }
+                    AnyStore::DynamoDb(s) => AnyStore::TieredDynamoDb(TieredStore::new(cache, s)),
                     AnyStore::Redis(s) => AnyStore::TieredRedis(TieredStore::new(cache, s)),
-                    AnyStore::Postgres(s) => {
-                        AnyStore::TieredPostgres(TieredStore::new(cache, s))
-                    }
+                    AnyStore::Postgres(s) => AnyStore::TieredPostgres(TieredStore::new(cache, s)),
                     _ => return Err(not_nested()),
                 })
             }

@@ -121,8 +121,11 @@ async fn operator_round<S: ClaimStore>(dir: &Path, url: &str, open: impl Future<
     let store = open.await;
     claims_of_a_consumer(&store, &stuck, &done).await;
 
-    let inspect = sqs_claim(dir, &["inspect", &stuck, "--store", url, "--report", "json"])
-        .ok("inspect the stuck claim");
+    let inspect = sqs_claim(
+        dir,
+        &["inspect", &stuck, "--store", url, "--report", "json"],
+    )
+    .ok("inspect the stuck claim");
     let record: Value = serde_json::from_str(&inspect.stdout).expect("inspect --report json");
     assert_eq!(record["status"], "in_progress", "{record}");
     assert_eq!(record["key"], stuck.as_str(), "{record}");
@@ -139,9 +142,17 @@ async fn operator_round<S: ClaimStore>(dir: &Path, url: &str, open: impl Future<
     assert!(run.stderr.contains("NAMESPACE#o-1"), "{}", run.stderr);
 
     let run = sqs_claim(dir, &["release", &stuck, "--yes", "--store", url]).ok("release");
-    assert!(run.stdout.contains(&format!("released {stuck}")), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!("released {stuck}")),
+        "{}",
+        run.stdout
+    );
     let run = sqs_claim(dir, &["forget", &done, "--yes", "--store", url]).ok("forget");
-    assert!(run.stdout.contains(&format!("forgotten {done}")), "{}", run.stdout);
+    assert!(
+        run.stdout.contains(&format!("forgotten {done}")),
+        "{}",
+        run.stdout
+    );
     for key in [&stuck, &done] {
         let run = sqs_claim(dir, &["inspect", key, "--store", url]).fails(1, "gone");
         assert!(run.stderr.contains("no claim record"), "{}", run.stderr);
@@ -150,7 +161,11 @@ async fn operator_round<S: ClaimStore>(dir: &Path, url: &str, open: impl Future<
     claims_of_a_consumer(&store, &stuck, &done).await;
 
     let prune = sqs_claim(dir, &["prune", "--store", url]).ok("prune");
-    assert!(prune.stdout.trim().parse::<u64>().is_ok(), "{}", prune.stdout);
+    assert!(
+        prune.stdout.trim().parse::<u64>().is_ok(),
+        "{}",
+        prune.stdout
+    );
 }
 
 #[tokio::test]
@@ -258,5 +273,8 @@ fn the_apps_commands_point_at_the_app() {
         assert!(listed, "{command}: {}", help.stdout);
     }
     assert!(!help.stdout.contains("invoke"), "{}", help.stdout);
-    assert!(!dir.path().join(".sqs-claim").exists(), "help touches no store");
+    assert!(
+        !dir.path().join(".sqs-claim").exists(),
+        "help touches no store"
+    );
 }

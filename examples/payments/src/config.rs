@@ -134,7 +134,11 @@ impl AppStore {
     fn describe(&self, url: &StoreUrl, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match url {
             StoreUrl::DynamoDb { table, key_schema } => {
-                write!(f, "dynamodb:{table} (accounts: {}", self.accounts_table_for(table))?;
+                write!(
+                    f,
+                    "dynamodb:{table} (accounts: {}",
+                    self.accounts_table_for(table)
+                )?;
                 if let Some(schema) = key_schema {
                     let layout = describe_key_layout(schema);
                     write!(f, "; {layout}")?;
@@ -179,7 +183,10 @@ mod tests {
         assert_eq!(s.namespace(), "payments");
         let s = settings(&[("SQS_CLAIM_TABLE", "claims")]);
         let store = s.lambda_store().expect("dynamodb");
-        assert_eq!(store.to_string(), "dynamodb:claims (accounts: claims-accounts)");
+        assert_eq!(
+            store.to_string(),
+            "dynamodb:claims (accounts: claims-accounts)"
+        );
         let s = settings(&[
             ("SQS_CLAIM_TABLE", "claims"),
             ("SQS_CLAIM_ACCOUNTS_TABLE", " acc "),

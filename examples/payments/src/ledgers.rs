@@ -158,7 +158,7 @@ impl AnyLedger {
     }
 
     /// [`open`](Self::open), then [`prepare`](Self::prepare), the two together bounded by
-    /// `startup` (the binaries use [`Settings::startup_timeout`]). A store that does not answer
+    /// `startup` (the binaries use [`sqs_claim_cli::Settings::startup_timeout`]). A store that does not answer
     /// in time (a partition, a port that accepts connections and never replies) fails with
     /// [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging the start.
     pub async fn open_prepared(store: &AppStore, startup: Duration) -> Result<AnyLedger, Error> {

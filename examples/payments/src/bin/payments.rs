@@ -436,7 +436,13 @@ mod tests {
             ("SQS_CLAIM_TABLE", "envtable"),
             ("SQS_CLAIM_ACCOUNTS_TABLE", "a"),
         ]);
-        let (_, flags) = run_of(&["balances", "--store", "sqlite:x.db", "--accounts-table", "b"]);
+        let (_, flags) = run_of(&[
+            "balances",
+            "--store",
+            "sqlite:x.db",
+            "--accounts-table",
+            "b",
+        ]);
         apply_flags(&mut s, flags).expect("--store");
         let store = s.cli_store().expect("url");
         assert_eq!(store.claims, StoreUrl::Sqlite("x.db".into()));
