@@ -12,8 +12,6 @@ use sqs_claim_cli::AnyStore;
 #[cfg(feature = "postgres")]
 use crate::PostgresLedger;
 use crate::config::AppStore;
-#[cfg(doc)]
-use crate::config::Settings;
 use crate::{DynamoDbLedger, Ledger, MemoryLedger, SqliteLedger};
 #[cfg(feature = "redis")]
 use crate::{RedisLedger, TieredLedger};
@@ -158,9 +156,10 @@ impl AnyLedger {
     }
 
     /// [`open`](Self::open), then [`prepare`](Self::prepare), the two together bounded by
-    /// `startup` (the binaries use [`sqs_claim_cli::Settings::startup_timeout`]). A store that does not answer
-    /// in time (a partition, a port that accepts connections and never replies) fails with
-    /// [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging the start.
+    /// `startup` (the binaries use [`sqs_claim_cli::Settings::startup_timeout`]). A store that
+    /// does not answer in time (a partition, a port that accepts connections and never
+    /// replies) fails with [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging
+    /// the start.
     pub async fn open_prepared(store: &AppStore, startup: Duration) -> Result<AnyLedger, Error> {
         sqs_claim_cli::stores::bounded_startup(startup, async {
             let ledger = AnyLedger::open(store).await?;
