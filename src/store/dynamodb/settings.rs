@@ -1,0 +1,109 @@
+//! [`DynamoDbSettings`]: the client's timeouts and retries.
+
+use super::*;
+
+/// How the client [`DynamoDbStore::from_env_with`] builds bounds its calls.
+///
+/// The defaults fit a Lambda invocation. A DynamoDB write answers in single-digit
+/// milliseconds; an attempt that has not answered in 2 s is lost, not slow, and is better
+/// retried on a fresh connection. Three attempts would then take up to 6 s, so the operation
+/// timeout (4 s) cuts the whole call first: a store that went dark costs a message at most 4 s,
+/// well inside the default 30 s function timeout, and leaves time to answer the batch.
+/// Connecting takes a round trip or two inside a region: 1 s is generous.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_claim::store::dynamodb::DynamoDbSettings;
+///
+/// let settings = DynamoDbSettings::default()
+///     .with_attempt_timeout(Duration::from_millis(500))
+///     .with_max_attempts(2);
+/// assert_eq!(settings.operation_timeout, Duration::from_secs(4));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DynamoDbSettings {
+    /// How long opening a connection may take. Default 1 s.
+    pub connect_timeout: Duration,
+    /// How long one attempt may take, from sending to the whole answer. Default 2 s.
+    pub attempt_timeout: Duration,
+    /// How long a whole call may take, every attempt and backoff included. Default 4 s.
+    pub operation_timeout: Duration,
+    /// Attempts per call, the first included (standard retry mode; 1 disables the SDK's
+    /// retries). Default 3.
+    pub max_attempts: u32,
+    /// The SDK's first backoff (it adds full jitter). Default 50 ms.
+    pub initial_backoff: Duration,
+    /// The SDK's longest backoff. Default 1 s.
+    pub max_backoff: Duration,
+}
+
+impl Default for DynamoDbSettings {
+    fn default() -> Self {
+        DynamoDbSettings {
+            connect_timeout: Duration::from_secs(1),
+            attempt_timeout: Duration::from_secs(2),
+            operation_timeout: Duration::from_secs(4),
+            max_attempts: 3,
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(1),
+        }
+    }
+}
+
+impl DynamoDbSettings {
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the timeout of one attempt.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Sets the timeout of a whole call, retries included.
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// Sets the attempts per call (values below 1 count as 1).
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Sets the SDK's first and longest backoff.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max;
+        self
+    }
+
+    /// Applies these settings to an SDK configuration builder.
+    pub(super) fn apply(
+        &self,
+        builder: aws_sdk_dynamodb::config::Builder,
+    ) -> aws_sdk_dynamodb::Config {
+        use aws_sdk_dynamodb::config::retry::RetryConfig;
+        use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+        builder
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(self.max_attempts.max(1))
+                    .with_initial_backoff(self.initial_backoff)
+                    .with_max_backoff(self.max_backoff),
+            )
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(self.connect_timeout)
+                    .operation_attempt_timeout(self.attempt_timeout)
+                    .operation_timeout(self.operation_timeout)
+                    .build(),
+            )
+            .build()
+    }
+}

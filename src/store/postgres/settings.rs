@@ -1,0 +1,103 @@
+//! [`PostgresSettings`]: the client's timeouts, keepalives and pool size.
+
+use super::*;
+
+/// The bounds [`PostgresStore::connect_with`] puts on connections and calls. See "Timeouts" in
+/// the module docs for why each exists; the defaults fit a Lambda invocation (a store call
+/// normally takes a millisecond or two, so seconds mean the server or the network is gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresSettings {
+    /// The client-side bound on each store call, pool wait and connect included. Default 5 s.
+    pub call_timeout: Duration,
+    /// The server-side `statement_timeout` set on each connection (`None`: leave the server's
+    /// or the URL's). Default 3 s.
+    pub statement_timeout: Option<Duration>,
+    /// How long opening a socket may take. Default 2 s.
+    pub connect_timeout: Duration,
+    /// Idle time before the first TCP keepalive probe. Default 5 s.
+    pub keepalives_idle: Duration,
+    /// Time between probes. Default 2 s.
+    pub keepalives_interval: Duration,
+    /// Probes before the connection is given up. Default 3.
+    pub keepalives_retries: u32,
+    /// How long sent data may stay unacknowledged before the kernel drops the connection
+    /// (`TCP_USER_TIMEOUT`, Linux). Default 5 s.
+    pub tcp_user_timeout: Duration,
+    /// Connections in the pool. Default 16.
+    pub pool_size: usize,
+}
+
+impl Default for PostgresSettings {
+    fn default() -> Self {
+        PostgresSettings {
+            call_timeout: Duration::from_secs(5),
+            statement_timeout: Some(Duration::from_secs(3)),
+            connect_timeout: Duration::from_secs(2),
+            keepalives_idle: Duration::from_secs(5),
+            keepalives_interval: Duration::from_secs(2),
+            keepalives_retries: 3,
+            tcp_user_timeout: Duration::from_secs(5),
+            pool_size: 16,
+        }
+    }
+}
+
+impl PostgresSettings {
+    /// Sets the client-side bound on each store call.
+    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Sets (or, with `None`, leaves alone) the server-side `statement_timeout`.
+    pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.statement_timeout = timeout;
+        self
+    }
+
+    /// Sets the connect timeout.
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the keepalive idle time, probe interval and probe count.
+    pub fn with_keepalives(mut self, idle: Duration, interval: Duration, retries: u32) -> Self {
+        self.keepalives_idle = idle;
+        self.keepalives_interval = interval;
+        self.keepalives_retries = retries;
+        self
+    }
+
+    /// Sets the TCP user timeout.
+    pub fn with_tcp_user_timeout(mut self, timeout: Duration) -> Self {
+        self.tcp_user_timeout = timeout;
+        self
+    }
+
+    /// Sets the pool size (at least 1).
+    pub fn with_pool_size(mut self, size: usize) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    pub(super) fn apply(&self, config: &mut tokio_postgres::Config) {
+        config
+            .connect_timeout(self.connect_timeout)
+            .keepalives(true)
+            .keepalives_idle(self.keepalives_idle)
+            .keepalives_interval(self.keepalives_interval)
+            .keepalives_retries(self.keepalives_retries)
+            .tcp_user_timeout(self.tcp_user_timeout);
+        if let Some(timeout) = self.statement_timeout {
+            let options = config.get_options().unwrap_or_default().to_owned();
+            // A timeout the URL sets on purpose wins.
+            if !options.contains("statement_timeout") {
+                let ms = timeout.as_millis().max(1);
+                let options = format!("{options} -c statement_timeout={ms}");
+                config.options(options.trim_start());
+            }
+        }
+    }
+}
