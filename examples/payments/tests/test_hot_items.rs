@@ -29,9 +29,14 @@ use sqs_claim_testkit::sqs::{self, Record};
 /// Messages per batch.
 const MESSAGES: usize = 50;
 
-/// How long each transaction holds its items beyond DynamoDB Local's own answer time: a
-/// transaction at DynamoDB takes a few milliseconds.
-const HOLD: Duration = Duration::from_millis(5);
+/// How long each transaction holds its items beyond DynamoDB Local's own answer time (a
+/// transaction at DynamoDB takes a few milliseconds): 5 ms, or `SQS_CLAIM_CONFLICT_HOLD_MS`.
+fn hold() -> Duration {
+    std::env::var("SQS_CLAIM_CONFLICT_HOLD_MS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(Duration::from_millis(5), Duration::from_millis)
+}
 
 /// Deliveries after which a run that has not settled fails the test. SQS would have
 /// dead-lettered long before (`maxReceiveCount` is 3 to 5 in most set-ups); this bound only
@@ -144,7 +149,7 @@ async fn run(scenario: Scenario) -> Figures {
     let proxy = ConflictProxy::start(&local::dynamodb_endpoint())
         .await
         .expect("conflict proxy");
-    proxy.hold(HOLD);
+    proxy.hold(hold());
     let ledger = ledger(&proxy.endpoint()).await;
     let concurrency = scenario.concurrency.map(|n| n.to_string());
     let settings = Settings::from_lookup(|name| match name {
@@ -249,7 +254,7 @@ async fn run(scenario: Scenario) -> Figures {
 fn table(figures: &[Figures]) -> String {
     let mut out = format!(
         "| run ({MESSAGES} payment messages; hold {} ms) | failed on first delivery | deliveries to settle | conflicts |\n|---|---|---|---|\n",
-        HOLD.as_millis()
+        hold().as_millis()
     );
     for f in figures {
         let _ = writeln!(
