@@ -5,14 +5,12 @@
 //! |--------|-------------------|
 //! | [`sqs`] | SQS events as Lambda delivers them: standard, FIFO (`.fifo` ARN, `MessageGroupId`, `SequenceNumber`, `MessageDeduplicationId`), fair queues (standard ARN with `MessageGroupId`), redeliveries (`ApproximateReceiveCount`); as JSON, as `SqsEvent`, as `LambdaEvent<SqsEvent>`; and the ids of a partial batch response |
 //! | [`runtime`] | a fake Lambda Runtime API on 127.0.0.1: run your real Lambda binary against it ([`runtime::LambdaProcess`]), hand it invocations with deadlines, several in flight, and read what it posts back |
+//! | [`conflict`] | DynamoDB's transaction-conflict rule in front of DynamoDB Local (which queues overlapping transactions instead): a proxy that cancels a `TransactWriteItems` overlapping another in flight on an item, with DynamoDB's cancellation reasons, and refuses single-item writes on it |
 //! | [`fault`] | a TCP fault proxy in front of a real server (DynamoDB Local, PostgreSQL, Redis): healthy, stalled, dark, answers dropped, reset, switched at run time or after N bytes |
 //! | [`silent`] | endpoints that accept and never answer, that close after the first request, and a PostgreSQL that goes quiet after its handshake: timeouts without a proxy |
 //! | [`emf`] | a checker for CloudWatch Embedded Metric Format lines, after the specification's rules |
 //! | [`local`] | where the local stand-ins are (DynamoDB Local, Redis, PostgreSQL, from the environment), unique names for fresh tables, and (feature `dynamodb`) a DynamoDB Local client |
 //! | `strategies` | (feature `proptest`) generators of hostile bodies and SQS-shaped records, and a marker no error text may ever contain |
-//!
-//! The DynamoDB transaction-conflict model (which writes of a batch `TransactWriteItems` would
-//! cancel, and why) will be a module of its own here, beside [`fault`].
 //!
 //! # Testing a consumer
 //!
@@ -41,6 +39,7 @@
 //! | `dynamodb` | no | [`local::dynamodb_client`](local) (`aws-sdk-dynamodb`) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod conflict;
 pub mod emf;
 pub mod fault;
 pub mod local;
