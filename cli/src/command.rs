@@ -328,6 +328,56 @@ pub fn usage_error(e: &clap::Error, program: &str, commands: &str) -> CliError {
     CliError::usage(program, message)
 }
 
+/// What a command line asks for: something to run, or text to print (help, version).
+#[derive(Debug)]
+pub enum Parsed<T> {
+    /// Run this.
+    Run(T),
+    /// Print this on stdout and exit 0.
+    Print(String),
+}
+
+/// Parses `args` with the clap command `P`, without I/O: help and version come back as text to
+/// print, any other clap error goes through `usage` (usually [`usage_error`]) to become one
+/// line. The matches come with the value, to tell typed flags from their variables
+/// ([`StoreFlags::typed`]).
+pub fn parse<P: clap::Parser>(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    usage: impl FnOnce(&clap::Error) -> CliError,
+) -> Result<Parsed<(P, ArgMatches)>, CliError> {
+    let parsed = P::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| Ok((P::from_arg_matches(&matches)?, matches)));
+    match parsed {
+        Ok(parsed) => Ok(Parsed::Run(parsed)),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            Ok(Parsed::Print(e.render().to_string()))
+        }
+        Err(e) => Err(usage(&e)),
+    }
+}
+
+/// A binary's whole `main` after parsing: print the text, or set up logging and run the
+/// command on a current-thread runtime; every failure one line ([`fail`]) and its exit code.
+pub fn main<T, F>(parsed: Result<Parsed<T>, CliError>, run: impl FnOnce(T) -> F) -> ExitCode
+where
+    F: Future<Output = Result<(), CliError>>,
+{
+    let command = match parsed {
+        Ok(Parsed::Run(command)) => command,
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(e),
+    };
+    let ran = start_logging().and_then(|()| block_on(run(command)));
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
 /// Sets up logging when `RUST_LOG` is set: the library's set-up (Lambda's log controls, no
 /// raw-event lines) on stderr, since stdout is the command's output; colour codes only on a
 /// terminal, so `2> run.log` or a pipe to grep stays plain text.

@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use sqs_claim_cli::Settings;
 use sqs_claim_cli::command::{self, AdminCommand, CliError, StoreArgs, StoreFlags};
 
@@ -70,36 +70,29 @@ enum Command {
     Admin(AdminCommand),
 }
 
-/// What the command line asks for: a command to run, or text to print (help, version).
-#[derive(Debug)]
-enum Parsed {
-    /// The flags boxed: they would make the enum large for the text variant.
-    Run(Command, Box<StoreFlags>),
-    Print(String),
-}
+/// What the command line asks for (the flags boxed: they would make the enum large for the
+/// text variant).
+type Parsed = command::Parsed<(Command, Box<StoreFlags>)>;
 
 /// Parses the command line. No I/O: help and version come back as text to print.
 fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
-    let parsed = Cli::command()
-        .try_get_matches_from(args)
-        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
-    let (cli, matches) = match parsed {
-        Ok(parsed) => parsed,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            return Ok(Parsed::Print(e.render().to_string()));
-        }
-        Err(e) if e.kind() == ErrorKind::InvalidSubcommand && app_command(&e) => {
-            return Err(CliError::usage(
+    let usage = |e: &clap::Error| {
+        if e.kind() == ErrorKind::InvalidSubcommand && app_command(e) {
+            return CliError::usage(
                 PROGRAM,
                 "invoke and balances belong to the example app now: run `payments invoke \
                  EVENT.json` or `payments balances` (cargo run -p payments --bin payments -- \
                  ...); sqs-claim keeps the commands that need only the claims table",
-            ));
+            );
         }
-        Err(e) => return Err(command::usage_error(&e, PROGRAM, COMMANDS)),
+        command::usage_error(e, PROGRAM, COMMANDS)
+    };
+    let (cli, matches) = match command::parse::<Cli>(args, usage)? {
+        command::Parsed::Run(parsed) => parsed,
+        command::Parsed::Print(text) => return Ok(Parsed::Print(text)),
     };
     let flags = StoreFlags::typed(&matches, cli.store, PROGRAM)?;
-    Ok(Parsed::Run(cli.command, Box::new(flags)))
+    Ok(Parsed::Run((cli.command, Box::new(flags))))
 }
 
 /// Whether an unknown command is one the example app's binary has.
@@ -122,26 +115,15 @@ async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
-    let (command, flags) = match parse(std::env::args_os()) {
-        Ok(Parsed::Run(command, flags)) => (command, *flags),
-        Ok(Parsed::Print(text)) => {
-            print!("{text}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return command::fail(e),
-    };
-    if let Err(e) = command::start_logging() {
-        return command::fail(e);
-    }
-    match command::block_on(run(command, flags)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => command::fail(e),
-    }
+    command::main(parse(std::env::args_os()), |(command, flags)| {
+        run(command, *flags)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
     fn parse_words(words: &[&str]) -> Result<Parsed, CliError> {
         parse(
@@ -174,7 +156,7 @@ mod tests {
             &["init", "--store=memory:"][..],
         ] {
             match parse_words(words) {
-                Ok(Parsed::Run(_, flags)) => {
+                Ok(Parsed::Run((_, flags))) => {
                     assert_eq!(flags.store.as_deref(), Some("memory:"), "{words:?}")
                 }
                 other => panic!("{words:?}: {other:?}"),

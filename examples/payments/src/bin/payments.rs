@@ -20,8 +20,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::error::ErrorKind;
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use lambda_runtime::{Context, LambdaEvent};
 use payments::{AnyLedger, Ledger, Settings};
 use sqs_claim::BatchReport;
@@ -128,25 +127,16 @@ struct Flags {
     accounts_table: Option<String>,
 }
 
-/// What the command line asks for: a command to run, or text to print (help, version).
-#[derive(Debug)]
-enum Parsed {
-    /// The flags boxed: they would make the enum large for the text variant.
-    Run(Command, Box<Flags>),
-    Print(String),
-}
+/// What the command line asks for (the flags boxed: they would make the enum large for the
+/// text variant).
+type Parsed = command::Parsed<(Command, Box<Flags>)>;
 
 /// Parses the command line. No I/O: help and version come back as text to print.
 fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
-    let parsed = Cli::command()
-        .try_get_matches_from(args)
-        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
-    let (cli, matches) = match parsed {
-        Ok(parsed) => parsed,
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
-            return Ok(Parsed::Print(e.render().to_string()));
-        }
-        Err(e) => return Err(command::usage_error(&e, PROGRAM, COMMANDS)),
+    let usage = |e: &clap::Error| command::usage_error(e, PROGRAM, COMMANDS);
+    let (cli, matches) = match command::parse::<Cli>(args, usage)? {
+        command::Parsed::Run(parsed) => parsed,
+        command::Parsed::Print(text) => return Ok(Parsed::Print(text)),
     };
     let accounts_table = cli
         .args
@@ -156,7 +146,7 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
         store: StoreFlags::typed(&matches, cli.args.store, PROGRAM)?,
         accounts_table,
     };
-    Ok(Parsed::Run(cli.command, Box::new(flags)))
+    Ok(Parsed::Run((cli.command, Box::new(flags))))
 }
 
 /// The command line's flags over the environment's: a flag beats any variable. Errors name
@@ -295,26 +285,15 @@ async fn run(command: Command, flags: Flags) -> Result<(), CliError> {
 }
 
 fn main() -> ExitCode {
-    let (command, flags) = match parse(std::env::args_os()) {
-        Ok(Parsed::Run(command, flags)) => (command, *flags),
-        Ok(Parsed::Print(text)) => {
-            print!("{text}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return command::fail(e),
-    };
-    if let Err(e) = command::start_logging() {
-        return command::fail(e);
-    }
-    match command::block_on(run(command, flags)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => command::fail(e),
-    }
+    command::main(parse(std::env::args_os()), |(command, flags)| {
+        run(command, *flags)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
     use payments::config::StoreUrl;
 
     fn parse_words(words: &[&str]) -> Result<Parsed, CliError> {
@@ -327,7 +306,7 @@ mod tests {
 
     fn run_of(words: &[&str]) -> (Command, Flags) {
         match parse_words(words) {
-            Ok(Parsed::Run(command, flags)) => (command, *flags),
+            Ok(Parsed::Run((command, flags))) => (command, *flags),
             other => panic!("{words:?}: expected a command, got {other:?}"),
         }
     }
