@@ -201,7 +201,7 @@ async fn open_durable(url: &StoreUrl) -> Result<AnyStore, Error> {
 /// Opens the store of a `redis://` or `rediss://` URL, failing at once if Redis does not answer.
 /// A `prefix=P` query parameter sets the key prefix (default `sqs-claim:`), so several
 /// consumers or environments can share one Redis database.
-pub async fn redis(url: &str) -> Result<RedisStore, Error> {
+async fn redis(url: &str) -> Result<RedisStore, Error> {
     let (url, prefix) = split_prefix(url);
     let store = RedisStore::connect(&url).await?;
     Ok(match prefix {
@@ -212,7 +212,7 @@ pub async fn redis(url: &str) -> Result<RedisStore, Error> {
 
 /// The cache of a `tiered:CACHE|DURABLE` URL, connected lazily: a consumer starts even while
 /// the cache is down (the durable store still decides every claim).
-pub fn redis_cache(url: &str) -> Result<RedisStore, Error> {
+fn redis_cache(url: &str) -> Result<RedisStore, Error> {
     let (url, prefix) = split_prefix(url);
     let cache = RedisStore::connect_lazy(&url)?;
     Ok(match prefix {

@@ -75,20 +75,6 @@ impl DynamoDbLedger {
         format!("payments init --store dynamodb:{table}{accounts}{layout}")
     }
 
-    /// `error` with the store's `sqs-claim init` hint replaced by this ledger's, which also
-    /// creates the accounts table.
-    fn with_ledger_hint(&self, error: Error) -> Error {
-        let (store_hint, ledger_hint) = (self.inner.store.init_command(), self.init_command());
-        let text = error.to_string();
-        if store_hint == ledger_hint || !text.contains(&format!("`{store_hint}`")) {
-            return error;
-        }
-        Error::new(
-            error.kind(),
-            text.replace(&format!("`{store_hint}`"), &format!("`{ledger_hint}`")),
-        )
-    }
-
     /// The table's status, `None` if it does not exist.
     async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
         table_status(self.client(), table).await
@@ -199,7 +185,9 @@ impl Ledger for DynamoDbLedger {
         let table = self.accounts_table();
         let (claims, accounts) =
             futures::future::join(self.inner.store.check_ready(), self.table_status(table)).await;
-        claims.map_err(|e| self.with_ledger_hint(e))?;
+        let store_hint = format!("{}`", self.inner.store.init_command());
+        let ledger_hint = format!("{}`", self.init_command());
+        claims.map_err(|e| crate::with_app_hint(e, &store_hint, &ledger_hint))?;
         match accounts? {
             Some(TableStatus::Active) => Ok(()),
             None => Err(Error::new(

@@ -111,17 +111,16 @@ pub trait Ledger: Clone + Send + Sync + 'static {
     }
 }
 
-/// `error` with the store's `sqs-claim init` hint replaced by the app's `payments init`, which
-/// creates the accounts table too: `sqs-claim init` alone would leave the app one table short.
-pub(crate) fn with_app_hint(error: Error) -> Error {
+/// `error` with the store's `` `store_hint` `` (a `sqs-claim init ...` command) replaced by the
+/// app's `` `app_hint` `` (its `payments init ...`), which creates the accounts table too:
+/// `sqs-claim init` alone would leave the app one table short.
+pub(crate) fn with_app_hint(error: Error, store_hint: &str, app_hint: &str) -> Error {
+    let (from, to) = (format!("`{store_hint}"), format!("`{app_hint}"));
     let text = error.to_string();
-    if !text.contains("`sqs-claim init") {
+    if from == to || !text.contains(&from) {
         return error;
     }
-    Error::new(
-        error.kind(),
-        text.replace("`sqs-claim init", "`payments init"),
-    )
+    Error::new(error.kind(), text.replace(&from, &to))
 }
 
 /// A validated message body: which order, which account, how much.

@@ -19,11 +19,15 @@ fn quoted(name: &str) -> String {
         .join(".")
 }
 
+/// The library's hint for a missing table, and the app's (which creates the accounts table too).
+const SQS_CLAIM_INIT: &str = "sqs-claim init";
+const PAYMENTS_INIT: &str = "payments init";
+
 /// An error on the accounts table: only a missing table (SQLSTATE 42P01) says to run
 /// `payments init`; anything else names its cause (see `check_error`).
 fn db_err(store: &PostgresStore, what: &str, e: tokio_postgres::Error) -> Error {
     let table = accounts_table(store);
-    let inner = crate::with_app_hint(check_error(&table, e));
+    let inner = crate::with_app_hint(check_error(&table, e), SQS_CLAIM_INIT, PAYMENTS_INIT);
     Error::new(inner.kind(), format!("{what}: {inner:#}"))
 }
 
@@ -90,7 +94,7 @@ impl Ledger for PostgresLedger {
     async fn prepare(&self) -> Result<(), Error> {
         let claims = self.store.check_ready();
         let (claims, accounts) = futures::future::join(claims, self.balances()).await;
-        claims.map_err(crate::with_app_hint)?;
+        claims.map_err(|e| crate::with_app_hint(e, SQS_CLAIM_INIT, PAYMENTS_INIT))?;
         accounts.map(|_| ())
     }
 
