@@ -20,7 +20,8 @@
 //! | `lease.rs` | [`Lease`]: how long a claim is held |
 //! | `policy.rs` | [`PayloadCheck`], [`MissingKey`], and the namespace rule (below) |
 //! | `format.rs` | [`KeyFormat`], [`NativeFormat`]: how a key becomes the stored key, a payload its fingerprint (`PowertoolsFormat`, feature `powertools`, is another) |
-//! | `attempt.rs` | the steps of one attempt: the claim request, the claim and the judgement of a stored record, the guarded handler call (panic, timeout, budget), the completion retried under the one [`RetryPolicy`](crate::RetryPolicy), the release |
+//! | `attempt.rs` | the steps of one attempt: the claim request, the claim and the judgement of a stored record, the guarded handler call (panic, timeout, budget), the completion retried under the one [`RetryPolicy`](crate::RetryPolicy), the release; every write sent again while it is cancelled on contention |
+//! | `locks.rs` | item locks: writes of one process on one item take turns, so a batch never cancels its own transactions on a hot item |
 //!
 //! # The namespace rule
 //!
@@ -40,6 +41,7 @@
 mod attempt;
 mod format;
 mod lease;
+mod locks;
 mod policy;
 
 pub use format::{KeyFormat, NativeFormat};
@@ -47,5 +49,6 @@ pub use lease::Lease;
 pub use policy::{MissingKey, PayloadCheck};
 
 pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, Recorded, Terms, guarded};
+pub(crate) use locks::ItemLocks;
 pub(crate) use format::text;
 pub(crate) use policy::{Namespace, PayloadVerdict, differs};

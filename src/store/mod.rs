@@ -463,13 +463,30 @@ pub trait ClaimStore: Send + Sync + 'static {
         Capabilities::new()
     }
 
+    /// The item `effect` writes, as a hash of its identity (table and key), so that the
+    /// processor never has two writes on one item in flight at once from one process: on
+    /// DynamoDB a transaction that meets another in flight on one of its items is cancelled
+    /// (`TransactionConflict`), so writes to a hot item sent together cancel each other. Two
+    /// effects on one item must give the same hash; a collision only serializes two writes
+    /// that could have run together.
+    ///
+    /// Default: `None` (not known): such effects are never held back, and a write they
+    /// conflict on is retried as [`Contention`](crate::ErrorKind::Contention) if the store
+    /// reports it so. A store whose writes to one item queue rather than fail (row locks)
+    /// needs nothing here.
+    fn effect_item(&self, effect: &Self::Effect) -> Option<u64> {
+        let _ = effect;
+        None
+    }
+
     /// Claims `req.key` and completes it with `effects` in one step (the one-shot mode: see the
     /// [module documentation](self)). The completed record expires at `req.expires_at`.
     ///
     /// The default runs [`claim`](Self::claim), then [`complete_with`](Self::complete_with):
     /// two round trips, and if the completion is refused
-    /// ([`EffectRejected`](crate::ErrorKind::EffectRejected)) it releases the claim, so that
-    /// nothing stays written. A store that can do it in one atomic step overrides it and says
+    /// ([`EffectRejected`](crate::ErrorKind::EffectRejected)) or cancelled on
+    /// [`Contention`](crate::ErrorKind::Contention) it releases the claim, so that nothing
+    /// stays written. A store that can do it in one atomic step overrides it and says
     /// so in its [`Capabilities::atomic_one_shot`].
     fn claim_completed(
         &self,
@@ -487,9 +504,15 @@ pub trait ClaimStore: Send + Sync + 'static {
             let completion = Completion::new(req.expires_at).with_effects(effects);
             match self.complete_with(req.key, &token, completion).await {
                 Ok(()) => Ok(OneShotWrite::Committed),
-                Err(e) if e.kind() == crate::ErrorKind::EffectRejected => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        crate::ErrorKind::EffectRejected | crate::ErrorKind::Contention
+                    ) =>
+                {
                     // Nothing of the effects was written; free the key as if the claim had
-                    // never been made. If the release fails too, the claim lapses with its
+                    // never been made (a write cancelled on contention is sent again, and must
+                    // find the key free). If the release fails too, the claim lapses with its
                     // lease.
                     let _ = self.release(req.key, &token).await;
                     Err(e)

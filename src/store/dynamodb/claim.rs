@@ -175,6 +175,30 @@ impl ClaimStore for DynamoDbStore {
             .with_atomic_one_shot(true)
     }
 
+    /// The table and key of an `Update`, `Delete` or `ConditionCheck` (a condition check takes
+    /// part in the transaction's conflicts like a write). A `Put` names no key apart from its
+    /// item: on the claims table its key attributes are known; on another table the whole item
+    /// stands for it, so identical puts are serialized and two different puts of one key are
+    /// not (a conflict between them is retried as contention).
+    fn effect_item(&self, effect: &TransactWriteItem) -> Option<u64> {
+        if let Some(u) = effect.update() {
+            return Some(item_hash(u.table_name(), u.key(), None));
+        }
+        if let Some(d) = effect.delete() {
+            return Some(item_hash(d.table_name(), d.key(), None));
+        }
+        if let Some(c) = effect.condition_check() {
+            return Some(item_hash(c.table_name(), c.key(), None));
+        }
+        let p = effect.put()?;
+        if p.table_name() == self.table {
+            let key = self.key_value("");
+            let names: Vec<&str> = key.keys().map(String::as_str).collect();
+            return Some(item_hash(p.table_name(), p.item(), Some(&names)));
+        }
+        Some(item_hash(p.table_name(), p.item(), None))
+    }
+
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         Self::check_fingerprint(&req)?;
         let token = ClaimToken::generate();
@@ -449,12 +473,7 @@ impl DynamoDbStore {
     /// transient conflict or throttle.
     fn cancelled_by_effects(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Error {
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-        let transient = reasons.iter().any(|r| {
-            matches!(
-                r.code(),
-                Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")
-            )
-        });
+        let contention = is_contention(reasons);
         let refused: Vec<String> = reasons
             .iter()
             .enumerate()
@@ -474,13 +493,17 @@ impl DynamoDbStore {
         } else {
             refused.join("; ")
         };
-        let kind = if transient {
-            ErrorKind::StoreUnavailable
-        } else {
-            ErrorKind::EffectRejected
-        };
+        if contention {
+            return Error::new(
+                ErrorKind::Contention,
+                format!(
+                    "transaction cancelled on contention (another transaction in flight on one \
+                     of its items, or throttled), nothing was written: {summary}"
+                ),
+            );
+        }
         Error::new(
-            kind,
+            ErrorKind::EffectRejected,
             format!("transaction cancelled, nothing was written: {summary}"),
         )
     }
@@ -558,6 +581,54 @@ impl DynamoDbStore {
             ]),
         )
     }
+}
+
+/// A hash of an item's identity: its table and its key attributes (`only`: these of `item`'s
+/// attributes; `None`: all of them), in name order, so the same item always hashes alike.
+fn item_hash(
+    table: &str,
+    item: &HashMap<String, AttributeValue>,
+    only: Option<&[&str]>,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut names: Vec<&String> = item
+        .keys()
+        .filter(|name| only.is_none_or(|keep| keep.contains(&name.as_str())))
+        .collect();
+    names.sort_unstable();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    table.hash(&mut h);
+    for name in names {
+        name.hash(&mut h);
+        match &item[name] {
+            AttributeValue::S(v) => (0u8, v).hash(&mut h),
+            AttributeValue::N(v) => (1u8, v).hash(&mut h),
+            AttributeValue::B(v) => (2u8, v.as_ref()).hash(&mut h),
+            // Key attributes are strings, numbers or binaries; anything else (a whole item's
+            // maps and lists) by its debug form, which is deterministic for equal values
+            // but for map order, which only costs a missed match.
+            other => (3u8, format!("{other:?}")).hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// Whether a cancelled transaction met contention only: at least one action was cancelled
+/// for a conflict with a transaction in flight or for throttling, and none was refused for
+/// itself (a failed condition, a validation error). Such a transaction wrote nothing and can
+/// be sent again as it is; one with a refusal would be refused again.
+fn is_contention(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> bool {
+    let mut contended = false;
+    for r in reasons {
+        match r.code() {
+            None | Some("None") => {}
+            Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded") => {
+                contended = true;
+            }
+            Some(_) => return false,
+        }
+    }
+    contended
 }
 
 /// Record expiry in whole seconds, rounded up: a record may outlive its TTL by under a second,
