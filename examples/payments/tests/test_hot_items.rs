@@ -327,6 +327,10 @@ async fn hot_accounts_meet_the_targets() {
         figures[0].failed_first, 0,
         "alone, nothing fails:\n{report}"
     );
+    assert_eq!(
+        figures[0].conflicts, 0,
+        "alone, the batch's writes on one account take turns: no conflict at all:\n{report}"
+    );
     assert!(
         figures[1].failed_share() <= 0.02,
         "8 invocations: at most 2% fail on the first delivery:\n{report}"
