@@ -143,6 +143,9 @@ struct Config<St, X> {
     format: Box<dyn KeyFormat>,
     answers: Option<Box<dyn Answers>>,
     clock: Clock,
+    /// Concurrent requests of this process (`run_concurrent`) whose writes share an item take
+    /// turns, as the processor's messages do.
+    locks: crate::claim::ItemLocks,
 }
 
 impl<St, X> Clone for Idempotency<St, X> {
@@ -185,6 +188,7 @@ impl<St: ClaimStore, X> Idempotency<St, X> {
                 format: Box::new(NativeFormat),
                 answers: None,
                 clock: Clock::system(),
+                locks: crate::claim::ItemLocks::default(),
             },
         }
     }

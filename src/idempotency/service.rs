@@ -102,7 +102,8 @@ where
             &budget,
             &key,
             fingerprint.as_deref(),
-        );
+        )
+        .with_locks(&config.locks);
         let token = match attempt.claim().await {
             Claimed::Won(token) => token,
             Claimed::CutOff => {
@@ -329,7 +330,10 @@ async fn complete<St: ClaimStore>(
     }
     // With effects, nothing of the handler's work is done unless the completion committed:
     // answer an error.
-    let what = if e.is_transient() {
+    let what = if e.kind() == ErrorKind::Contention {
+        "the completion with effects was not committed (contention), the claim released: a \
+         retry runs the handler again"
+    } else if e.is_transient() {
         "the completion with effects could not be confirmed, it may or may not have \
          committed (a retry finds out: replayed if it did, run again if it did not)"
     } else if e.kind() == ErrorKind::LostClaim {

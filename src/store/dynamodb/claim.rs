@@ -653,3 +653,68 @@ pub(super) fn s(v: &str) -> AttributeValue {
 fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::CancellationReason;
+
+    use super::*;
+
+    fn reasons(codes: &[&str]) -> Vec<CancellationReason> {
+        codes
+            .iter()
+            .map(|c| CancellationReason::builder().code(*c).build())
+            .collect()
+    }
+
+    #[test]
+    fn a_cancellation_is_contention_only_when_nothing_was_refused_for_itself() {
+        assert!(is_contention(&reasons(&["None", "TransactionConflict"])));
+        assert!(is_contention(&reasons(&["ThrottlingError", "None"])));
+        assert!(is_contention(&reasons(&[
+            "None",
+            "ProvisionedThroughputExceeded"
+        ])));
+        // A refused condition would be refused again: not contention.
+        assert!(!is_contention(&reasons(&[
+            "TransactionConflict",
+            "ConditionalCheckFailed"
+        ])));
+        assert!(!is_contention(&reasons(&["None", "ValidationError"])));
+        assert!(!is_contention(&reasons(&["None", "None"])));
+        assert!(!is_contention(&[]));
+    }
+
+    #[test]
+    fn a_contended_transaction_is_reported_as_contention_a_refused_one_as_rejected() {
+        let e = DynamoDbStore::cancelled_by_effects(&reasons(&["None", "TransactionConflict"]));
+        assert_eq!(e.kind(), ErrorKind::Contention);
+        assert!(e.message().contains("nothing was written"), "{e:#}");
+        let e = DynamoDbStore::cancelled_by_effects(&reasons(&[
+            "TransactionConflict",
+            "ConditionalCheckFailed",
+        ]));
+        assert_eq!(e.kind(), ErrorKind::EffectRejected);
+    }
+
+    #[test]
+    fn effects_on_one_item_share_a_hash_and_others_do_not() {
+        let key = |account: &str| {
+            HashMap::from([("account".to_owned(), AttributeValue::S(account.to_owned()))])
+        };
+        let a1 = item_hash("accounts", &key("alice"), None);
+        let a2 = item_hash("accounts", &key("alice"), None);
+        let b = item_hash("accounts", &key("bob"), None);
+        let other_table = item_hash("ledger", &key("alice"), None);
+        assert_eq!(a1, a2);
+        assert_ne!(a1, b);
+        assert_ne!(a1, other_table);
+        // A put on the claims table is its key, whatever else the item holds.
+        let mut item = key("alice");
+        item.insert("balance".to_owned(), AttributeValue::N("5".to_owned()));
+        assert_eq!(
+            item_hash("accounts", &item, Some(&["account"])),
+            item_hash("accounts", &key("alice"), Some(&["account"]))
+        );
+    }
+}
