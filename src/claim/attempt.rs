@@ -16,6 +16,7 @@ use futures::FutureExt;
 use tracing::{debug, warn};
 
 use super::locks::{Held, ItemLocks, claim_item};
+use super::pack::Packer;
 use super::{Lease, PayloadCheck, PayloadVerdict};
 use crate::deadline::{self, Budget, OutOfTime};
 use crate::metrics::StoreCall;
@@ -62,7 +63,7 @@ pub(crate) const CONTENTION_RETRY: RetryPolicy =
     RetryPolicy::new(20, Duration::from_millis(10)).with_cap(Duration::from_millis(500));
 
 /// One attempt at one key: the store, the terms, the budget, and what is claimed.
-pub(crate) struct Attempt<'a, S> {
+pub(crate) struct Attempt<'a, S: ClaimStore> {
     store: &'a S,
     terms: &'a Terms,
     budget: &'a Budget,
@@ -72,6 +73,8 @@ pub(crate) struct Attempt<'a, S> {
     message_id: Option<&'a str>,
     /// The process's item locks, when writes on one item must take turns.
     locks: Option<&'a ItemLocks>,
+    /// The batch's packer, when one-shot writes with effects go several per request.
+    packer: Option<&'a Packer<'a, S>>,
     /// Writes of this attempt cancelled on contention so far.
     conflicts: AtomicU32,
 }
@@ -143,8 +146,16 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             fingerprint,
             message_id: None,
             locks: None,
+            packer: None,
             conflicts: AtomicU32::new(0),
         }
+    }
+
+    /// The same attempt, its one-shot write with effects sent through `packer` (with others
+    /// of the batch, in one request) when there is one.
+    pub(crate) fn with_packer(mut self, packer: Option<&'a Packer<'a, S>>) -> Self {
+        self.packer = packer;
+        self
     }
 
     /// The same attempt, its writes with effects taking turns with the process's other writes
@@ -287,13 +298,19 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         };
         // Each send is a new request at its own `now` with its own copy of the effects: a
         // write cancelled on contention is sent again as it was.
+        let packer = self.packer.filter(|_| !effects.is_empty());
         let send = || {
             let request = ClaimRequest {
                 expires_at: deadline::after(self.budget.now(), self.terms.ttl),
                 ..self.request()
             };
-            self.store
-                .claim_completed(request, Effects::from(effects.as_slice().to_vec()))
+            let effects = Effects::from(effects.as_slice().to_vec());
+            match packer {
+                Some(packer) => futures::future::Either::Left(packer.write(request, effects)),
+                None => futures::future::Either::Right(
+                    self.store.claim_completed(request, effects),
+                ),
+            }
         };
         let written = self
             .budget

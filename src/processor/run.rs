@@ -25,7 +25,9 @@ use super::Inner;
 use super::limit::Limit;
 use super::config::{FifoMode, StoreUnavailable};
 use super::plan::{Action, Meta, Plan, Work};
-use crate::claim::{Attempt, Claimed, HandlerEnd, PayloadCheck, PayloadVerdict, Recorded, guarded};
+use crate::claim::{
+    Attempt, Claimed, HandlerEnd, Packer, PayloadCheck, PayloadVerdict, Recorded, guarded,
+};
 use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;
@@ -135,16 +137,29 @@ where
             }
         }
         let check = self.config.terms.payload_check;
+        // One-shot writes with effects go several per request where the store packs them.
+        let packer = if self.config.one_shot {
+            Packer::for_store(&self.store)
+        } else {
+            None
+        };
+        let packer = packer.as_ref();
         // (leader index, its outcome, its copies' indexes and outcomes)
         type Ran = (usize, Outcome, Vec<(usize, Outcome)>);
-        let ran: Vec<Ran> = stream::iter(groups)
+        let batch = stream::iter(groups)
             .map(|group| async move {
                 // A place under the adaptive limit; `buffered` below only bounds how many
                 // messages' futures exist at once.
                 let permit = self.limit().acquire().await;
                 let conflicts = AtomicU32::new(0);
                 let outcome = self
-                    .execute(group.work, &metas[group.index].id, budget, &conflicts)
+                    .execute(
+                        group.work,
+                        &metas[group.index].id,
+                        budget,
+                        &conflicts,
+                        packer,
+                    )
                     .await;
                 permit.finish(met_pressure(&outcome, conflicts.load(Ordering::Relaxed)));
                 // Empty (no allocation) for the usual key without copies.
@@ -166,8 +181,20 @@ where
                 (group.index, outcome, copies)
             })
             .buffered(self.concurrency())
-            .collect()
-            .await;
+            .collect::<Vec<Ran>>();
+        let ran = match packer {
+            None => batch.await,
+            // The packer sends the messages' writes while they wait; it never ends by itself,
+            // and is dropped with the batch.
+            Some(packer) => {
+                let run = packer.run();
+                tokio::pin!(batch, run);
+                match futures::future::select(batch, run).await {
+                    futures::future::Either::Left((ran, _)) => ran,
+                    futures::future::Either::Right(((), batch)) => batch.await,
+                }
+            }
+        };
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
         let mut any_copies = false;
         for (index, outcome, copies) in ran {
@@ -210,7 +237,8 @@ where
             let outcome: BoxFuture<'_, Outcome> = match action {
                 // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
                 Action::Do(work) => async move {
-                    self.execute(work, id, budget, &AtomicU32::new(0)).await
+                    self.execute(work, id, budget, &AtomicU32::new(0), None)
+                        .await
                 }
                 .boxed(),
                 Action::Follow {
@@ -295,12 +323,13 @@ where
         id: &'a str,
         budget: &'a Budget,
         conflicts: &'a AtomicU32,
+        packer: Option<&'a Packer<'a, S>>,
     ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
         let span = match &work {
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, budget, conflicts)
+        self.execute_work(work, id, budget, conflicts, packer)
             .instrument(span)
     }
 
@@ -310,6 +339,7 @@ where
         id: &str,
         budget: &Budget,
         conflicts: &AtomicU32,
+        packer: Option<&Packer<'_, S>>,
     ) -> Outcome {
         match work {
             Work::Fail(failure) => Outcome::Failed(failure),
@@ -339,7 +369,8 @@ where
                     fingerprint.as_deref(),
                 )
                 .for_message(id)
-                .with_locks(&self.locks);
+                .with_locks(&self.locks)
+                .with_packer(packer);
                 let outcome = self.run_claimed(message, id, &attempt, budget).await;
                 conflicts.store(attempt.conflicts(), Ordering::Relaxed);
                 outcome

@@ -362,6 +362,19 @@ pub enum OneShotWrite {
     },
 }
 
+/// One write's answer in a pack ([`ClaimStore::claim_completed_packed`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Packed {
+    /// The write's own answer, as [`ClaimStore::claim_completed`] would have given it: written,
+    /// a duplicate, held elsewhere, or an error of its own (an effect refused, contention on
+    /// one of its items).
+    Answered(Result<OneShotWrite, Error>),
+    /// The pack was cancelled because of **another** of its writes: this one wrote nothing
+    /// and is sent again, in the next pack, at once.
+    Unsent,
+}
+
 /// Handler effects to commit atomically with a completion.
 ///
 /// A handler's response converts into `Effects` (`()` means none). Each store defines what an
@@ -477,6 +490,34 @@ pub trait ClaimStore: Send + Sync + 'static {
     fn effect_item(&self, effect: &Self::Effect) -> Option<u64> {
         let _ = effect;
         None
+    }
+
+    /// Several one-shot writes in one atomic request where the store can
+    /// ([`Capabilities::max_pack_actions`]): one answer per write, in order. Every write is on
+    /// other items than the others (the caller makes sure: its item locks), and the writes
+    /// carry at most `max_pack_actions` actions in all (a claim and its effects each count
+    /// one).
+    ///
+    /// All or nothing, as a transaction is: when the request is refused because of some of
+    /// its writes, those get their own answer (a duplicate, an effect refused, contention) and
+    /// the rest [`Packed::Unsent`], to go again in the next pack.
+    ///
+    /// The default sends each write alone, all at once.
+    fn claim_completed_packed(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Effects<Self::Effect>)>,
+    ) -> impl Future<Output = Vec<Packed>> + Send {
+        let sent: Vec<_> = writes
+            .into_iter()
+            .map(|(req, effects)| self.claim_completed(req, effects))
+            .collect();
+        async move {
+            futures::future::join_all(sent)
+                .await
+                .into_iter()
+                .map(Packed::Answered)
+                .collect()
+        }
     }
 
     /// Claims `req.key` and completes it with `effects` in one step (the one-shot mode: see the

@@ -5,7 +5,7 @@ use super::*;
 
 impl DynamoDbStore {
     /// Refuses a fingerprint past [`MAX_FINGERPRINT_BYTES`] before anything is sent.
-    fn check_fingerprint(req: &ClaimRequest<'_>) -> Result<(), Error> {
+    pub(super) fn check_fingerprint(req: &ClaimRequest<'_>) -> Result<(), Error> {
         match req.fingerprint {
             Some(fp) if fp.len() > MAX_FINGERPRINT_BYTES => Err(Error::new(
                 ErrorKind::StoreRejected,
@@ -173,6 +173,17 @@ impl ClaimStore for DynamoDbStore {
             .with_max_response_bytes(MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes()))
             .with_retries_internally(true)
             .with_atomic_one_shot(true)
+            .with_max_pack_actions(MAX_TRANSACTION_ACTIONS)
+    }
+
+    /// One `TransactWriteItems` of every write's claim (a conditional `Put` of the record as
+    /// completed) and effects, with a `ClientRequestToken` so that the SDK's own retries of it
+    /// stay idempotent; see `pack.rs` for how a cancellation is read per write.
+    fn claim_completed_packed(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>,
+    ) -> impl std::future::Future<Output = Vec<crate::store::Packed>> + Send {
+        self.pack(writes)
     }
 
     /// The table and key of an `Update`, `Delete` or `ConditionCheck` (a condition check takes
@@ -471,7 +482,7 @@ impl DynamoDbStore {
     /// The error of a transaction whose first action (the claim or the completion) passed and
     /// which was cancelled anyway: an effect refused (its condition, a validation), or a
     /// transient conflict or throttle.
-    fn cancelled_by_effects(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Error {
+    pub(super) fn cancelled_by_effects(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Error {
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
         let contention = is_contention(reasons);
         let refused: Vec<String> = reasons
@@ -513,7 +524,7 @@ impl DynamoDbStore {
     /// that committed (`Committed`, never a duplicate of itself).
     ///
     /// [`refused_claim`]: Self::refused_claim
-    fn refused_one_shot(
+    pub(super) fn refused_one_shot(
         &self,
         token: &ClaimToken,
         item: Option<&HashMap<String, AttributeValue>>,
@@ -536,7 +547,7 @@ impl DynamoDbStore {
     /// The item a claim writes: in progress under its lease (expiring at the later of the TTL
     /// and the lease), or, for a one-shot write, completed at once (expiring at the TTL, no
     /// lease).
-    fn claim_item(
+    pub(super) fn claim_item(
         &self,
         req: &ClaimRequest<'_>,
         token: &ClaimToken,
@@ -560,7 +571,7 @@ impl DynamoDbStore {
     }
 
     /// The claim's condition, its names and values, for a claim or a one-shot write at `now`.
-    fn claim_condition(
+    pub(super) fn claim_condition(
         &self,
         now: SystemTime,
     ) -> (
