@@ -307,9 +307,9 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             let effects = Effects::from(effects.as_slice().to_vec());
             match packer {
                 Some(packer) => futures::future::Either::Left(packer.write(request, effects)),
-                None => futures::future::Either::Right(
-                    self.store.claim_completed(request, effects),
-                ),
+                None => {
+                    futures::future::Either::Right(self.store.claim_completed(request, effects))
+                }
             }
         };
         let written = self

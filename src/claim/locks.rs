@@ -114,7 +114,9 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!waiting.is_finished(), "item 2 is held");
         drop(first);
-        waiting.await.expect("the second write runs once the first is done");
+        waiting
+            .await
+            .expect("the second write runs once the first is done");
         assert_eq!(locks.len(), 0, "no lock left behind");
     }
 

@@ -51,7 +51,7 @@ pub use lease::Lease;
 pub use policy::{MissingKey, PayloadCheck};
 
 pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, Recorded, Terms, guarded};
+pub(crate) use format::text;
 pub(crate) use locks::ItemLocks;
 pub(crate) use pack::Packer;
-pub(crate) use format::text;
 pub(crate) use policy::{Namespace, PayloadVerdict, differs};

@@ -198,6 +198,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(!second.is_finished(), "at the limit, the second waits");
         first.finish(false);
-        second.await.expect("the second runs once the first is done");
+        second
+            .await
+            .expect("the second runs once the first is done");
     }
 }

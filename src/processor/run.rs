@@ -22,8 +22,8 @@ use tower::{Service, ServiceExt};
 use tracing::{Instrument, error, warn};
 
 use super::Inner;
-use super::limit::Limit;
 use super::config::{FifoMode, StoreUnavailable};
+use super::limit::Limit;
 use super::plan::{Action, Meta, Plan, Work};
 use crate::claim::{
     Attempt, Claimed, HandlerEnd, Packer, PayloadCheck, PayloadVerdict, Recorded, guarded,

@@ -207,13 +207,15 @@ async fn run(scenario: Scenario) -> Figures {
             .zip(&consumers)
             .map(|(batch, consumer)| {
                 let (consumer, batch) = (consumer.clone(), batch.clone());
-                (!batch.is_empty()).then(|| tokio::spawn(async move {
-                    let event = sqs::lambda_event_with_deadline(
-                        &batch,
-                        deadline_in(Duration::from_secs(30)),
-                    );
-                    consumer.process(event).await
-                }))
+                (!batch.is_empty()).then(|| {
+                    tokio::spawn(async move {
+                        let event = sqs::lambda_event_with_deadline(
+                            &batch,
+                            deadline_in(Duration::from_secs(30)),
+                        );
+                        consumer.process(event).await
+                    })
+                })
             })
             .collect();
         let mut next = Vec::new();

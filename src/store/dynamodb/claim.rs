@@ -482,7 +482,9 @@ impl DynamoDbStore {
     /// The error of a transaction whose first action (the claim or the completion) passed and
     /// which was cancelled anyway: an effect refused (its condition, a validation), or a
     /// transient conflict or throttle.
-    pub(super) fn cancelled_by_effects(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Error {
+    pub(super) fn cancelled_by_effects(
+        reasons: &[aws_sdk_dynamodb::types::CancellationReason],
+    ) -> Error {
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
         let contention = is_contention(reasons);
         let refused: Vec<String> = reasons
@@ -596,11 +598,7 @@ impl DynamoDbStore {
 
 /// A hash of an item's identity: its table and its key attributes (`only`: these of `item`'s
 /// attributes; `None`: all of them), in name order, so the same item always hashes alike.
-fn item_hash(
-    table: &str,
-    item: &HashMap<String, AttributeValue>,
-    only: Option<&[&str]>,
-) -> u64 {
+fn item_hash(table: &str, item: &HashMap<String, AttributeValue>, only: Option<&[&str]>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut names: Vec<&String> = item
         .keys()

@@ -115,7 +115,10 @@ impl DynamoDbStore {
                     return self.alone(writes).await;
                 }
                 _ => {
-                    let e = classify("TransactWriteItems (packed one-shot)", SdkError::ServiceError(e));
+                    let e = classify(
+                        "TransactWriteItems (packed one-shot)",
+                        SdkError::ServiceError(e),
+                    );
                     for (i, _, _) in &sent {
                         answers[*i] = Some(Packed::Answered(Err(copy(&e))));
                     }
@@ -135,7 +138,10 @@ impl DynamoDbStore {
     }
 
     /// Each write through [`ClaimStore::claim_completed`], all at once.
-    async fn alone(&self, writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>) -> Vec<Packed> {
+    async fn alone(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>,
+    ) -> Vec<Packed> {
         let sent: Vec<_> = writes
             .into_iter()
             .map(|(req, effects)| self.claim_completed(req, effects))

@@ -155,7 +155,11 @@ pub async fn run(kind: Kind, mode: Mode, seed: u64, cfg: &Config) -> Result<Repo
         }
         _ => None,
     };
-    let res = Resources::new(kind, &run_id, conflicts.as_ref().map(ConflictProxy::endpoint))?;
+    let res = Resources::new(
+        kind,
+        &run_id,
+        conflicts.as_ref().map(ConflictProxy::endpoint),
+    )?;
     res.init()
         .await
         .map_err(|e| format!("cannot prepare the {} store: {e}", kind.name()))?;
