@@ -197,7 +197,10 @@ pub async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe:
     let marker = |k: &str| format!("{k}#effect");
     let now = base_time();
     match store
-        .claim_completed(request(&keys[1], now), vec![probe.write("unused")].into())
+        .claim_completed(
+            request(&keys[1], now),
+            vec![probe.write(&format!("{key}-first"))].into(),
+        )
         .await
     {
         Ok(OneShotWrite::Committed) => {}
@@ -205,7 +208,11 @@ pub async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe:
     }
     let effects = |i: usize| -> Effects<S::Effect> {
         match i {
-            2 => vec![probe.write(&marker(&keys[2])), probe.rejected("refused")].into(),
+            2 => vec![
+                probe.write(&marker(&keys[2])),
+                probe.rejected(&format!("{key}-refused")),
+            ]
+            .into(),
             _ => vec![probe.write(&marker(&keys[i]))].into(),
         }
     };
