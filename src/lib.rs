@@ -41,6 +41,7 @@
 //! | step | module |
 //! |------|--------|
 //! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
+//! | body → **payload**: the envelope AWS wrapped it in (SNS, EventBridge, S3 notification) opened once, at planning; the key, the fingerprint and [`Message::payload`] read what it wraps | [`envelope`] ([`Envelope`]), [`processor`] (`config.rs`) |
 //! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
 //! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | [`deadline`] |
 //! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers | [`processor`] (`run.rs`) |
@@ -91,6 +92,7 @@
 pub mod aws;
 pub mod claim;
 pub mod deadline;
+pub mod envelope;
 mod error;
 pub mod idempotency;
 pub mod key;
@@ -113,6 +115,7 @@ pub mod store;
 
 pub use claim::{Lease, MissingKey, PayloadCheck};
 pub use deadline::Clock;
+pub use envelope::Envelope;
 pub use error::{BoxError, Error, ErrorKind};
 pub use key::KeySource;
 pub use message::Message;
@@ -164,6 +167,9 @@ pub struct StoresDoctests;
 #[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]
 #[doc = include_str!("../docs/powertools.md")]
 pub struct PowertoolsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/events.md")]
+pub struct EventsDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {
