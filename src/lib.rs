@@ -82,9 +82,12 @@
 //!
 //! ## Observability
 //!
-//! Every batch runs in a `batch` span (`request_id`, `records`, then the counts) and every
-//! message's work in a `message` span (`message_id`, `key`, `group`, `receive_count`; never the
-//! body), so a handler's own `tracing` events carry them. [`ProcessorBuilder::metrics`] sends
+//! Every batch runs in a `batch` span (`request_id`, `xray_trace_id`, `records`, then the counts)
+//! and every message's work in a `message` span (`message_id`, `key`, `group`, `receive_count`,
+//! `trace_header`: the producer's `AWSTraceHeader`; never the body), so a handler's own
+//! `tracing` events carry them. `xray_trace_id` is the invocation's own
+//! (`Context::xray_trace_id`), right when several invocations run at once (`run_concurrent`),
+//! where the process-wide `_X_AMZN_TRACE_ID` is whichever invocation set it last. [`ProcessorBuilder::metrics`] sends
 //! each batch's [`metrics::BatchMetrics`] to a sink: [`metrics::Emf`] for CloudWatch.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -186,6 +186,13 @@ impl Message {
         self.attribute("ApproximateReceiveCount")?.parse().ok()
     }
 
+    /// The producer's X-Ray trace header (the `AWSTraceHeader` system attribute, e.g.
+    /// `Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`), when the
+    /// producer was traced. The processor records it on the message's span (`trace_header`).
+    pub fn trace_header(&self) -> Option<&str> {
+        self.attribute("AWSTraceHeader")
+    }
+
     /// The `MessageGroupId` (FIFO queues, and standard queues with fair-queue groups).
     pub fn group_id(&self) -> Option<&str> {
         self.attribute("MessageGroupId")

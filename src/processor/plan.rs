@@ -24,6 +24,8 @@ pub(super) struct Meta {
     pub(super) id: String,
     /// The namespaced idempotency key, if the message has one.
     pub(super) key: Option<String>,
+    /// The producer's trace (`AWSTraceHeader`), for the outcome's log line.
+    pub(super) trace_header: Option<String>,
 }
 
 /// What to do with one record.
@@ -99,6 +101,7 @@ impl Plan {
         let mut actions = Vec::with_capacity(records.len());
         for (i, mut record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
+            let trace_header = record.attributes.get("AWSTraceHeader").cloned();
             let read = config.read(&mut record, namespace);
             let payload = read.payload;
             let (key, action) = match read.key {
@@ -140,7 +143,11 @@ impl Plan {
                     (None, no_key(message, &id, why, config.missing_key, stop_at))
                 }
             };
-            metas.push(Meta { id, key });
+            metas.push(Meta {
+                id,
+                key,
+                trace_header,
+            });
             actions.push(action);
         }
         Ok(Plan {

@@ -87,7 +87,12 @@ struct Invocation {
     body: Vec<u8>,
     /// `Lambda-Runtime-Deadline-Ms`, epoch milliseconds.
     deadline_ms: u64,
+    /// `Lambda-Runtime-Trace-Id`.
+    trace_id: String,
 }
+
+/// The `Lambda-Runtime-Trace-Id` of an invocation queued without one of its own.
+pub const TRACE_ID: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0";
 
 /// Something the function posted to the fake.
 ///
@@ -209,7 +214,26 @@ impl FakeRuntime {
     /// Queues `payload`, any bytes, with this `Lambda-Runtime-Deadline-Ms`. Returns the
     /// request id.
     pub fn queue_bytes_at(&self, payload: impl Into<Vec<u8>>, deadline_ms: u64) -> String {
-        let event = payload.into();
+        self.enqueue(payload.into(), deadline_ms, TRACE_ID.to_owned())
+    }
+
+    /// Queues `event` as [`queue`](Self::queue) does, with this `Lambda-Runtime-Trace-Id`
+    /// (the invocation's X-Ray trace, `Context::xray_trace_id`) instead of [`TRACE_ID`].
+    /// Returns the request id.
+    pub fn queue_traced(
+        &self,
+        event: impl Into<String>,
+        budget: Duration,
+        trace_id: &str,
+    ) -> String {
+        let deadline_ms = (SystemTime::now() + budget)
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        self.enqueue(event.into().into_bytes(), deadline_ms, trace_id.to_owned())
+    }
+
+    fn enqueue(&self, event: Vec<u8>, deadline_ms: u64, trace_id: String) -> String {
         let request_id = uuid::Uuid::new_v4().to_string();
         // The receiver lives as long as the server task; a send error means it died, which
         // the following `next_post` reports as a timeout with the reason.
@@ -217,6 +241,7 @@ impl FakeRuntime {
             request_id: request_id.clone(),
             body: event,
             deadline_ms,
+            trace_id,
         });
         request_id
     }
@@ -340,10 +365,11 @@ async fn serve_connection(
                  Lambda-Runtime-Aws-Request-Id: {}\r\n\
                  Lambda-Runtime-Deadline-Ms: {}\r\n\
                  Lambda-Runtime-Invoked-Function-Arn: {FUNCTION_ARN}\r\n\
-                 Lambda-Runtime-Trace-Id: Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0\r\n\
+                 Lambda-Runtime-Trace-Id: {}\r\n\
                  Content-Length: {}\r\n\r\n",
                 inv.request_id,
                 inv.deadline_ms,
+                inv.trace_id,
                 inv.body.len(),
             )
             .into_bytes();
