@@ -64,6 +64,8 @@
 //! [`MemoryStore`] (unit tests), `DynamoDbStore` (feature `dynamodb`, the production default),
 //! `SqliteStore` (feature `sqlite`), `RedisStore` and `TieredStore` (feature `redis`),
 //! `PostgresStore` (feature `postgres`), each in its module under [`store`].
+//! [`CachedStore`](store::CachedStore) wraps any of them with a bounded in-process cache of
+//! completed keys: a warm process answers a duplicate without a request.
 //!
 //! ## Feature flags
 //!
