@@ -61,8 +61,8 @@ pub enum Envelope {
 }
 
 impl Envelope {
-    /// Every envelope, in the order of their textual names.
-    pub const ALL: [Envelope; 4] = [
+    /// Every envelope (a slice: more may come).
+    pub const ALL: &'static [Envelope] = &[
         Envelope::None,
         Envelope::Sns,
         Envelope::EventBridge,
@@ -83,7 +83,8 @@ impl Envelope {
     pub fn parse(s: &str) -> Result<Envelope, Error> {
         let s = s.trim();
         Envelope::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|e| e.as_str().eq_ignore_ascii_case(s))
             .ok_or_else(|| {
                 Error::new(
@@ -292,7 +293,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for e in Envelope::ALL {
+        for &e in Envelope::ALL {
             assert_eq!(Envelope::parse(e.as_str()).unwrap(), e);
             assert_eq!(e.to_string().parse::<Envelope>().unwrap(), e);
         }

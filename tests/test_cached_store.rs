@@ -314,3 +314,28 @@ async fn duplicate_batch_figures_on_dynamodb_local() {
     }
     println!("figures (DynamoDB Local):\n  {}\n  {}", lines[0], lines[1]);
 }
+
+/// The idempotency layer over a cached store: a warm duplicate gets the first response, byte
+/// for byte, without a request to the store.
+#[tokio::test]
+async fn the_idempotency_layer_replays_from_the_cache() {
+    use lambda_runtime::{Context, LambdaEvent};
+    use sqs_claim::idempotency::{Idempotency, key};
+
+    let inner = Counting::new(MemoryStore::new());
+    let idempotency =
+        Idempotency::builder(CachedStore::new(inner.clone()), key::json_pointer("/order"))
+            .namespace("orders")
+            .build();
+    let event = || LambdaEvent::new(serde_json::json!({"order": "o-1"}), Context::default());
+    let handler = |_event: LambdaEvent<serde_json::Value>| async {
+        Ok::<_, sqs_claim::BoxError>(serde_json::json!({"charge": "ch_1", "amount": 0.1}))
+    };
+    let first = idempotency.call(event(), handler).await.unwrap();
+    let requests = inner.calls();
+    assert_eq!(requests, 2, "a claim and a completion");
+    let again = idempotency.call(event(), handler).await.unwrap();
+    assert!(again.is_replay());
+    assert_eq!(again.json(), first.json());
+    assert_eq!(inner.calls(), requests, "the duplicate made no request");
+}

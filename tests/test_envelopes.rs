@@ -336,6 +336,33 @@ async fn body_hash_under_an_envelope_is_the_payloads() {
     assert!(completed(&store, &key).await, "{key}");
 }
 
+/// S3 → SNS → SQS: the SNS envelope's payload is the S3 notification; a pointer reads its
+/// record (docs/events.md).
+#[tokio::test]
+async fn s3_through_sns_is_read_with_a_pointer_into_the_notification() {
+    let store = MemoryStore::new();
+    let (p, seen) = processor(&store, Envelope::Sns, "json:/Records/0/s3/object/key");
+    let notification = s3_notification("amzn-s3-demo-bucket", "in/a.csv", "01");
+    let batch = [
+        rec("m-1", &sns_notification("sns-1", &notification)),
+        rec("m-2", &sns_notification("sns-2", &notification)),
+    ];
+    let report = p.process(event(&batch)).await.unwrap();
+    assert_eq!(outcome_names(&report), ["processed", "duplicate"]);
+    assert_eq!(
+        seen.lock().unwrap()[0].1["Records"][0]["eventSource"],
+        "aws:s3"
+    );
+    // Without an envelope, `~json` reads the same key: SNS's Message holds the notification
+    // as text.
+    let key = KeySource::parse("json:/Message/~json/Records/0/s3/object/key").unwrap();
+    let event = sqs_claim_testkit::sqs::sqs_event(&batch[..1]);
+    assert_eq!(
+        key.extract(&event.records[0]).unwrap().as_deref(),
+        Some("in/a.csv")
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The public key API and Powertools
 // ---------------------------------------------------------------------------------------------
