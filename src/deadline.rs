@@ -21,6 +21,7 @@
 //! steps go through `Budget::timed`, which also records how long each took.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::metrics::{Latencies, StoreCall};
@@ -125,6 +126,16 @@ pub(crate) struct Budget {
     /// The batch's store latencies, when metrics are on: every store call already goes
     /// through the budget, so this is where they are timed ([`Budget::timed`]).
     latencies: Option<Arc<Latencies>>,
+    /// Writes cancelled on contention, and retries of store writes, in this invocation
+    /// (shared by clones).
+    retries: Arc<RetryCounts>,
+}
+
+/// What [`Budget::note_conflict`] and [`Budget::note_retry`] counted.
+#[derive(Debug, Default)]
+pub(crate) struct RetryCounts {
+    conflicts: AtomicUsize,
+    retries: AtomicUsize,
 }
 
 impl std::fmt::Debug for Budget {
@@ -185,7 +196,26 @@ impl Budget {
             hard_stop,
             stop,
             latencies: None,
+            retries: Arc::default(),
         }
+    }
+
+    /// Counts a store write cancelled on contention.
+    pub(crate) fn note_conflict(&self) {
+        self.retries.conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a store write sent again (after contention or a transient error).
+    pub(crate) fn note_retry(&self) {
+        self.retries.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The writes cancelled on contention and the retries counted so far.
+    pub(crate) fn retry_counts(&self) -> (usize, usize) {
+        (
+            self.retries.conflicts.load(Ordering::Relaxed),
+            self.retries.retries.load(Ordering::Relaxed),
+        )
     }
 
     /// The same budget, timing the store calls made through [`Budget::timed`].

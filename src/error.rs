@@ -21,6 +21,13 @@ pub enum ErrorKind {
     /// The store answered but refused the request for a reason retrying will not fix: a missing
     /// table, a wrong schema, invalid credentials, a request too large.
     StoreRejected,
+    /// The store cancelled the write because another write on one of its items was in flight
+    /// (DynamoDB's `TransactionConflict`, a PostgreSQL serialization failure or deadlock) or
+    /// throttled it inside a transaction: **nothing was written**, and the same write can be
+    /// sent again at once. The claim core retries it with backoff under the contention
+    /// [`RetryPolicy`](crate::retry::RetryPolicy) inside the time budget, so a caller sees it
+    /// only when that ran out. Transient ([`Error::is_transient`]).
+    Contention,
     /// The record no longer carries this claimant's token: the lease lapsed and another worker
     /// took the claim over (or the record expired and was removed). Nothing was changed.
     LostClaim,
@@ -68,6 +75,7 @@ impl ErrorKind {
         match self {
             ErrorKind::StoreUnavailable => "store_unavailable",
             ErrorKind::StoreRejected => "store_rejected",
+            ErrorKind::Contention => "contention",
             ErrorKind::LostClaim => "lost_claim",
             ErrorKind::EffectRejected => "effect_rejected",
             ErrorKind::ResponseTooLarge => "response_too_large",
@@ -148,9 +156,13 @@ impl Error {
         &self.inner.message
     }
 
-    /// Whether retrying the same call later may succeed.
+    /// Whether retrying the same call later may succeed: the store was unavailable, or the
+    /// write met contention ([`ErrorKind::Contention`], which also says nothing was written).
     pub fn is_transient(&self) -> bool {
-        self.inner.kind == ErrorKind::StoreUnavailable
+        matches!(
+            self.inner.kind,
+            ErrorKind::StoreUnavailable | ErrorKind::Contention
+        )
     }
 
     pub(crate) fn lost_claim(key: &str) -> Self {

@@ -36,6 +36,10 @@
 //! | `Failed.<kind>` | Count | failed with that [`FailureKind`] (`Failed.handler_error`, ...), written only when not zero |
 //! | `NotStarted` | Count | reported for retry: not started (deadline, an earlier failure in its FIFO group) |
 //! | `CutOff` | Count | reported for retry: cut off by the time budget |
+//! | `DeadLettered` | Count | failed on their last allowed receive and sent to the failure destination |
+//! | `Conflicts` | Count | store writes cancelled on contention (a hot item written from several places at once), retried or not ([`BatchMetrics::conflicts`]) |
+//! | `Retries` | Count | store writes sent again: after contention, or a completion after a transient error ([`BatchMetrics::retries`]) |
+//! | `InFlightLimit` | Count | the adaptive in-flight limit when the batch ended ([`BatchMetrics::in_flight_limit`]) |
 //! | `DedupHitRate` | Percent | `Duplicate / (Processed + Duplicate)`; written only when that is not 0 / 0 |
 //! | `ClaimLatency` | Milliseconds | each claim call of the batch (see [`BatchMetrics::claim_latencies`]) |
 //! | `CompletionLatency` | Milliseconds | each completion, retries included, and each one-shot write |
@@ -79,6 +83,18 @@ pub struct BatchMetrics {
     /// How long each completion took, its retries included, in the order they finished; in
     /// one-shot mode, each one-shot write (which claims and completes at once).
     pub completion_latencies: Vec<Duration>,
+    /// Store writes of the batch cancelled on contention (another write on one of their items
+    /// in flight: DynamoDB's `TransactionConflict`, a throttled transaction, a PostgreSQL
+    /// serialization failure), whether the retry then succeeded or not. A hot item written
+    /// from several invocations at once shows here first.
+    pub conflicts: usize,
+    /// Store writes sent again: after contention, and completions retried after a transient
+    /// error (by the library; the AWS SDK's own retries are not counted).
+    pub retries: usize,
+    /// The processor's adaptive in-flight limit when the batch ended: how many messages of a
+    /// standard-queue batch may run at once (cut on contention and timeouts, grown back on
+    /// success, at most [`Processor::concurrency`](crate::Processor::concurrency)).
+    pub in_flight_limit: usize,
 }
 
 impl BatchMetrics {
@@ -112,6 +128,9 @@ impl BatchMetrics {
             failed_by_kind,
             claim_latencies,
             completion_latencies,
+            conflicts: 0,
+            retries: 0,
+            in_flight_limit: 0,
         }
     }
 
@@ -428,6 +447,9 @@ impl Emf {
         // Failed for good on their last receive and sent to the failure queue with their
         // reason (`ProcessorBuilder::failure_destination`): handled, but worth an alarm.
         put("DeadLettered", "Count", json!(c.dead_lettered));
+        put("Conflicts", "Count", json!(batch.conflicts));
+        put("Retries", "Count", json!(batch.retries));
+        put("InFlightLimit", "Count", json!(batch.in_flight_limit));
         if let Some(rate) = batch.dedup_hit_rate() {
             put("DedupHitRate", "Percent", json!(rate));
         }
@@ -479,6 +501,9 @@ const METRIC_NAMES: &[&str] = &[
     "NotStarted",
     "CutOff",
     "DeadLettered",
+    "Conflicts",
+    "Retries",
+    "InFlightLimit",
     "DedupHitRate",
     "ClaimLatency",
     "CompletionLatency",

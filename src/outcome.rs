@@ -180,6 +180,10 @@ pub enum FailureKind {
     StoreUnavailable,
     /// The store refused the request (misconfiguration: a missing table, say).
     StoreRejected,
+    /// Every write of the message met contention (another write on one of its items in
+    /// flight: a hot item, written from several invocations at once) until the contention
+    /// retries or the time budget ran out. Nothing was written; the redelivery tries again.
+    Contention,
     /// The store refused one of the handler's atomic effects; nothing was committed.
     EffectRejected,
     /// The claim was taken over by another worker before the completion, and the handler's
@@ -197,6 +201,7 @@ impl FailureKind {
     pub(crate) fn of_store_error(kind: ErrorKind) -> FailureKind {
         match kind {
             ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
+            ErrorKind::Contention => FailureKind::Contention,
             ErrorKind::EffectRejected => FailureKind::EffectRejected,
             ErrorKind::LostClaim => FailureKind::LostClaim,
             ErrorKind::PayloadMismatch => FailureKind::PayloadMismatch,
@@ -224,6 +229,7 @@ impl FailureKind {
             FailureKind::PayloadMismatch => "payload_mismatch",
             FailureKind::StoreUnavailable => "store_unavailable",
             FailureKind::StoreRejected => "store_rejected",
+            FailureKind::Contention => "contention",
             FailureKind::EffectRejected => "effect_rejected",
             FailureKind::LostClaim => "lost_claim",
             FailureKind::HandlerTimeout => "handler_timeout",

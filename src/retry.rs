@@ -37,7 +37,7 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     /// At most `max_retries` retries after the first attempt, the first one `first_backoff`
     /// later (with jitter), doubling each time up to the cap (default 2 s).
-    pub fn new(max_retries: u32, first_backoff: Duration) -> Self {
+    pub const fn new(max_retries: u32, first_backoff: Duration) -> Self {
         RetryPolicy {
             max_retries,
             first: first_backoff,
@@ -46,18 +46,18 @@ impl RetryPolicy {
     }
 
     /// No retries: one attempt.
-    pub fn none() -> Self {
+    pub const fn none() -> Self {
         RetryPolicy::new(0, Duration::ZERO)
     }
 
     /// The longest delay between two attempts.
-    pub fn with_cap(mut self, cap: Duration) -> Self {
+    pub const fn with_cap(mut self, cap: Duration) -> Self {
         self.cap = cap;
         self
     }
 
     /// Retries after the first attempt.
-    pub fn max_retries(&self) -> u32 {
+    pub const fn max_retries(&self) -> u32 {
         self.max_retries
     }
 

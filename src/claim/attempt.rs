@@ -9,11 +9,14 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
-use tracing::warn;
+use tracing::{debug, warn};
 
+use super::locks::{Held, ItemLocks, claim_item};
+use super::pack::Packer;
 use super::{Lease, PayloadCheck, PayloadVerdict};
 use crate::deadline::{self, Budget, OutOfTime};
 use crate::metrics::StoreCall;
@@ -33,6 +36,10 @@ pub(crate) struct Terms {
     pub(crate) lease: Lease,
     /// How a completion that failed with a transient error is retried.
     pub(crate) completion_retry: RetryPolicy,
+    /// How a write cancelled on contention ([`ErrorKind::Contention`]: nothing written) is
+    /// sent again: every store write of an attempt, whether or not the client retries by
+    /// itself (the AWS SDK does not retry a transaction conflict).
+    pub(crate) contention_retry: RetryPolicy,
     /// What a key done before with another payload means.
     pub(crate) payload_check: PayloadCheck,
 }
@@ -43,13 +50,20 @@ impl Default for Terms {
             ttl: Duration::from_secs(24 * 3600),
             lease: Lease::default(),
             completion_retry: RetryPolicy::default(),
+            contention_retry: CONTENTION_RETRY,
             payload_check: PayloadCheck::Fail,
         }
     }
 }
 
+/// The default contention retries: up to 20, from 10 ms, at most 500 ms apart (about 6 s of
+/// backoff in all), and never past the time budget. A conflict is answered at once and wrote
+/// nothing, so a retry costs one request; the jitter spreads invocations that collided.
+pub(crate) const CONTENTION_RETRY: RetryPolicy =
+    RetryPolicy::new(20, Duration::from_millis(10)).with_cap(Duration::from_millis(500));
+
 /// One attempt at one key: the store, the terms, the budget, and what is claimed.
-pub(crate) struct Attempt<'a, S> {
+pub(crate) struct Attempt<'a, S: ClaimStore> {
     store: &'a S,
     terms: &'a Terms,
     budget: &'a Budget,
@@ -57,6 +71,12 @@ pub(crate) struct Attempt<'a, S> {
     fingerprint: Option<&'a str>,
     /// The SQS message id, for log lines, when the attempt is one message's.
     message_id: Option<&'a str>,
+    /// The process's item locks, when writes on one item must take turns.
+    locks: Option<&'a ItemLocks>,
+    /// The batch's packer, when one-shot writes with effects go several per request.
+    packer: Option<&'a Packer<'a, S>>,
+    /// Writes of this attempt cancelled on contention so far.
+    conflicts: AtomicU32,
 }
 
 /// What a claim (or a one-shot write) found.
@@ -125,7 +145,102 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             key,
             fingerprint,
             message_id: None,
+            locks: None,
+            packer: None,
+            conflicts: AtomicU32::new(0),
         }
+    }
+
+    /// The same attempt, its one-shot write with effects sent through `packer` (with others
+    /// of the batch, in one request) when there is one.
+    pub(crate) fn with_packer(mut self, packer: Option<&'a Packer<'a, S>>) -> Self {
+        self.packer = packer;
+        self
+    }
+
+    /// The same attempt, its writes with effects taking turns with the process's other writes
+    /// on the same items ([`ItemLocks`]).
+    pub(crate) fn with_locks(mut self, locks: &'a ItemLocks) -> Self {
+        self.locks = Some(locks);
+        self
+    }
+
+    /// How many of this attempt's writes were cancelled on contention (retried or not).
+    pub(crate) fn conflicts(&self) -> u32 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+
+    /// Sends a store write made by `send`, and sends it again, under the contention retry
+    /// policy and never past the budget's hard stop, while it is cancelled on contention
+    /// ([`ErrorKind::Contention`]: nothing was written). Counts conflicts and retries.
+    async fn contended<T, F, Fut>(&self, mut send: F) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let result = self
+            .terms
+            .contention_retry
+            .retry(
+                self.budget.hard_stop(),
+                |_| {
+                    let sent = send();
+                    async move {
+                        let answer = sent.await;
+                        if answer
+                            .as_ref()
+                            .is_err_and(|e| e.kind() == ErrorKind::Contention)
+                        {
+                            self.conflicts.fetch_add(1, Ordering::Relaxed);
+                            self.budget.note_conflict();
+                        }
+                        answer
+                    }
+                },
+                |e: &Error| e.kind() == ErrorKind::Contention,
+                |retry, e| {
+                    self.budget.note_retry();
+                    debug!(
+                        message_id = self.message_id,
+                        key = self.key,
+                        retry,
+                        error = %format_args!("{e:#}"),
+                        "write cancelled on contention; sending it again"
+                    );
+                },
+            )
+            .await;
+        match result {
+            Err(e) if e.kind() == ErrorKind::Contention => Err(Error::with_source(
+                ErrorKind::Contention,
+                format!(
+                    "every write met contention ({} cancelled: another write on one of its \
+                     items was in flight, a hot item written from several places at once) \
+                     until the contention retries or the time budget ran out; nothing was \
+                     written",
+                    self.conflicts()
+                ),
+                e,
+            )),
+            other => other,
+        }
+    }
+
+    /// Takes the item locks of a write on this key with `effects`, under the budget. `None`
+    /// without locks.
+    async fn take_turn(&self, effects: &Effects<S::Effect>) -> Result<Option<Held<'a>>, OutOfTime> {
+        let Some(locks) = self.locks else {
+            return Ok(None);
+        };
+        let mut items = Vec::with_capacity(effects.len() + 1);
+        items.push(claim_item(self.key));
+        items.extend(
+            effects
+                .as_slice()
+                .iter()
+                .filter_map(|e| self.store.effect_item(e)),
+        );
+        self.budget.bounded(locks.lock(items)).await.map(Some)
     }
 
     /// The stored key.
@@ -160,7 +275,10 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         // kilobytes, and inline it would grow every message's future.
         let claimed = self
             .budget
-            .timed(StoreCall::Claim, Box::pin(self.store.claim(self.request())))
+            .timed(
+                StoreCall::Claim,
+                Box::pin(self.contended(|| self.store.claim(self.request()))),
+            )
             .await;
         match claimed {
             Err(OutOfTime) => Claimed::CutOff,
@@ -175,16 +293,28 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
     /// ([`ClaimStore::claim_completed`]). A completed record expires with the TTL alone: no
     /// lease holds it.
     pub(crate) async fn claim_completed(&self, effects: Effects<S::Effect>) -> Claimed<()> {
-        let request = ClaimRequest {
-            expires_at: deadline::after(self.budget.now(), self.terms.ttl),
-            ..self.request()
+        let Ok(_turn) = self.take_turn(&effects).await else {
+            return Claimed::CutOff;
+        };
+        // Each send is a new request at its own `now` with its own copy of the effects: a
+        // write cancelled on contention is sent again as it was.
+        let packer = self.packer.filter(|_| !effects.is_empty());
+        let send = || {
+            let request = ClaimRequest {
+                expires_at: deadline::after(self.budget.now(), self.terms.ttl),
+                ..self.request()
+            };
+            let effects = Effects::from(effects.as_slice().to_vec());
+            match packer {
+                Some(packer) => futures::future::Either::Left(packer.write(request, effects)),
+                None => {
+                    futures::future::Either::Right(self.store.claim_completed(request, effects))
+                }
+            }
         };
         let written = self
             .budget
-            .timed(
-                StoreCall::Completion,
-                Box::pin(self.store.claim_completed(request, effects)),
-            )
+            .timed(StoreCall::Completion, Box::pin(self.contended(send)))
             .await;
         match written {
             Err(OutOfTime) => Claimed::CutOff,
@@ -219,37 +349,35 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         let had_effects = !effects.is_empty();
         let sent_response = response.is_some();
         let expires_at = deadline::after(self.budget.now(), self.terms.ttl);
+        let turn = match self.take_turn(&effects).await {
+            Ok(turn) => turn,
+            Err(OutOfTime) => return Recorded::CutOff { had_effects },
+        };
         // A client that retries by itself (the AWS SDK) gets no second loop on top.
         let policy = if self.store.capabilities().retries_internally {
             RetryPolicy::none()
         } else {
             self.terms.completion_retry
         };
-        let mut effects = Some(effects);
         // A retry resends the same completion. A transient error can leave it unknown whether
         // the attempt committed; the contract makes that safe: if it did, the retry finds the
         // record completed by this token and succeeds without applying anything again; if it
-        // did not, the retry commits effects and completion together.
-        let attempt = |retry: u32| {
-            let send = if retry >= policy.max_retries() {
-                effects.take().unwrap_or_default()
-            } else {
-                effects
-                    .as_ref()
-                    .map(|e| Effects::from(e.as_slice().to_vec()))
-                    .unwrap_or_default()
-            };
-            let mut completion = Completion::new(expires_at).with_effects(send);
+        // did not, the retry commits effects and completion together. A cancellation on
+        // contention wrote nothing, and is sent again inside each attempt ([`Self::contended`]).
+        let send = || {
+            let mut completion = Completion::new(expires_at)
+                .with_effects(Effects::from(effects.as_slice().to_vec()));
             if let Some(response) = &response {
                 completion = completion.with_response(response.clone());
             }
-            Box::pin(self.store.complete_with(self.key, token, completion))
+            self.store.complete_with(self.key, token, completion)
         };
         let retried = policy.retry(
             self.budget.hard_stop(),
-            attempt,
-            Error::is_transient,
+            |_| self.contended(&send),
+            |e: &Error| e.kind() == ErrorKind::StoreUnavailable,
             |retry, e| {
+                self.budget.note_retry();
                 warn!(
                     message_id = self.message_id,
                     key = self.key,
@@ -259,7 +387,13 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                 );
             },
         );
-        let e = match self.budget.timed(StoreCall::Completion, retried).await {
+        let timed = self
+            .budget
+            .timed(StoreCall::Completion, Box::pin(retried))
+            .await;
+        // The items are free again before a release goes out.
+        drop(turn);
+        let e = match timed {
             Ok(Ok(())) => return Recorded::Committed,
             Err(OutOfTime) => return Recorded::CutOff { had_effects },
             Ok(Err(e)) => e,
@@ -285,7 +419,9 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
     pub(crate) async fn release(&self, token: &ClaimToken) {
         let released = self
             .budget
-            .bounded(Box::pin(self.store.release(self.key, token)))
+            .bounded(Box::pin(
+                self.contended(|| self.store.release(self.key, token)),
+            ))
             .await;
         match released {
             Ok(Ok(())) => {}

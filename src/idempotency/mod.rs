@@ -148,6 +148,9 @@ struct Config<St, X> {
     /// How long a request waits for one with its key still running
     /// ([`IdempotencyBuilder::wait_in_progress`]); `None`: it does not.
     wait: Option<Duration>,
+    /// Concurrent requests of this process (`run_concurrent`) whose writes share an item take
+    /// turns, as the processor's messages do.
+    locks: crate::claim::ItemLocks,
 }
 
 impl<St, X> Clone for Idempotency<St, X> {
@@ -192,6 +195,7 @@ impl<St: ClaimStore, X> Idempotency<St, X> {
                 answers: None,
                 clock: Clock::system(),
                 wait: None,
+                locks: crate::claim::ItemLocks::default(),
             },
         }
     }
@@ -333,6 +337,18 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     /// ```
     pub fn wait_in_progress(mut self, max: Duration) -> Self {
         self.config.wait = (!max.is_zero()).then_some(max);
+        self
+    }
+
+    /// How a write cancelled on contention is sent again: a DynamoDB transaction that met
+    /// another in flight on one of its items (`TransactionConflict`), a throttled transaction,
+    /// a PostgreSQL serialization failure. Such a write wrote nothing, and the store's client
+    /// does not retry it (the AWS SDK does not), so every store step (claim, completion,
+    /// one-shot write, release) sends it again under this policy, never past the time budget;
+    /// only then does the message fail, as `contention`. Default: up to 20 retries from
+    /// 10 ms, at most 500 ms apart. `RetryPolicy::none()` turns it off.
+    pub fn contention_retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.terms.contention_retry = policy;
         self
     }
 

@@ -103,7 +103,8 @@ where
             &budget,
             &key,
             fingerprint.as_deref(),
-        );
+        )
+        .with_locks(&config.locks);
         let mut claimed = attempt.claim().await;
         if let (Claimed::HeldElsewhere { .. }, Some(max)) = (&claimed, config.wait) {
             claimed = wait_out(&attempt, &budget, max, claimed).await;
@@ -374,7 +375,10 @@ async fn complete<St: ClaimStore>(
     }
     // With effects, nothing of the handler's work is done unless the completion committed:
     // answer an error.
-    let what = if e.is_transient() {
+    let what = if e.kind() == ErrorKind::Contention {
+        "the completion with effects was not committed (contention), the claim released: a \
+         retry runs the handler again"
+    } else if e.is_transient() {
         "the completion with effects could not be confirmed, it may or may not have \
          committed (a retry finds out: replayed if it did, run again if it did not)"
     } else if e.kind() == ErrorKind::LostClaim {

@@ -373,6 +373,18 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
+    /// How a write cancelled on contention is sent again: a DynamoDB transaction that met
+    /// another in flight on one of its items (`TransactionConflict`), a throttled transaction,
+    /// a PostgreSQL serialization failure. Such a write wrote nothing, and the store's client
+    /// does not retry it (the AWS SDK does not), so every store step (claim, completion,
+    /// one-shot write, release) sends it again under this policy, never past the time budget;
+    /// only then does the message fail, as `contention`. Default: up to 20 retries from
+    /// 10 ms, at most 500 ms apart. `RetryPolicy::none()` turns it off.
+    pub fn contention_retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.terms.contention_retry = policy;
+        self
+    }
+
     /// The clock. Default: [`Clock::system`]. Tests use [`Clock::tokio`] with paused time.
     pub fn clock(mut self, clock: Clock) -> Self {
         self.config.clock = clock;
@@ -410,6 +422,8 @@ impl<S, H> ProcessorBuilder<S, H> {
                 store: self.store,
                 handler: self.handler,
                 config,
+                locks: crate::claim::ItemLocks::default(),
+                limit: std::sync::OnceLock::new(),
             }),
         }
     }

@@ -14,6 +14,7 @@
 //! | `config.rs` | the processor's own policies ([`StoreUnavailable`], [`FifoMode`]) and [`ProcessorBuilder`]; the claim's ([`PayloadCheck`](crate::PayloadCheck), [`Lease`](crate::Lease), [`MissingKey`](crate::MissingKey), the key format) are in [`claim`](crate::claim) |
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
 //! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
+//! | `limit.rs` | the in-flight limit of a standard-queue batch, adapted to what the store answers: cut on contention and timeouts, grown back on success (AIMD) |
 //! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive sent, with their reason, to a failure queue (feature `sqs`) |
 //!
 //! Where a duplicate is detected: when the claim finds the key completed (`claim/attempt.rs`,
@@ -27,6 +28,7 @@
 mod config;
 #[cfg(feature = "sqs")]
 mod failure_destination;
+mod limit;
 mod one_shot;
 mod plan;
 mod run;
@@ -59,6 +61,11 @@ struct Inner<S, H> {
     store: S,
     handler: H,
     config: Config,
+    /// Writes of this process on one item take turns (see `claim/locks.rs`).
+    locks: crate::claim::ItemLocks,
+    /// How many messages of a standard-queue batch run at once, adapted as they run; made
+    /// on first use, at [`Processor::concurrency`].
+    limit: std::sync::OnceLock<limit::Limit>,
 }
 
 /// The SQS batch processor. Cheap to clone (an `Arc` inside).
@@ -209,6 +216,7 @@ where
         span.record("failed", c.failed);
         span.record("not_started", c.not_started);
         span.record("cut_off", c.cut_off);
+        let (conflicts, retries) = budget.retry_counts();
         info!(
             records = report.items().len(),
             fifo,
@@ -218,10 +226,12 @@ where
             failed = c.failed,
             not_started = c.not_started,
             cut_off = c.cut_off,
+            conflicts,
+            retries,
             "batch done"
         );
         if let Some(sink) = &config.metrics {
-            let metrics = BatchMetrics::new(
+            let mut metrics = BatchMetrics::new(
                 &report,
                 config.clock.now(),
                 context.request_id.clone(),
@@ -230,6 +240,9 @@ where
                 fifo,
                 budget.take_latencies(),
             );
+            metrics.conflicts = conflicts;
+            metrics.retries = retries;
+            metrics.in_flight_limit = self.inner.in_flight_limit();
             // Every message already has its outcome: a sink that panics must not turn them
             // into a failed invocation (Lambda would redeliver the whole batch).
             let recorded =

@@ -12,6 +12,7 @@
 //!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -22,8 +23,11 @@ use tracing::{Instrument, error, warn};
 
 use super::Inner;
 use super::config::{FifoMode, StoreUnavailable};
+use super::limit::Limit;
 use super::plan::{Action, Meta, Plan, Work};
-use crate::claim::{Attempt, Claimed, HandlerEnd, PayloadCheck, PayloadVerdict, Recorded, guarded};
+use crate::claim::{
+    Attempt, Claimed, HandlerEnd, Packer, PayloadCheck, PayloadVerdict, Recorded, guarded,
+};
 use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;
@@ -133,13 +137,31 @@ where
             }
         }
         let check = self.config.terms.payload_check;
+        // One-shot writes with effects go several per request where the store packs them.
+        let packer = if self.config.one_shot {
+            Packer::for_store(&self.store)
+        } else {
+            None
+        };
+        let packer = packer.as_ref();
         // (leader index, its outcome, its copies' indexes and outcomes)
         type Ran = (usize, Outcome, Vec<(usize, Outcome)>);
-        let ran: Vec<Ran> = stream::iter(groups)
+        let batch = stream::iter(groups)
             .map(|group| async move {
+                // A place under the adaptive limit; `buffered` below only bounds how many
+                // messages' futures exist at once.
+                let permit = self.limit().acquire().await;
+                let conflicts = AtomicU32::new(0);
                 let outcome = self
-                    .execute(group.work, &metas[group.index].id, budget)
+                    .execute(
+                        group.work,
+                        &metas[group.index].id,
+                        budget,
+                        &conflicts,
+                        packer,
+                    )
                     .await;
+                permit.finish(met_pressure(&outcome, conflicts.load(Ordering::Relaxed)));
                 // Empty (no allocation) for the usual key without copies.
                 let copies = group
                     .copies
@@ -159,8 +181,20 @@ where
                 (group.index, outcome, copies)
             })
             .buffered(self.concurrency())
-            .collect()
-            .await;
+            .collect::<Vec<Ran>>();
+        let ran = match packer {
+            None => batch.await,
+            // The packer sends the messages' writes while they wait; it never ends by itself,
+            // and is dropped with the batch.
+            Some(packer) => {
+                let run = packer.run();
+                tokio::pin!(batch, run);
+                match futures::future::select(batch, run).await {
+                    futures::future::Either::Left((ran, _)) => ran,
+                    futures::future::Either::Right(((), batch)) => batch.await,
+                }
+            }
+        };
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
         let mut any_copies = false;
         for (index, outcome, copies) in ran {
@@ -201,7 +235,12 @@ where
             let before = previous[i].map(|p: usize| items[p].clone());
             let id = metas[i].id.as_str();
             let outcome: BoxFuture<'_, Outcome> = match action {
-                Action::Do(work) => self.execute(work, id, budget).boxed(),
+                // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
+                Action::Do(work) => async move {
+                    self.execute(work, id, budget, &AtomicU32::new(0), None)
+                        .await
+                }
+                .boxed(),
                 Action::Follow {
                     leader,
                     leader_name,
@@ -253,6 +292,16 @@ where
             .collect()
     }
 
+    /// The adaptive in-flight limit (see `limit.rs`).
+    fn limit(&self) -> &Limit {
+        self.limit.get_or_init(|| Limit::new(self.concurrency()))
+    }
+
+    /// The adaptive in-flight limit now.
+    pub(super) fn in_flight_limit(&self) -> usize {
+        self.limit().current()
+    }
+
     /// See [`Processor::concurrency`](super::Processor::concurrency).
     pub(super) fn concurrency(&self) -> usize {
         self.config
@@ -266,20 +315,32 @@ where
     ///
     /// A plain function returning the instrumented future, not an `async fn`: that would keep a
     /// second copy of `work` beside the future that owns it, in every message's future.
+    ///
+    /// `conflicts` counts the message's writes cancelled on contention, for the limit.
     fn execute<'a>(
         &'a self,
         work: Work,
         id: &'a str,
         budget: &'a Budget,
+        conflicts: &'a AtomicU32,
+        packer: Option<&'a Packer<'a, S>>,
     ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
         let span = match &work {
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, budget).instrument(span)
+        self.execute_work(work, id, budget, conflicts, packer)
+            .instrument(span)
     }
 
-    async fn execute_work(&self, work: Work, id: &str, budget: &Budget) -> Outcome {
+    async fn execute_work(
+        &self,
+        work: Work,
+        id: &str,
+        budget: &Budget,
+        conflicts: &AtomicU32,
+        packer: Option<&Packer<'_, S>>,
+    ) -> Outcome {
         match work {
             Work::Fail(failure) => Outcome::Failed(failure),
             Work::Unclaimed { message } => {
@@ -300,8 +361,19 @@ where
                 key,
                 fingerprint,
             } => {
-                self.run_claimed(message, id, &key, fingerprint.as_deref(), budget)
-                    .await
+                let attempt = Attempt::new(
+                    &self.store,
+                    &self.config.terms,
+                    budget,
+                    &key,
+                    fingerprint.as_deref(),
+                )
+                .for_message(id)
+                .with_locks(&self.locks)
+                .with_packer(packer);
+                let outcome = self.run_claimed(message, id, &attempt, budget).await;
+                conflicts.store(attempt.conflicts(), Ordering::Relaxed);
+                outcome
             }
         }
     }
@@ -311,18 +383,16 @@ where
         &self,
         message: Box<Message>,
         id: &str,
-        key: &str,
-        fingerprint: Option<&str>,
+        attempt: &Attempt<'_, S>,
         budget: &Budget,
     ) -> Outcome {
         if !budget.may_start() {
             return Outcome::NotStarted(NotStarted::Deadline);
         }
         let config = &self.config;
-        let attempt =
-            Attempt::new(&self.store, &config.terms, budget, key, fingerprint).for_message(id);
+        let key = attempt.key();
         if config.one_shot {
-            return self.run_one_shot(message, id, &attempt, budget).await;
+            return self.run_one_shot(message, id, attempt, budget).await;
         }
         let token = match attempt.claim().await {
             Claimed::Won(token) => token,
@@ -350,6 +420,12 @@ where
                     format!("claim failed, nothing ran: {e:#}"),
                 ));
             }
+            Claimed::Failed(e) if e.kind() == ErrorKind::Contention => {
+                return Outcome::Failed(Failure::new(
+                    FailureKind::Contention,
+                    format!("claim not written, nothing ran: {e:#}"),
+                ));
+            }
             Claimed::Failed(e) => {
                 return Outcome::Failed(Failure::new(
                     FailureKind::StoreRejected,
@@ -360,7 +436,7 @@ where
 
         match self.call_handler(message, budget).await {
             HandlerCall::Returned(Ok(effects)) => {
-                Box::pin(self.complete(id, key, &attempt, &token, effects)).await
+                Box::pin(self.complete(id, key, attempt, &token, effects)).await
             }
             HandlerCall::Returned(Err(failure)) => {
                 Box::pin(attempt.release(&token)).await;
@@ -403,7 +479,9 @@ where
                 // A transient error may hide a commit (an answer lost after the write), or may
                 // say nothing was sent: the store's own message tells which. Either way the
                 // redelivery settles it.
-                let what = if e.is_transient() {
+                let what = if e.kind() == ErrorKind::Contention {
+                    "one-shot write not committed"
+                } else if e.is_transient() {
                     "one-shot write failed; the redelivery retries it (if it did commit, the \
                      redelivery finds the key completed and skips it)"
                 } else {
@@ -509,7 +587,9 @@ where
                 // A transient error (a timeout, a dropped connection) can hide a commit: do not
                 // tell the on-call engineer that nothing was written, or they may apply the
                 // effects by hand.
-                let what = if e.is_transient() {
+                let what = if e.kind() == ErrorKind::Contention {
+                    "completion with effects not committed, the claim released"
+                } else if e.is_transient() {
                     "completion with effects could not be confirmed, it may or may not have \
                      committed (the redelivery finds out: skipped as a duplicate if it did, \
                      applied with the completion if it did not)"
@@ -523,6 +603,20 @@ where
             }
         }
     }
+}
+
+/// Whether a message met pressure from the store, for the adaptive limit: a write cancelled
+/// on contention (even one retried successfully), a store that did not answer in time, or a
+/// store step cut off by the time budget.
+fn met_pressure(outcome: &Outcome, conflicts: u32) -> bool {
+    conflicts > 0
+        || matches!(
+            outcome,
+            Outcome::Failed(Failure {
+                kind: FailureKind::StoreUnavailable | FailureKind::Contention,
+                ..
+            }) | Outcome::CutOff(Step::Claim | Step::Completion)
+        )
 }
 
 /// The outcome of a message whose key was done before (by a stored record, or by an earlier

@@ -43,6 +43,12 @@ pub struct Capabilities {
     /// for a networked store, one round trip) rather than the default's claim, then complete.
     /// Default: `false`.
     pub atomic_one_shot: bool,
+    /// How many actions one atomic request of several one-shot writes may carry
+    /// ([`claim_completed_packed`](super::ClaimStore::claim_completed_packed): DynamoDB's
+    /// `TransactWriteItems` takes 100). A one-shot write with effects is already a transaction;
+    /// packing several into one request costs no more write units and saves a request each.
+    /// `0` (the default): the store does not pack, and each write goes alone.
+    pub max_pack_actions: usize,
 }
 
 impl Capabilities {
@@ -54,6 +60,7 @@ impl Capabilities {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             retries_internally: false,
             atomic_one_shot: false,
+            max_pack_actions: 0,
         }
     }
 
@@ -72,6 +79,12 @@ impl Capabilities {
     /// Sets [`retries_internally`](Self::retries_internally).
     pub const fn with_retries_internally(mut self, retries: bool) -> Self {
         self.retries_internally = retries;
+        self
+    }
+
+    /// Sets [`max_pack_actions`](Self::max_pack_actions).
+    pub const fn with_max_pack_actions(mut self, actions: usize) -> Self {
+        self.max_pack_actions = actions;
         self
     }
 

@@ -70,6 +70,7 @@ struct Shared {
     records: Mutex<HashMap<String, Entry>>,
     unavailable: AtomicBool,
     failing_completions: AtomicUsize,
+    contended_writes: AtomicUsize,
 }
 
 /// An in-process claim store. Cloning it shares the same records.
@@ -94,6 +95,30 @@ impl MemoryStore {
     /// writing anything (a transient error on the completion write).
     pub fn fail_next_completions(&self, n: usize) {
         self.shared.failing_completions.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the next `n` writes (claims, completions, one-shot writes, releases) fail with
+    /// [`ErrorKind::Contention`] without writing anything, as DynamoDB cancels a transaction
+    /// that meets another in flight on one of its items.
+    pub fn contend_next_writes(&self, n: usize) {
+        self.shared.contended_writes.store(n, Ordering::SeqCst);
+    }
+
+    /// The next of the cancellations [`contend_next_writes`](Self::contend_next_writes) asked
+    /// for, if any are left.
+    fn injected_contention(&self) -> Result<(), Error> {
+        if self
+            .shared
+            .contended_writes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Error::new(
+                ErrorKind::Contention,
+                "injected contention: another write on the item in flight",
+            ));
+        }
+        Ok(())
     }
 
     /// The status of the record for `key`, if one exists (expired or not).
@@ -161,6 +186,7 @@ impl ClaimStore for MemoryStore {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         self.check_up()?;
+        self.injected_contention()?;
         let mut records = self.records();
         if let Some(refused) = refusal(&records, &req) {
             return Ok(refused);
@@ -194,6 +220,7 @@ impl ClaimStore for MemoryStore {
             ..
         } = completion;
         self.check_up()?;
+        self.injected_contention()?;
         self.injected_completion_failure()?;
         let mut records = self.records();
         let Some(entry) = records.get_mut(key).filter(|e| &e.token == token) else {
@@ -221,6 +248,7 @@ impl ClaimStore for MemoryStore {
         effects: Effects<MemoryEffect>,
     ) -> Result<OneShotWrite, Error> {
         self.check_up()?;
+        self.injected_contention()?;
         self.injected_completion_failure()?;
         let mut records = self.records();
         match refusal(&records, &req) {
@@ -250,6 +278,7 @@ impl ClaimStore for MemoryStore {
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         self.check_up()?;
+        self.injected_contention()?;
         let mut records = self.records();
         match records.get(key) {
             Some(e) if &e.token == token && e.status == Status::InProgress => {

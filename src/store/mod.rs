@@ -364,6 +364,19 @@ pub enum OneShotWrite {
     },
 }
 
+/// One write's answer in a pack ([`ClaimStore::claim_completed_packed`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Packed {
+    /// The write's own answer, as [`ClaimStore::claim_completed`] would have given it: written,
+    /// a duplicate, held elsewhere, or an error of its own (an effect refused, contention on
+    /// one of its items).
+    Answered(Result<OneShotWrite, Error>),
+    /// The pack was cancelled because of **another** of its writes: this one wrote nothing
+    /// and is sent again, in the next pack, at once.
+    Unsent,
+}
+
 /// Handler effects to commit atomically with a completion.
 ///
 /// A handler's response converts into `Effects` (`()` means none). Each store defines what an
@@ -465,13 +478,58 @@ pub trait ClaimStore: Send + Sync + 'static {
         Capabilities::new()
     }
 
+    /// The item `effect` writes, as a hash of its identity (table and key), so that the
+    /// processor never has two writes on one item in flight at once from one process: on
+    /// DynamoDB a transaction that meets another in flight on one of its items is cancelled
+    /// (`TransactionConflict`), so writes to a hot item sent together cancel each other. Two
+    /// effects on one item must give the same hash; a collision only serializes two writes
+    /// that could have run together.
+    ///
+    /// Default: `None` (not known): such effects are never held back, and a write they
+    /// conflict on is retried as [`Contention`](crate::ErrorKind::Contention) if the store
+    /// reports it so. A store whose writes to one item queue rather than fail (row locks)
+    /// needs nothing here.
+    fn effect_item(&self, effect: &Self::Effect) -> Option<u64> {
+        let _ = effect;
+        None
+    }
+
+    /// Several one-shot writes in one atomic request where the store can
+    /// ([`Capabilities::max_pack_actions`]): one answer per write, in order. Every write is on
+    /// other items than the others (the caller makes sure: its item locks), and the writes
+    /// carry at most `max_pack_actions` actions in all (a claim and its effects each count
+    /// one).
+    ///
+    /// All or nothing, as a transaction is: when the request is refused because of some of
+    /// its writes, those get their own answer (a duplicate, an effect refused, contention) and
+    /// the rest [`Packed::Unsent`], to go again in the next pack.
+    ///
+    /// The default sends each write alone, all at once.
+    fn claim_completed_packed(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Effects<Self::Effect>)>,
+    ) -> impl Future<Output = Vec<Packed>> + Send {
+        let sent: Vec<_> = writes
+            .into_iter()
+            .map(|(req, effects)| self.claim_completed(req, effects))
+            .collect();
+        async move {
+            futures::future::join_all(sent)
+                .await
+                .into_iter()
+                .map(Packed::Answered)
+                .collect()
+        }
+    }
+
     /// Claims `req.key` and completes it with `effects` in one step (the one-shot mode: see the
     /// [module documentation](self)). The completed record expires at `req.expires_at`.
     ///
     /// The default runs [`claim`](Self::claim), then [`complete_with`](Self::complete_with):
     /// two round trips, and if the completion is refused
-    /// ([`EffectRejected`](crate::ErrorKind::EffectRejected)) it releases the claim, so that
-    /// nothing stays written. A store that can do it in one atomic step overrides it and says
+    /// ([`EffectRejected`](crate::ErrorKind::EffectRejected)) or cancelled on
+    /// [`Contention`](crate::ErrorKind::Contention) it releases the claim, so that nothing
+    /// stays written. A store that can do it in one atomic step overrides it and says
     /// so in its [`Capabilities::atomic_one_shot`].
     fn claim_completed(
         &self,
@@ -489,9 +547,15 @@ pub trait ClaimStore: Send + Sync + 'static {
             let completion = Completion::new(req.expires_at).with_effects(effects);
             match self.complete_with(req.key, &token, completion).await {
                 Ok(()) => Ok(OneShotWrite::Committed),
-                Err(e) if e.kind() == crate::ErrorKind::EffectRejected => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        crate::ErrorKind::EffectRejected | crate::ErrorKind::Contention
+                    ) =>
+                {
                     // Nothing of the effects was written; free the key as if the claim had
-                    // never been made. If the release fails too, the claim lapses with its
+                    // never been made (a write cancelled on contention is sent again, and must
+                    // find the key free). If the release fails too, the claim lapses with its
                     // lease.
                     let _ = self.release(req.key, &token).await;
                     Err(e)

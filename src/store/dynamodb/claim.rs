@@ -5,7 +5,7 @@ use super::*;
 
 impl DynamoDbStore {
     /// Refuses a fingerprint past [`MAX_FINGERPRINT_BYTES`] before anything is sent.
-    fn check_fingerprint(req: &ClaimRequest<'_>) -> Result<(), Error> {
+    pub(super) fn check_fingerprint(req: &ClaimRequest<'_>) -> Result<(), Error> {
         match req.fingerprint {
             Some(fp) if fp.len() > MAX_FINGERPRINT_BYTES => Err(Error::new(
                 ErrorKind::StoreRejected,
@@ -173,6 +173,41 @@ impl ClaimStore for DynamoDbStore {
             .with_max_response_bytes(MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes()))
             .with_retries_internally(true)
             .with_atomic_one_shot(true)
+            .with_max_pack_actions(MAX_TRANSACTION_ACTIONS)
+    }
+
+    /// One `TransactWriteItems` of every write's claim (a conditional `Put` of the record as
+    /// completed) and effects, with a `ClientRequestToken` so that the SDK's own retries of it
+    /// stay idempotent; see `pack.rs` for how a cancellation is read per write.
+    fn claim_completed_packed(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>,
+    ) -> impl std::future::Future<Output = Vec<crate::store::Packed>> + Send {
+        self.pack(writes)
+    }
+
+    /// The table and key of an `Update`, `Delete` or `ConditionCheck` (a condition check takes
+    /// part in the transaction's conflicts like a write). A `Put` names no key apart from its
+    /// item: on the claims table its key attributes are known; on another table the whole item
+    /// stands for it, so identical puts are serialized and two different puts of one key are
+    /// not (a conflict between them is retried as contention).
+    fn effect_item(&self, effect: &TransactWriteItem) -> Option<u64> {
+        if let Some(u) = effect.update() {
+            return Some(item_hash(u.table_name(), u.key(), None));
+        }
+        if let Some(d) = effect.delete() {
+            return Some(item_hash(d.table_name(), d.key(), None));
+        }
+        if let Some(c) = effect.condition_check() {
+            return Some(item_hash(c.table_name(), c.key(), None));
+        }
+        let p = effect.put()?;
+        if p.table_name() == self.table {
+            let key = self.key_value("");
+            let names: Vec<&str> = key.keys().map(String::as_str).collect();
+            return Some(item_hash(p.table_name(), p.item(), Some(&names)));
+        }
+        Some(item_hash(p.table_name(), p.item(), None))
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
@@ -447,14 +482,11 @@ impl DynamoDbStore {
     /// The error of a transaction whose first action (the claim or the completion) passed and
     /// which was cancelled anyway: an effect refused (its condition, a validation), or a
     /// transient conflict or throttle.
-    fn cancelled_by_effects(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> Error {
+    pub(super) fn cancelled_by_effects(
+        reasons: &[aws_sdk_dynamodb::types::CancellationReason],
+    ) -> Error {
         let code = |i: usize| reasons.get(i).and_then(|r| r.code()).unwrap_or("None");
-        let transient = reasons.iter().any(|r| {
-            matches!(
-                r.code(),
-                Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded")
-            )
-        });
+        let contention = is_contention(reasons);
         let refused: Vec<String> = reasons
             .iter()
             .enumerate()
@@ -474,13 +506,17 @@ impl DynamoDbStore {
         } else {
             refused.join("; ")
         };
-        let kind = if transient {
-            ErrorKind::StoreUnavailable
-        } else {
-            ErrorKind::EffectRejected
-        };
+        if contention {
+            return Error::new(
+                ErrorKind::Contention,
+                format!(
+                    "transaction cancelled on contention (another transaction in flight on one \
+                     of its items, or throttled), nothing was written: {summary}"
+                ),
+            );
+        }
         Error::new(
-            kind,
+            ErrorKind::EffectRejected,
             format!("transaction cancelled, nothing was written: {summary}"),
         )
     }
@@ -490,7 +526,7 @@ impl DynamoDbStore {
     /// that committed (`Committed`, never a duplicate of itself).
     ///
     /// [`refused_claim`]: Self::refused_claim
-    fn refused_one_shot(
+    pub(super) fn refused_one_shot(
         &self,
         token: &ClaimToken,
         item: Option<&HashMap<String, AttributeValue>>,
@@ -513,7 +549,7 @@ impl DynamoDbStore {
     /// The item a claim writes: in progress under its lease (expiring at the later of the TTL
     /// and the lease), or, for a one-shot write, completed at once (expiring at the TTL, no
     /// lease).
-    fn claim_item(
+    pub(super) fn claim_item(
         &self,
         req: &ClaimRequest<'_>,
         token: &ClaimToken,
@@ -537,7 +573,7 @@ impl DynamoDbStore {
     }
 
     /// The claim's condition, its names and values, for a claim or a one-shot write at `now`.
-    fn claim_condition(
+    pub(super) fn claim_condition(
         &self,
         now: SystemTime,
     ) -> (
@@ -558,6 +594,50 @@ impl DynamoDbStore {
             ]),
         )
     }
+}
+
+/// A hash of an item's identity: its table and its key attributes (`only`: these of `item`'s
+/// attributes; `None`: all of them), in name order, so the same item always hashes alike.
+fn item_hash(table: &str, item: &HashMap<String, AttributeValue>, only: Option<&[&str]>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut names: Vec<&String> = item
+        .keys()
+        .filter(|name| only.is_none_or(|keep| keep.contains(&name.as_str())))
+        .collect();
+    names.sort_unstable();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    table.hash(&mut h);
+    for name in names {
+        name.hash(&mut h);
+        match &item[name] {
+            AttributeValue::S(v) => (0u8, v).hash(&mut h),
+            AttributeValue::N(v) => (1u8, v).hash(&mut h),
+            AttributeValue::B(v) => (2u8, v.as_ref()).hash(&mut h),
+            // Key attributes are strings, numbers or binaries; anything else (a whole item's
+            // maps and lists) by its debug form, which is deterministic for equal values
+            // but for map order, which only costs a missed match.
+            other => (3u8, format!("{other:?}")).hash(&mut h),
+        }
+    }
+    h.finish()
+}
+
+/// Whether a cancelled transaction met contention only: at least one action was cancelled
+/// for a conflict with a transaction in flight or for throttling, and none was refused for
+/// itself (a failed condition, a validation error). Such a transaction wrote nothing and can
+/// be sent again as it is; one with a refusal would be refused again.
+fn is_contention(reasons: &[aws_sdk_dynamodb::types::CancellationReason]) -> bool {
+    let mut contended = false;
+    for r in reasons {
+        match r.code() {
+            None | Some("None") => {}
+            Some("TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded") => {
+                contended = true;
+            }
+            Some(_) => return false,
+        }
+    }
+    contended
 }
 
 /// Record expiry in whole seconds, rounded up: a record may outlive its TTL by under a second,
@@ -581,4 +661,69 @@ pub(super) fn s(v: &str) -> AttributeValue {
 
 fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use aws_sdk_dynamodb::types::CancellationReason;
+
+    use super::*;
+
+    fn reasons(codes: &[&str]) -> Vec<CancellationReason> {
+        codes
+            .iter()
+            .map(|c| CancellationReason::builder().code(*c).build())
+            .collect()
+    }
+
+    #[test]
+    fn a_cancellation_is_contention_only_when_nothing_was_refused_for_itself() {
+        assert!(is_contention(&reasons(&["None", "TransactionConflict"])));
+        assert!(is_contention(&reasons(&["ThrottlingError", "None"])));
+        assert!(is_contention(&reasons(&[
+            "None",
+            "ProvisionedThroughputExceeded"
+        ])));
+        // A refused condition would be refused again: not contention.
+        assert!(!is_contention(&reasons(&[
+            "TransactionConflict",
+            "ConditionalCheckFailed"
+        ])));
+        assert!(!is_contention(&reasons(&["None", "ValidationError"])));
+        assert!(!is_contention(&reasons(&["None", "None"])));
+        assert!(!is_contention(&[]));
+    }
+
+    #[test]
+    fn a_contended_transaction_is_reported_as_contention_a_refused_one_as_rejected() {
+        let e = DynamoDbStore::cancelled_by_effects(&reasons(&["None", "TransactionConflict"]));
+        assert_eq!(e.kind(), ErrorKind::Contention);
+        assert!(e.message().contains("nothing was written"), "{e:#}");
+        let e = DynamoDbStore::cancelled_by_effects(&reasons(&[
+            "TransactionConflict",
+            "ConditionalCheckFailed",
+        ]));
+        assert_eq!(e.kind(), ErrorKind::EffectRejected);
+    }
+
+    #[test]
+    fn effects_on_one_item_share_a_hash_and_others_do_not() {
+        let key = |account: &str| {
+            HashMap::from([("account".to_owned(), AttributeValue::S(account.to_owned()))])
+        };
+        let a1 = item_hash("accounts", &key("alice"), None);
+        let a2 = item_hash("accounts", &key("alice"), None);
+        let b = item_hash("accounts", &key("bob"), None);
+        let other_table = item_hash("ledger", &key("alice"), None);
+        assert_eq!(a1, a2);
+        assert_ne!(a1, b);
+        assert_ne!(a1, other_table);
+        // A put on the claims table is its key, whatever else the item holds.
+        let mut item = key("alice");
+        item.insert("balance".to_owned(), AttributeValue::N("5".to_owned()));
+        assert_eq!(
+            item_hash("accounts", &item, Some(&["account"])),
+            item_hash("accounts", &key("alice"), Some(&["account"]))
+        );
+    }
 }

@@ -6,8 +6,9 @@ pub(super) fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
     Error::with_source(ErrorKind::StoreRejected, "invalid DynamoDB request", e)
 }
 
-/// Maps an SDK error to the crate's kinds: throttling, server errors, timeouts and network
-/// failures are transient (`StoreUnavailable`); the rest (missing table, validation, access
+/// Maps an SDK error to the crate's kinds: a `TransactionConflictException` (a single-item write
+/// on an item a transaction holds) is [`ErrorKind::Contention`]; throttling, server errors,
+/// timeouts and network failures are transient (`StoreUnavailable`); the rest (missing table, validation, access
 /// denied) will not fix themselves (`StoreRejected`).
 ///
 /// The message says how far the request got, because that is what an operator acts on:
@@ -30,7 +31,6 @@ where
         "ThrottlingException",
         "InternalServerError",
         "ServiceUnavailable",
-        "TransactionConflictException",
         "TransactionInProgressException",
         "LimitExceededException",
     ];
@@ -38,7 +38,11 @@ where
     let (kind, what) = match &e {
         SdkError::ServiceError(_) => {
             let c = code.as_deref().unwrap_or("unknown");
-            let kind = if transient_codes.contains(&c) {
+            // A single-item write on an item a transaction holds: refused at once, nothing
+            // written; the SDK does not retry it, the claim core does.
+            let kind = if c == "TransactionConflictException" {
+                ErrorKind::Contention
+            } else if transient_codes.contains(&c) {
                 ErrorKind::StoreUnavailable
             } else {
                 ErrorKind::StoreRejected

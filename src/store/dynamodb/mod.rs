@@ -109,6 +109,7 @@ use crate::{Error, ErrorKind};
 mod admin;
 mod claim;
 mod errors;
+mod pack;
 mod schema;
 mod settings;
 

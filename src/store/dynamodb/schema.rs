@@ -35,6 +35,9 @@ pub(super) const HASHED_KEY_BYTES: usize = "sha256:".len() + 64;
 /// which is the completion itself.
 pub const MAX_EFFECTS: usize = 99;
 
+/// The most actions one `TransactWriteItems` takes.
+pub(super) const MAX_TRANSACTION_ACTIONS: usize = 100;
+
 /// Attribute names of the claims table. The defaults match Powertools idempotency tables.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -22,6 +22,21 @@ pub(super) fn map_pg_err(op: &str, key: &str, table: &str, e: tokio_postgres::Er
         format!("{op} {:?}", short(key))
     };
     match e.code() {
+        // Two transactions on one row: the one PostgreSQL chose to abort wrote nothing, and
+        // the claim core sends it again (a hot row, written from several invocations).
+        Some(code)
+            if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED =>
+        {
+            Error::with_source(
+                ErrorKind::Contention,
+                format!(
+                    "PostgreSQL aborted {op} (table {table:?}) on contention with another \
+                     transaction; nothing was written"
+                ),
+                e,
+            )
+        }
         Some(code) if is_transient_state(code) => Error::with_source(
             ErrorKind::StoreUnavailable,
             format!("PostgreSQL unavailable during {op} (table {table:?}); retry later"),

@@ -13,6 +13,7 @@ use sqs_claim::store::epoch_millis;
 
 use crate::stores::{Kind, Resources, Spec};
 use crate::worker;
+use sqs_claim_testkit::conflict::ConflictProxy;
 use sqs_claim_testkit::fault::{Fault, FaultProxy};
 
 /// Deduplication on (the reference consumer as shipped) or off (the control).
@@ -141,14 +142,44 @@ struct Run<'a> {
 
 pub async fn run(kind: Kind, mode: Mode, seed: u64, cfg: &Config) -> Result<Report, String> {
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-    let res = Resources::new(kind, &run_id)?;
+    // DynamoDB Local queues overlapping transactions where DynamoDB cancels them: the workers
+    // reach it through the conflict model, so the hot accounts' transactions conflict as
+    // they would on AWS (and the faults, when on, sit in front of that).
+    let conflicts = match kind {
+        Kind::DynamoDb => {
+            let proxy = ConflictProxy::start(&crate::stores::dynamodb_endpoint()?)
+                .await
+                .map_err(|e| format!("cannot start the conflict model: {e}"))?;
+            proxy.hold(CONFLICT_HOLD);
+            Some(proxy)
+        }
+        _ => None,
+    };
+    let res = Resources::new(
+        kind,
+        &run_id,
+        conflicts.as_ref().map(ConflictProxy::endpoint),
+    )?;
     res.init()
         .await
         .map_err(|e| format!("cannot prepare the {} store: {e}", kind.name()))?;
     let result = run_on(&res, mode, seed, cfg, &run_id).await;
     res.cleanup().await;
+    if let Some(proxy) = conflicts {
+        eprintln!(
+            "chaos: {} {}: the conflict model cancelled {} writes (transactions overlapping \
+             another in flight on an item)",
+            kind.name(),
+            mode.name(),
+            proxy.conflicts()
+        );
+    }
     result
 }
+
+/// How long each DynamoDB transaction holds its items in the conflict model, beyond DynamoDB
+/// Local's own answer time.
+const CONFLICT_HOLD: Duration = Duration::from_millis(2);
 
 async fn run_on(
     res: &Resources,

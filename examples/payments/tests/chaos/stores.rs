@@ -143,7 +143,7 @@ pub fn pg_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-fn dynamodb_endpoint() -> Result<String, String> {
+pub fn dynamodb_endpoint() -> Result<String, String> {
     std::env::var("AWS_ENDPOINT_URL_DYNAMODB").map_err(|_| {
         "AWS_ENDPOINT_URL_DYNAMODB is not set: the chaos run needs DynamoDB Local \
          (`make chaos` starts it; by hand: set -a; . .standins/env; set +a)"
@@ -205,7 +205,10 @@ pub fn retarget(url: &str, port: u16) -> Result<String, String> {
 
 impl Resources {
     /// Fresh names for one run: nothing is shared with another run or another test.
-    pub fn new(kind: Kind, run_id: &str) -> Result<Resources, String> {
+    ///
+    /// `dynamodb`: the endpoint DynamoDB is reached at, when not `AWS_ENDPOINT_URL_DYNAMODB`
+    /// itself (the conflict model in front of it).
+    pub fn new(kind: Kind, run_id: &str, dynamodb: Option<String>) -> Result<Resources, String> {
         let table = format!("chaos_{run_id}");
         let prefix = format!("chaos:{run_id}:");
         let (direct, upstreams, sqlite_path) = match kind {
@@ -234,7 +237,10 @@ impl Resources {
                 (Spec::Redis { url, prefix }, vec![("redis", addr)], None)
             }
             Kind::DynamoDb => {
-                let endpoint = dynamodb_endpoint()?;
+                let endpoint = match dynamodb {
+                    Some(endpoint) => endpoint,
+                    None => dynamodb_endpoint()?,
+                };
                 let addr = address(&endpoint, 80)?;
                 let table = format!("chaos-{run_id}");
                 (
