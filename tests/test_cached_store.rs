@@ -339,3 +339,48 @@ async fn the_idempotency_layer_replays_from_the_cache() {
     assert_eq!(again.json(), first.json());
     assert_eq!(inner.calls(), requests, "the duplicate made no request");
 }
+
+/// Packed one-shot writes: a cached key is answered here, the others go to the inner store in
+/// one pack and are cached from its answers.
+#[tokio::test]
+async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
+    use sqs_claim::store::Packed;
+
+    let inner = Counting::new(MemoryStore::new());
+    let store = CachedStore::new(inner.clone());
+    assert_eq!(
+        store
+            .claim_completed(request("old", at(0)), Effects::none())
+            .await
+            .unwrap(),
+        OneShotWrite::Committed
+    );
+    let before = inner.calls();
+    let answers = store
+        .claim_completed_packed(vec![
+            (request("old", at(1)), Effects::none()),
+            (request("new", at(1)), Effects::none()),
+        ])
+        .await;
+    assert!(
+        matches!(
+            answers.as_slice(),
+            [
+                Packed::Answered(Ok(OneShotWrite::Completed(_))),
+                Packed::Answered(Ok(OneShotWrite::Committed))
+            ]
+        ),
+        "{answers:?}"
+    );
+    assert_eq!(
+        inner.calls(),
+        before + 1,
+        "only the new key reached the store"
+    );
+    let again = store
+        .claim_completed(request("new", at(2)), Effects::none())
+        .await
+        .unwrap();
+    assert!(matches!(again, OneShotWrite::Completed(_)), "{again:?}");
+    assert_eq!(inner.calls(), before + 1);
+}

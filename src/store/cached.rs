@@ -48,7 +48,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Inspected, OneShotWrite, Status, StoreAdmin,
+    Inspected, OneShotWrite, Packed, Status, StoreAdmin,
 };
 use crate::Error;
 
@@ -367,7 +367,63 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
             return Ok(OneShotWrite::Completed(record));
         }
         let write = self.inner.claim_completed(req, effects).await?;
-        match &write {
+        self.remember_write(&req, &write);
+        Ok(write)
+    }
+
+    /// The inner store's: which item an effect writes.
+    fn effect_item(&self, effect: &S::Effect) -> Option<u64> {
+        self.inner.effect_item(effect)
+    }
+
+    /// The cached keys answered here, the others packed to the inner store as one request,
+    /// their answers cached as [`claim_completed`](Self::claim_completed)'s are.
+    async fn claim_completed_packed(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Effects<S::Effect>)>,
+    ) -> Vec<Packed> {
+        let mut answers: Vec<Option<Packed>> = Vec::with_capacity(writes.len());
+        let mut sent = Vec::new();
+        for (req, effects) in writes {
+            match self.cached(req.key, req.now) {
+                Some(record) => {
+                    answers.push(Some(Packed::Answered(Ok(OneShotWrite::Completed(record)))))
+                }
+                None => {
+                    answers.push(None);
+                    sent.push((req, effects));
+                }
+            }
+        }
+        let requests: Vec<ClaimRequest<'_>> = sent.iter().map(|(req, _)| *req).collect();
+        let mut packed = if sent.is_empty() {
+            Vec::new()
+        } else {
+            self.inner.claim_completed_packed(sent).await
+        }
+        .into_iter();
+        let mut requests = requests.into_iter();
+        answers
+            .into_iter()
+            .map(|answer| {
+                answer.unwrap_or_else(|| {
+                    // One answer per write sent, in order; a missing one (a store's bug) is
+                    // "not sent", which the caller sends again.
+                    let answer = packed.next().unwrap_or(Packed::Unsent);
+                    if let (Some(req), Packed::Answered(Ok(write))) = (requests.next(), &answer) {
+                        self.remember_write(&req, write);
+                    }
+                    answer
+                })
+            })
+            .collect()
+    }
+}
+
+impl<S> CachedStore<S> {
+    /// Caches what a one-shot write answered: the record it wrote, or the one it found.
+    fn remember_write(&self, req: &ClaimRequest<'_>, write: &OneShotWrite) {
+        match write {
             OneShotWrite::Committed => {
                 let record = ClaimRecord {
                     status: Status::Completed,
@@ -381,7 +437,6 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
             OneShotWrite::Completed(record) => self.remember(req.key, record, req.now),
             OneShotWrite::HeldElsewhere { .. } => {}
         }
-        Ok(write)
     }
 }
 
