@@ -5,6 +5,11 @@
 //!   builder default except the key (the body's `order_id`, as the other implementations use)
 //!   and a trivial handler (it parses the body). Later changes to the defaults (concurrency,
 //!   settings) show up here without editing the bench.
+//! * `--impl sqs-claim-one-shot`: the processor in one-shot mode, no effects (one conditional
+//!   `PutItem` per message).
+//! * `--impl sqs-claim-credit`: the example's real write, one-shot with an effect: the claim
+//!   and a credit to an item of the message's own in one transaction, packed several per
+//!   `TransactWriteItems`.
 //! * `--impl bare`: the floor. For each message a conditional `PutItem` claim and an
 //!   `UpdateItem` completion with `aws-sdk-dynamodb` directly, as many in flight as the
 //!   processor's default concurrency (read from the builder, see [`default_concurrency`]).
@@ -26,7 +31,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TransactWriteItem, Update,
 };
 use futures::StreamExt;
 use lambda_runtime::{Context, LambdaEvent};
@@ -144,6 +149,57 @@ async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Resu
         input,
         move |event| {
             let p = p.clone();
+            async move { p.process(event).await }
+        },
+        config,
+        Some(concurrency),
+    )
+    .await
+}
+
+/// The example's real write: one-shot, the claim and a credit (`ADD balance`) on an accounts
+/// table in one transaction, on an item of its own per message (the account is the order id:
+/// distinct items, so nothing contends), packed several per `TransactWriteItems`.
+async fn run_credit(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
+    let store = DynamoDbStore::from_env(table).await;
+    store
+        .init()
+        .await
+        .map_err(|e| format!("create table: {e}"))?;
+    let accounts = format!("{table}-accounts");
+    sqs_claim::store::dynamodb::create_table_with_key(store.client(), &accounts, "account")
+        .await
+        .map_err(|e| format!("create accounts table: {e}"))?;
+    let mut builder = Processor::one_shot(store, move |m: &Message| {
+        #[derive(serde::Deserialize)]
+        struct Payment {
+            order_id: String,
+            amount_cents: i64,
+        }
+        let p: Payment = m.json()?;
+        let credit = Update::builder()
+            .table_name(&accounts)
+            .key("account", AttributeValue::S(p.order_id))
+            .update_expression("ADD balance :amount")
+            .expression_attribute_values(":amount", AttributeValue::N(p.amount_cents.to_string()))
+            .build()
+            .map_err(|e| Error::with_source(sqs_claim::ErrorKind::StoreRejected, "credit", e))?;
+        Ok(sqs_claim::Effects::one(
+            TransactWriteItem::builder().update(credit).build(),
+        ))
+    })
+    .key(KeySource::JsonPointer("/order_id".into()))
+    .namespace("bench");
+    if let Some(n) = what_if {
+        builder = builder.concurrency(n);
+    }
+    let processor = builder.build();
+    let concurrency = processor.concurrency();
+    let config = format!("{processor:?}");
+    timed(
+        input,
+        move |event| {
+            let p = processor.clone();
             async move { p.process(event).await }
         },
         config,
@@ -414,9 +470,10 @@ fn main() {
         match args.imp.as_str() {
             "sqs-claim" => run_sqs_claim(input, &args.table, args.concurrency).await,
             "sqs-claim-one-shot" => run_one_shot(input, &args.table, args.concurrency).await,
+            "sqs-claim-credit" => run_credit(input, &args.table, args.concurrency).await,
             "bare" => run_bare(input, &args.table, args.concurrency).await,
             other => {
-                eprintln!("unknown --impl {other} (sqs-claim | sqs-claim-one-shot | bare)");
+                eprintln!("unknown --impl {other} (sqs-claim | sqs-claim-one-shot | sqs-claim-credit | bare)");
                 std::process::exit(2);
             }
         }

@@ -177,26 +177,24 @@ async fn two_step_completions_on_one_item_take_turns() {
 }
 
 /// A one-shot processor on a memory store crediting `balance`, its metrics into `metrics`.
+/// The one-shot handler `credit_processor` builds on.
+type CreditFn = Box<dyn Fn(&Message) -> Result<Effects<MemoryEffect>, BoxError> + Send + Sync>;
+
 fn credit_processor(
     store: MemoryStore,
     balance: Arc<AtomicI64>,
     metrics: Arc<Mutex<Vec<BatchMetrics>>>,
     retry: Option<RetryPolicy>,
-) -> Processor<
-    MemoryStore,
-    sqs_claim::OneShot<
-        impl Fn(&Message) -> Result<Effects<MemoryEffect>, BoxError> + Send + Sync + 'static,
-        MemoryEffect,
-    >,
-> {
-    let mut builder = Processor::one_shot(store, move |_msg: &Message| {
+) -> Processor<MemoryStore, sqs_claim::OneShot<CreditFn, MemoryEffect>> {
+    let credit: CreditFn = Box::new(move |_msg: &Message| {
         let balance = Arc::clone(&balance);
         Ok(Effects::one(MemoryEffect::new(move || {
             balance.fetch_add(1, Ordering::SeqCst);
         })))
-    })
-    .namespace("t")
-    .metrics(move |b: &BatchMetrics| metrics.lock().unwrap().push(b.clone()));
+    });
+    let mut builder = Processor::one_shot(store, credit)
+        .namespace("t")
+        .metrics(move |b: &BatchMetrics| metrics.lock().unwrap().push(b.clone()));
     if let Some(retry) = retry {
         builder = builder.contention_retry(retry);
     }

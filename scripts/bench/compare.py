@@ -29,10 +29,12 @@ import urllib.request
 import uuid
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-IMPLS = ["sqs-claim", "sqs-claim-one-shot", "bare-sdk", "powertools-ts", "powertools-py"]
+IMPLS = ["sqs-claim", "sqs-claim-one-shot", "sqs-claim-credit", "bare-sdk", "powertools-ts", "powertools-py"]
+OURS = ("sqs-claim", "sqs-claim-one-shot", "sqs-claim-credit")
 LABEL = {
     "sqs-claim": "sqs-claim",
     "sqs-claim-one-shot": "sqs-claim one-shot",
+    "sqs-claim-credit": "sqs-claim one-shot + credit",
     "bare-sdk": "bare SDK loop",
     "powertools-ts": "Powertools TS",
     "powertools-py": "Powertools Py",
@@ -40,6 +42,45 @@ LABEL = {
 # Untimed batch each worker runs first (new keys), so connection pools are filled and JITs
 # warmed as in a warm Lambda environment: the size of the timed batch, capped.
 WARMUP_MAX_N = 100
+# Lambda gives a function CPU in proportion to its memory (1,769 MB = 1 vCPU): a worker run
+# under a cgroup CPU quota feels what a function of that size does. 1 = no quota.
+SHARE_NAMES = {1.0: "full CPU", 0.58: "1024 MB (0.58 vCPU)", 0.145: "256 MB (0.145 vCPU)"}
+CGROUP_CPU = "/sys/fs/cgroup/cpu"
+
+
+class CpuShare:
+    """A cgroup (v1 `cpu` controller) with a CFS quota, for the worker process alone: DynamoDB
+    Local and the proxy stay unconstrained. Removed by `remove()`."""
+
+    def __init__(self, share, run_id):
+        self.share = share
+        self.path = None
+        if share >= 1:
+            return
+        self.path = os.path.join(CGROUP_CPU, f"sqs-claim-bench-{run_id}-{int(share * 1000)}")
+        os.makedirs(self.path, exist_ok=True)
+        period = 100_000
+        with open(os.path.join(self.path, "cpu.cfs_period_us"), "w") as f:
+            f.write(str(period))
+        with open(os.path.join(self.path, "cpu.cfs_quota_us"), "w") as f:
+            f.write(str(int(share * period)))
+
+    def enter(self):
+        """Runs in the child between fork and exec: moves it into the cgroup."""
+        if self.path:
+            with open(os.path.join(self.path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+
+    def remove(self):
+        if self.path and os.path.isdir(self.path):
+            try:
+                os.rmdir(self.path)
+            except OSError as e:
+                print(f"   could not remove the cgroup {self.path}: {e}", file=sys.stderr)
+
+
+def share_name(share):
+    return SHARE_NAMES.get(share, f"{share:g} vCPU")
 
 
 def sqs_event(n, tag):
@@ -129,7 +170,7 @@ def worker_cmd(impl, args, events, table):
     if c:
         # A what-if (`--impls sqs-claim@1000`): the processor with another concurrency.
         return worker_cmd(base, args, events, table) + ["--concurrency", c]
-    if impl in ("sqs-claim", "sqs-claim-one-shot"):
+    if impl in OURS:
         return [args.rust_worker, "--impl", impl, "--events", events, "--table", table]
     if impl == "bare-sdk":
         return [args.rust_worker, "--impl", "bare", "--events", events, "--table", table]
@@ -140,7 +181,7 @@ def worker_cmd(impl, args, events, table):
     return [py, os.path.join(ROOT, "scripts/bench/powertools_py.py"), "--events", events, "--table", table]
 
 
-def run_one(impl, args, proxy, env, events, table, latency, log_path, budget_s):
+def run_one(impl, args, proxy, env, events, table, latency, log_path, budget_s, share=None):
     with open(log_path, "w") as log:
         p = subprocess.Popen(
             worker_cmd(impl, args, events, table),
@@ -149,6 +190,7 @@ def run_one(impl, args, proxy, env, events, table, latency, log_path, budget_s):
             stderr=log,
             env=env,
             cwd=ROOT,
+            preexec_fn=share.enter if share and share.path else None,
         )
         out = Lines(p.stdout)
         result, err = None, None
@@ -201,11 +243,17 @@ def main():
         help="largest N for Powertools-Python at 100 ms (it runs sequentially: 2 round trips per message)",
     )
     ap.add_argument("--processor-bench", help="output of `cargo bench --bench processor` to include")
+    ap.add_argument(
+        "--cpu-shares",
+        default="1,0.58,0.145",
+        help="CPU shares of a core for the worker process (a cgroup CPU quota; 1: none): 0.58 is a 1024 MB Lambda, 0.145 a 256 MB one",
+    )
     args = ap.parse_args()
 
     ns = [int(x) for x in args.ns.split(",")]
     latencies = [int(x) for x in args.latencies.split(",")]
     impls = [x for x in args.impls.split(",") if x]
+    shares = [float(x) for x in args.cpu_shares.split(",") if x]
     os.makedirs(os.path.join(args.out_dir, "events"), exist_ok=True)
     os.makedirs(os.path.join(args.out_dir, "logs"), exist_ok=True)
     endpoint = os.environ.get("SQS_CLAIM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
@@ -253,70 +301,85 @@ def main():
                 break
 
     rows = []
-    for latency in latencies:
-        repeats = args.repeats if latency == 0 else 1
-        for n in ns:
-            tag = f"{run_id}-n{n}-l{latency}"
-            batch_tags = [f"{tag}-r{r}" for r in range(repeats)]
-            files = {
-                mode: events_file(f"n{n}-l{latency}-{mode}", f"{tag}-{mode}-warm", batch_tags, n)
-                for mode in ("fresh", "dup")
-            }
-            for impl in impls:
-                if impl == "powertools-py" and latency > 0 and n > args.py_slow_max_n:
-                    for mode in ("fresh", "dup"):
-                        rows.append({"impl": impl, "n": n, "mode": mode, "latency_ms": latency, "skipped": f"N > --py-slow-max-n {args.py_slow_max_n}"})
-                    continue
-                for mode in ("fresh", "dup"):
-                    t0 = time.time()
-                    log = os.path.join(args.out_dir, f"logs/{impl}-n{n}-l{latency}-{mode}.log")
-                    # Budget: 4 round trips per message one after another, plus 60 s.
-                    budget = 60 + repeats * n * 4 * max(latency, 5) / 1000
-                    r = run_one(impl, args, proxy, env, files[mode], tables[impl], latency, log, budget)
-                    row = {"impl": impl, "n": n, "mode": mode, "latency_ms": latency, "repeats": repeats}
-                    if "error" in r:
-                        row["error"] = r["error"]
-                        print(f"   {impl:14} N={n:<5} {mode:5} {latency:>3} ms: FAILED {r['error']}", flush=True)
-                        rows.append(row)
-                        continue
-                    msgs = n * repeats
-                    wall = statistics.median(r["walls"])
-                    row.update(
-                        {
-                            "wall_s": wall,
-                            "walls_s": r["walls"],
-                            "cpu_us_per_msg": r["cpu"] * 1e6 / msgs,
-                            "maxrss_mib": r["maxrss_kib"] / 1024,
-                            "process_cpu_s": r["process_cpu_s"],
-                            "requests_per_msg": r["counts"]["requests"] / msgs,
-                            "ops_per_msg": {k: v / msgs for k, v in r["counts"]["ops"].items()},
-                            "connections": r["counts"]["connections"],
-                            "crit_round_trips": wall / (latency / 1000) if latency else None,
-                            "ok": r["ok"],
-                            "failed": r["failed"],
-                            "duplicate": r.get("duplicate"),
-                            "config": r.get("config") or None,
-                            "concurrency": r.get("concurrency"),
-                        }
-                    )
-                    problems = []
-                    if r["ok"] != msgs or r["failed"]:
-                        problems.append(f"{r['ok']} of {msgs} ok, {r['failed']} failed")
-                    if mode == "dup" and r.get("duplicate") is not None and r["duplicate"] != msgs:
-                        problems.append(f"{r['duplicate']} of {msgs} seen as duplicates")
-                    if problems:
-                        row["problems"] = problems
-                    rows.append(row)
-                    print(
-                        f"   {impl:14} N={n:<5} {mode:5} {latency:>3} ms: wall {fmt_s(wall):>9}  "
-                        f"cpu/msg {row['cpu_us_per_msg']:7.0f} us  rss {row['maxrss_mib']:6.1f} MiB  "
-                        f"req/msg {row['requests_per_msg']:.2f}  ({time.time() - t0:.0f} s)"
-                        + (f"  PROBLEM: {'; '.join(problems)}" if problems else ""),
-                        flush=True,
-                    )
+    cgroups = {share: CpuShare(share, run_id) for share in shares}
+    try:
+        run_matrix(args, shares, cgroups, latencies, ns, impls, run_id, proxy, env, tables, events_file, rows)
+    finally:
+        for cg in cgroups.values():
+            cg.remove()
     proxy.stop()
     cleanup(env, endpoint, tables.values())
+    finish(args, rows, impls, shares, run_id, started, endpoint, ns, latencies)
 
+
+def run_matrix(args, shares, cgroups, latencies, ns, impls, run_id, proxy, env, tables, events_file, rows):
+    for share in shares:
+        cg = cgroups[share]
+        for latency in latencies:
+            repeats = args.repeats if latency == 0 else 1
+            for n in ns:
+                tag = f"{run_id}-s{int(share * 1000)}-n{n}-l{latency}"
+                batch_tags = [f"{tag}-r{r}" for r in range(repeats)]
+                files = {
+                    mode: events_file(f"n{n}-l{latency}-{mode}", f"{tag}-{mode}-warm", batch_tags, n)
+                    for mode in ("fresh", "dup")
+                }
+                for impl in impls:
+                    if impl == "powertools-py" and latency > 0 and n > args.py_slow_max_n:
+                        for mode in ("fresh", "dup"):
+                            rows.append({"impl": impl, "n": n, "mode": mode, "latency_ms": latency, "cpu_share": share, "skipped": f"N > --py-slow-max-n {args.py_slow_max_n}"})
+                        continue
+                    for mode in ("fresh", "dup"):
+                        t0 = time.time()
+                        log = os.path.join(args.out_dir, f"logs/{impl}-s{int(share * 1000)}-n{n}-l{latency}-{mode}.log")
+                        # Budget: 4 round trips per message one after another, plus 60 s, and the
+                        # CPU a small share stretches.
+                        budget = (60 + repeats * n * 4 * max(latency, 5) / 1000) / min(share, 1) + 60
+                        r = run_one(impl, args, proxy, env, files[mode], tables[impl], latency, log, budget, cg)
+                        row = {"impl": impl, "n": n, "mode": mode, "latency_ms": latency, "repeats": repeats, "cpu_share": share}
+                        if "error" in r:
+                            row["error"] = r["error"]
+                            print(f"   {impl:16} {share:5} N={n:<5} {mode:5} {latency:>3} ms: FAILED {r['error']}", flush=True)
+                            rows.append(row)
+                            continue
+                        msgs = n * repeats
+                        wall = statistics.median(r["walls"])
+                        row.update(
+                            {
+                                "wall_s": wall,
+                                "walls_s": r["walls"],
+                                "cpu_us_per_msg": r["cpu"] * 1e6 / msgs,
+                                "maxrss_mib": r["maxrss_kib"] / 1024,
+                                "process_cpu_s": r["process_cpu_s"],
+                                "requests_per_msg": r["counts"]["requests"] / msgs,
+                                "ops_per_msg": {k: v / msgs for k, v in r["counts"]["ops"].items()},
+                                "connections": r["counts"]["connections"],
+                                "crit_round_trips": wall / (latency / 1000) if latency else None,
+                                "ok": r["ok"],
+                                "failed": r["failed"],
+                                "duplicate": r.get("duplicate"),
+                                "config": r.get("config") or None,
+                                "concurrency": r.get("concurrency"),
+                            }
+                        )
+                        problems = []
+                        if r["ok"] != msgs or r["failed"]:
+                            problems.append(f"{r['ok']} of {msgs} ok, {r['failed']} failed")
+                        if mode == "dup" and r.get("duplicate") is not None and r["duplicate"] != msgs:
+                            problems.append(f"{r['duplicate']} of {msgs} seen as duplicates")
+                        if problems:
+                            row["problems"] = problems
+                        rows.append(row)
+                        print(
+                            f"   {impl:16} {share:5} N={n:<5} {mode:5} {latency:>3} ms: wall {fmt_s(wall):>9}  "
+                            f"cpu/msg {row['cpu_us_per_msg']:7.0f} us  rss {row['maxrss_mib']:6.1f} MiB  "
+                            f"req/msg {row['requests_per_msg']:.2f}  ({time.time() - t0:.0f} s)"
+                            + (f"  PROBLEM: {'; '.join(problems)}" if problems else ""),
+                            flush=True,
+                        )
+
+
+def finish(args, rows, impls, shares, run_id, started, endpoint, ns, latencies):
     processor = parse_processor_bench(args.processor_bench)
     meta = {
         "run_id": run_id,
@@ -329,18 +392,22 @@ def main():
         "repeats_at_0ms": args.repeats,
         "py_slow_max_n": args.py_slow_max_n,
         "versions": versions(args),
+        "cpu_shares": shares,
         "sqs_claim_config": next((r["config"] for r in rows if r.get("impl") == "sqs-claim" and r.get("config")), None),
         "bare_concurrency": next((r["concurrency"] for r in rows if r.get("impl") == "bare-sdk" and "concurrency" in r), None),
         "processor_overhead": processor,
     }
-    md = render(rows, meta, impls)
+    md = "".join(render([r for r in rows if r.get("cpu_share", 1.0) == share], meta, impls, share) for share in shares)
+    svg = wall_chart(rows, impls, shares)
+    with open(os.path.join(args.out_dir, "wall.svg"), "w") as f:
+        f.write(svg)
     print()
     print(md)
     with open(os.path.join(args.out_dir, "results.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     with open(os.path.join(args.out_dir, "results.md"), "w") as f:
         f.write(md)
-    print(f"written: {os.path.relpath(args.out_dir, ROOT)}/results.json, results.md ({meta['duration_s']:.0f} s)")
+    print(f"written: {os.path.relpath(args.out_dir, ROOT)}/results.json, results.md, wall.svg ({meta['duration_s']:.0f} s)")
     if any("error" in r or r.get("problems") for r in rows):
         sys.exit(1)
 
@@ -400,11 +467,11 @@ def versions(args):
     }
 
 
-def render(rows, meta, impls):
+def render(rows, meta, impls, share=1.0):
     ok = [r for r in rows if "wall_s" in r]
     by = {(r["impl"], r["n"], r["mode"], r["latency_ms"]): r for r in ok}
     lines = []
-    lines.append(f"### Side by side on DynamoDB Local (run {meta['run_id']}, {meta['started']}, {meta['duration_s']:.0f} s)")
+    lines.append(f"### Side by side on DynamoDB Local, worker at {share_name(share)} (run {meta['run_id']}, {meta['started']}, {meta['duration_s']:.0f} s)")
     lines.append("")
     lines.append(
         "Wall: median per batch. CPU/msg: user+sys of the worker process over the timed batches. "
@@ -425,7 +492,7 @@ def render(rows, meta, impls):
             f"{r['cpu_us_per_msg']:.0f} µs | {r['maxrss_mib']:.1f} MiB | {r['requests_per_msg']:.2f} |"
         )
     lines.append("")
-    for us in [i for i in ("sqs-claim", "sqs-claim-one-shot") if i in impls]:
+    for us in [i for i in OURS if i in impls]:
         others = [i for i in impls if not i.startswith("sqs-claim")]
         if not others:
             continue
@@ -471,14 +538,14 @@ def render(rows, meta, impls):
 
 def goals(by, meta):
     out = []
-    for us in ("sqs-claim-one-shot", "sqs-claim"):
+    for us in ("sqs-claim-credit", "sqs-claim-one-shot", "sqs-claim"):
         if any(k[0] == us for k in by):
             out += goals_of(us, by, meta)
     return out
 
 
 def goals_of(us, by, meta):
-    out = [f"#### Issue 10 goals: {label(us)}", ""]
+    out = [f"#### Goals (issues 10 and 18): {label(us)}", ""]
     walls, cpus, rss = [], [], []
     for (impl, n, mode, lat), r in by.items():
         if impl != us:
@@ -501,6 +568,11 @@ def goals_of(us, by, meta):
     if rss:
         state = "met" if max(rss) <= 16 else "MISSED"
         out.append(f"- max RSS ≤ 16 MiB: {state}; largest {max(rss):.1f} MiB")
+    packed = [r for (i, n, m, l), r in by.items() if i == us and m == "fresh" and n == 1000 and us == "sqs-claim-credit"]
+    if packed:
+        req = max(r["requests_per_msg"] for r in packed)
+        state = "met" if req <= 0.05 else "MISSED"
+        out.append(f"- requests per fresh message at N = 1000, effects on distinct items, ≤ 0.05: {state}; {req:.3f}")
     fresh = [r for (i, n, m, l), r in by.items() if i == us and m == "fresh"]
     if fresh:
         req = max(r["requests_per_msg"] for r in fresh)
@@ -515,3 +587,60 @@ def goals_of(us, by, meta):
 
 if __name__ == "__main__":
     main()
+
+
+def wall_chart(rows, impls, shares):
+    """Wall per batch against N (fresh batches, no added latency), one line per implementation
+    and CPU share, log-log: an SVG of its own (no plotting library)."""
+    import math
+
+    ok = [r for r in rows if "wall_s" in r and r["mode"] == "fresh" and r["latency_ms"] == 0]
+    ns = sorted({r["n"] for r in ok}) or [10]
+    walls = [r["wall_s"] for r in ok] or [1.0]
+    w, h, left, right, top, bottom = 760, 440, 70, 230, 30, 50
+    x0, x1 = math.log10(min(ns)), math.log10(max(ns)) if max(ns) > min(ns) else math.log10(min(ns)) + 1
+    y0, y1 = math.floor(math.log10(min(walls))), math.ceil(math.log10(max(walls)))
+    if y1 == y0:
+        y1 += 1
+
+    def x(n):
+        return left + (math.log10(n) - x0) / (x1 - x0) * (w - left - right)
+
+    def y(s):
+        return h - bottom - (math.log10(s) - y0) / (y1 - y0) * (h - top - bottom)
+
+    colors = {
+        "sqs-claim": "#1f77b4", "sqs-claim-one-shot": "#2ca02c", "sqs-claim-credit": "#17becf",
+        "bare-sdk": "#7f7f7f", "powertools-ts": "#d62728", "powertools-py": "#ff7f0e",
+    }
+    dashes = {1.0: "", 0.58: "6,3", 0.145: "2,3"}
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{left}" y="18" font-size="14">Wall per fresh batch against N (DynamoDB Local, no added latency; log-log)</text>']
+    for e in range(int(y0), int(y1) + 1):
+        yy = y(10 ** e)
+        out.append(f'<line x1="{left}" y1="{yy:.1f}" x2="{w - right}" y2="{yy:.1f}" stroke="#ddd"/>')
+        label_s = f"{10 ** e * 1000:g} ms" if e < 0 else f"{10 ** e:g} s"
+        out.append(f'<text x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{label_s}</text>')
+    for n in ns:
+        xx = x(n)
+        out.append(f'<line x1="{xx:.1f}" y1="{top}" x2="{xx:.1f}" y2="{h - bottom}" stroke="#ddd"/>')
+        out.append(f'<text x="{xx:.1f}" y="{h - bottom + 16}" text-anchor="middle">N = {n}</text>')
+    legend_y = top
+    for impl in impls:
+        for share in shares:
+            pts = sorted((r["n"], r["wall_s"]) for r in ok if r["impl"] == impl and r.get("cpu_share", 1.0) == share)
+            if not pts:
+                continue
+            color = colors.get(impl.partition("@")[0], "#000")
+            dash = dashes.get(share, "4,2")
+            path = " ".join(f"{x(n):.1f},{y(s):.1f}" for n, s in pts)
+            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>')
+            for n, s in pts:
+                out.append(f'<circle cx="{x(n):.1f}" cy="{y(s):.1f}" r="3" fill="{color}"/>')
+            lx = w - right + 12
+            out.append(f'<line x1="{lx}" y1="{legend_y}" x2="{lx + 24}" y2="{legend_y}" stroke="{color}" stroke-width="2" stroke-dasharray="{dash}"/>')
+            out.append(f'<text x="{lx + 30}" y="{legend_y + 4}">{label(impl)}, {share_name(share)}</text>')
+            legend_y += 16
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

@@ -180,4 +180,96 @@ pub async fn one_shot_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe
         !probe.applied(&m_dup).await,
         "a duplicate's one-shot effects must not be applied"
     );
+    packed_one_shot(store, probe).await;
+}
+
+/// Several one-shot writes in one pack ([`ClaimStore::claim_completed_packed`]): each gets its
+/// own answer, as [`ClaimStore::claim_completed`] would have given it, however the others
+/// fare: a fresh key committed with its effect, a duplicate answered `Completed` with nothing
+/// applied, a write with a refused effect `EffectRejected` with nothing applied and its key
+/// left free. A write answered [`Packed::Unsent`] is sent again, as the packer does.
+pub async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+    let key = prefix("packed");
+    let keys: Vec<String> = ["fresh", "dup", "refused", "fresh2"]
+        .iter()
+        .map(|k| format!("{key}-{k}"))
+        .collect();
+    let marker = |k: &str| format!("{k}#effect");
+    let now = base_time();
+    match store
+        .claim_completed(request(&keys[1], now), vec![probe.write("unused")].into())
+        .await
+    {
+        Ok(OneShotWrite::Committed) => {}
+        other => panic!("packed: the duplicate's first write: expected Committed, got {other:?}"),
+    }
+    let effects = |i: usize| -> Effects<S::Effect> {
+        match i {
+            2 => vec![probe.write(&marker(&keys[2])), probe.rejected("refused")].into(),
+            _ => vec![probe.write(&marker(&keys[i]))].into(),
+        }
+    };
+    let mut answers: Vec<Option<Result<OneShotWrite, crate::Error>>> = vec![None, None, None, None];
+    for round in 0.. {
+        let pending: Vec<usize> = (0..4).filter(|i| answers[*i].is_none()).collect();
+        if pending.is_empty() {
+            break;
+        }
+        assert!(round < 5, "packed: writes still unsent after 5 rounds");
+        let writes = pending
+            .iter()
+            .map(|&i| (request(&keys[i], now), effects(i)))
+            .collect();
+        let got = store.claim_completed_packed(writes).await;
+        assert_eq!(got.len(), pending.len(), "packed: one answer per write");
+        for (i, answer) in pending.into_iter().zip(got) {
+            if let Packed::Answered(a) = answer {
+                answers[i] = Some(a);
+            }
+        }
+    }
+    let answer = |i: usize| answers[i].as_ref().expect("answered");
+    assert!(
+        matches!(answer(0), Ok(OneShotWrite::Committed)),
+        "packed fresh: {:?}",
+        answer(0)
+    );
+    assert!(
+        matches!(answer(1), Ok(OneShotWrite::Completed(_))),
+        "packed duplicate: {:?}",
+        answer(1)
+    );
+    assert!(
+        matches!(answer(2), Err(e) if e.kind() == ErrorKind::EffectRejected),
+        "packed refused effect: {:?}",
+        answer(2)
+    );
+    assert!(
+        matches!(answer(3), Ok(OneShotWrite::Committed)),
+        "packed second fresh: {:?}",
+        answer(3)
+    );
+    assert!(
+        probe.applied(&marker(&keys[0])).await,
+        "packed fresh: applied"
+    );
+    assert!(
+        probe.applied(&marker(&keys[3])).await,
+        "packed second fresh: applied"
+    );
+    assert!(
+        !probe.applied(&marker(&keys[1])).await,
+        "packed duplicate: nothing applied"
+    );
+    assert!(
+        !probe.applied(&marker(&keys[2])).await,
+        "packed refused: nothing applied"
+    );
+    let token = must_acquire(
+        store,
+        request(&keys[2], now),
+        "a packed write with a refused effect leaves its key free",
+    )
+    .await;
+    store.release(&keys[2], &token).await.expect("release");
 }

@@ -28,7 +28,7 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
 use super::{
-    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite, Status,
+    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite, Packed, Status,
     StoreAdmin, StoredResponse,
 };
 use crate::ErrorKind;
@@ -48,7 +48,7 @@ pub use claim::{
     live_lease_is_held_elsewhere, long_and_odd_keys, release_allows_reclaim,
     short_ttl_never_ends_a_live_lease, stale_token_cannot_complete, stale_token_cannot_release,
 };
-pub use effects::{EffectProbe, atomic_effects, one_shot_effects};
+pub use effects::{EffectProbe, atomic_effects, one_shot_effects, packed_one_shot};
 pub use one_shot::one_shot_claims_completed;
 pub use race::{one_shot_race, race, takeover_race};
 pub use response::{expired_response_is_not_inherited, response_size_limit, stored_response};
