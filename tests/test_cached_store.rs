@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use sqs_claim::store::conformance::{self, request};
+use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{
     CachedStore, Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
     OneShotWrite, StoreAdmin, StoredResponse,
@@ -109,6 +110,41 @@ async fn keeps_the_store_contract() {
         store.hits() > 0,
         "the suite's duplicates were answered by the cache"
     );
+}
+
+/// Effects on a shared set of markers, for the effect checks of the suite.
+#[derive(Clone, Default)]
+struct Probe(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl conformance::EffectProbe<CachedStore<MemoryStore>> for Probe {
+    fn write(&self, marker: &str) -> MemoryEffect {
+        let (applied, marker) = (Arc::clone(&self.0), marker.to_owned());
+        MemoryEffect::new(move || {
+            applied.lock().unwrap().insert(marker.clone());
+        })
+    }
+    fn rejected(&self, marker: &str) -> MemoryEffect {
+        let (applied, marker) = (Arc::clone(&self.0), marker.to_owned());
+        MemoryEffect::conditional(
+            || Err("condition failed".to_owned()),
+            move || {
+                applied.lock().unwrap().insert(marker.clone());
+            },
+        )
+    }
+    fn applied(&self, marker: &str) -> impl std::future::Future<Output = bool> + Send {
+        let applied = self.0.lock().unwrap().contains(marker);
+        async move { applied }
+    }
+}
+
+/// Effects commit with the completion or one-shot write through the cache, packs included
+/// (`claim_completed_packed`), and a refused effect commits nothing.
+#[tokio::test]
+async fn keeps_the_effects_contract() {
+    let probe = Probe::default();
+    conformance::atomic_effects(&CachedStore::new(MemoryStore::new()), &probe).await;
+    conformance::one_shot_effects(&CachedStore::new(MemoryStore::new()), &probe).await;
 }
 
 #[tokio::test]
@@ -341,7 +377,7 @@ async fn the_idempotency_layer_replays_from_the_cache() {
 }
 
 /// Packed one-shot writes: a cached key is answered here, the others go to the inner store in
-/// one pack and are cached from its answers.
+/// one pack, each answer to its own write: a refused write is never cached as completed.
 #[tokio::test]
 async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
     use sqs_claim::store::Packed;
@@ -356,9 +392,11 @@ async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
         OneShotWrite::Committed
     );
     let before = inner.calls();
+    let refused = MemoryEffect::conditional(|| Err("no".to_owned()), || {});
     let answers = store
         .claim_completed_packed(vec![
             (request("old", at(1)), Effects::none()),
+            (request("refused", at(1)), Effects::one(refused)),
             (request("new", at(1)), Effects::none()),
         ])
         .await;
@@ -367,20 +405,26 @@ async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
             answers.as_slice(),
             [
                 Packed::Answered(Ok(OneShotWrite::Completed(_))),
+                Packed::Answered(Err(_)),
                 Packed::Answered(Ok(OneShotWrite::Committed))
             ]
         ),
         "{answers:?}"
     );
-    assert_eq!(
-        inner.calls(),
-        before + 1,
-        "only the new key reached the store"
-    );
+    assert_eq!(inner.calls(), before + 2, "the cached key reached no store");
     let again = store
         .claim_completed(request("new", at(2)), Effects::none())
         .await
         .unwrap();
     assert!(matches!(again, OneShotWrite::Completed(_)), "{again:?}");
-    assert_eq!(inner.calls(), before + 1);
+    assert_eq!(inner.calls(), before + 2, "the new key is cached");
+    let retried = store
+        .claim_completed(request("refused", at(2)), Effects::none())
+        .await
+        .unwrap();
+    assert_eq!(
+        retried,
+        OneShotWrite::Committed,
+        "the refused key was not cached"
+    );
 }
