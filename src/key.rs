@@ -9,6 +9,7 @@
 use aws_lambda_events::sqs::SqsMessage;
 use sha2::{Digest, Sha256};
 
+use crate::envelope::Envelope;
 use crate::{Error, ErrorKind};
 
 /// Where the idempotency key of a message comes from.
@@ -29,11 +30,18 @@ pub enum KeySource {
     BodySha256,
     /// The FIFO `MessageDeduplicationId` attribute (explicit or content-based).
     DeduplicationId,
+    /// The envelope's own id ([`Envelope`]): SNS's `MessageId`, EventBridge's `id`. Catches
+    /// the envelope's redeliveries (SNS resends a notification under its first `MessageId`,
+    /// and each resend is a new SQS message id), not a producer that publishes twice. Needs an
+    /// envelope that has an id ([`Envelope::has_id`]); without one every message lacks its key.
+    EnvelopeId,
 }
 
 impl KeySource {
     /// Parses the textual form used by the CLI and the reference consumer's environment:
-    /// `message-id`, `json:/pointer`, `attribute:NAME`, `body-sha256`, `dedup-id`.
+    /// `message-id`, `json:/pointer`, `attribute:NAME`, `body-sha256`, `dedup-id`,
+    /// `envelope-id`. A pointer may descend into a string holding JSON with the token `~json`
+    /// (`json:/Message/~json/order_id`).
     pub fn parse(s: &str) -> Result<KeySource, Error> {
         let s = s.trim();
         if let Some(ptr) = s.strip_prefix("json:") {
@@ -64,26 +72,72 @@ impl KeySource {
             "message-id" | "message_id" => Ok(KeySource::MessageId),
             "body-sha256" | "body_sha256" => Ok(KeySource::BodySha256),
             "dedup-id" | "deduplication-id" => Ok(KeySource::DeduplicationId),
+            "envelope-id" => Ok(KeySource::EnvelopeId),
             other => Err(Error::new(
                 ErrorKind::Config,
                 format!(
                     "unknown key source {other:?}: expected message-id, json:/pointer, \
-                     attribute:NAME, body-sha256 or dedup-id"
+                     attribute:NAME, body-sha256, dedup-id or envelope-id"
                 ),
             )),
         }
     }
 
-    /// Extracts the raw (un-namespaced) key of `msg`, as the processor does before claiming.
+    /// Extracts the raw (un-namespaced) key of `msg`, as the processor does before claiming
+    /// when no envelope is set ([`KeySource::extract_in`] with [`Envelope::None`]).
     /// `Ok(None)` means the message does not carry it; `Err` explains why it could not be
     /// derived, naming the key source and where a body failed to parse, never the body.
     /// The same message always gives the same answer.
     pub fn extract(&self, msg: &SqsMessage) -> Result<Option<String>, Error> {
+        self.extract_in(msg, Envelope::None)
+    }
+
+    /// Extracts the raw key of `msg` whose body is wrapped in `envelope`: a pointer and the
+    /// body's hash read the payload, [`KeySource::EnvelopeId`] the envelope's id. A body that
+    /// is not that envelope is an `Err` (kind [`ErrorKind::MissingKey`]) for the sources that
+    /// read it.
+    pub fn extract_in(
+        &self,
+        msg: &SqsMessage,
+        envelope: Envelope,
+    ) -> Result<Option<String>, Error> {
+        if !self.reads_body() {
+            return self.extract_opened(msg, "", None);
+        }
+        let opened = envelope
+            .open(msg.body.as_deref().unwrap_or(""))
+            .map_err(|e| self.unopened(&e))?;
+        self.extract_opened(msg, opened.payload(), opened.id())
+    }
+
+    /// Whether the key is read from the body (the payload, or the envelope around it).
+    pub(crate) fn reads_body(&self) -> bool {
+        matches!(
+            self,
+            KeySource::JsonPointer(_) | KeySource::BodySha256 | KeySource::EnvelopeId
+        )
+    }
+
+    /// The error of a key that cannot be read because the body did not open.
+    pub(crate) fn unopened(&self, e: &Error) -> Error {
+        Error::new(
+            ErrorKind::MissingKey,
+            format!("cannot read key {}: {}", self.describe(), e.message()),
+        )
+    }
+
+    /// The key of `msg`, whose body's payload is `payload` and whose envelope's id is
+    /// `envelope_id`.
+    pub(crate) fn extract_opened(
+        &self,
+        msg: &SqsMessage,
+        payload: &str,
+        envelope_id: Option<&str>,
+    ) -> Result<Option<String>, Error> {
         Ok(match self {
             KeySource::MessageId => msg.message_id.clone().filter(|s| !s.is_empty()),
             KeySource::JsonPointer(ptr) => {
-                let body = msg.body.as_deref().unwrap_or("");
-                match crate::pointer::find(body, ptr).map_err(|e| {
+                match crate::pointer::find(payload, ptr).map_err(|e| {
                     Error::new(
                         ErrorKind::MissingKey,
                         format!(
@@ -102,12 +156,13 @@ impl KeySource {
                 .get(name)
                 .and_then(|a| a.string_value.clone())
                 .filter(|s| !s.is_empty()),
-            KeySource::BodySha256 => Some(sha256_hex(msg.body.as_deref().unwrap_or("").as_bytes())),
+            KeySource::BodySha256 => Some(sha256_hex(payload.as_bytes())),
             KeySource::DeduplicationId => msg
                 .attributes
                 .get("MessageDeduplicationId")
                 .cloned()
                 .filter(|s| !s.is_empty()),
+            KeySource::EnvelopeId => envelope_id.map(str::to_owned),
         })
     }
 
@@ -119,6 +174,7 @@ impl KeySource {
             KeySource::MessageAttribute(n) => format!("message attribute {n:?}"),
             KeySource::BodySha256 => "the body's SHA-256".into(),
             KeySource::DeduplicationId => "the MessageDeduplicationId".into(),
+            KeySource::EnvelopeId => "the envelope's id".into(),
         }
     }
 }

@@ -41,6 +41,7 @@
 //! | step | module |
 //! |------|--------|
 //! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
+//! | body → **payload**: the envelope AWS wrapped it in (SNS, EventBridge, S3 notification) opened once, at planning; the key, the fingerprint and [`Message::payload`] read what it wraps | [`envelope`] ([`Envelope`]), [`processor`] (`config.rs`) |
 //! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
 //! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | [`deadline`] |
 //! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers | [`processor`] (`run.rs`) |
@@ -63,6 +64,8 @@
 //! [`MemoryStore`] (unit tests), `DynamoDbStore` (feature `dynamodb`, the production default),
 //! `SqliteStore` (feature `sqlite`), `RedisStore` and `TieredStore` (feature `redis`),
 //! `PostgresStore` (feature `postgres`), each in its module under [`store`].
+//! [`CachedStore`](store::CachedStore) wraps any of them with a bounded in-process cache of
+//! completed keys: a warm process answers a duplicate without a request.
 //!
 //! ## Feature flags
 //!
@@ -81,9 +84,12 @@
 //!
 //! ## Observability
 //!
-//! Every batch runs in a `batch` span (`request_id`, `records`, then the counts) and every
-//! message's work in a `message` span (`message_id`, `key`, `group`, `receive_count`; never the
-//! body), so a handler's own `tracing` events carry them. [`ProcessorBuilder::metrics`] sends
+//! Every batch runs in a `batch` span (`request_id`, `xray_trace_id`, `records`, then the counts)
+//! and every message's work in a `message` span (`message_id`, `key`, `group`, `receive_count`,
+//! `trace_header`: the producer's `AWSTraceHeader`; never the body), so a handler's own
+//! `tracing` events carry them. `xray_trace_id` is the invocation's own
+//! (`Context::xray_trace_id`), right when several invocations run at once (`run_concurrent`),
+//! where the process-wide `_X_AMZN_TRACE_ID` is whichever invocation set it last. [`ProcessorBuilder::metrics`] sends
 //! each batch's [`metrics::BatchMetrics`] to a sink: [`metrics::Emf`] for CloudWatch.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -91,6 +97,7 @@
 pub mod aws;
 pub mod claim;
 pub mod deadline;
+pub mod envelope;
 mod error;
 pub mod idempotency;
 pub mod key;
@@ -113,6 +120,7 @@ pub mod store;
 
 pub use claim::{Lease, MissingKey, PayloadCheck};
 pub use deadline::Clock;
+pub use envelope::Envelope;
 pub use error::{BoxError, Error, ErrorKind};
 pub use key::KeySource;
 pub use message::Message;
@@ -164,6 +172,9 @@ pub struct StoresDoctests;
 #[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]
 #[doc = include_str!("../docs/powertools.md")]
 pub struct PowertoolsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/events.md")]
+pub struct EventsDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

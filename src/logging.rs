@@ -32,7 +32,14 @@
 //! ```
 //!
 //! Whatever the filter says, `lambda_runtime`'s TRACE events are dropped ([`no_raw_events`]):
-//! they carry whole raw events, message bodies included.
+//! they carry whole raw events, message bodies included. [`Logging::init`] drops them for the
+//! whole process (a global filter), not only for its own layer: `lambda_runtime` 1.5 reads
+//! each raw event as UTF-8 *to log it*, and when that log line is enabled anywhere, a payload
+//! that is not UTF-8 ends its runtime loop (the error of the log line is returned out of the
+//! loop) instead of failing that one invocation. Disabled, the event is never formatted, and
+//! `lambda_runtime` answers such a payload with an invocation error and goes on. A subscriber
+//! of your own must keep that line disabled too: add [`no_raw_events`] to it as a global
+//! filter (`registry().with(no_raw_events()).with(...)`), not only as a layer's filter.
 
 use std::fmt;
 use std::str::FromStr;
@@ -241,6 +248,10 @@ impl Logging {
     /// Fails ([`ErrorKind::Config`]) if a global subscriber is already installed.
     pub fn init(self) -> Result<(), Error> {
         tracing_subscriber::registry()
+            // Global, not only the layer's: a per-layer filter lets the event be built (its
+            // fields evaluated) and then dropped, and building `lambda_runtime`'s raw-event
+            // line fails, and stops its loop, on a payload that is not UTF-8.
+            .with(no_raw_events())
             .with(self.layer())
             .try_init()
             .map_err(|e| {

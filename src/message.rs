@@ -8,14 +8,28 @@ use crate::{Error, ErrorKind};
 /// One SQS message, as handed to the handler, with its idempotency key.
 ///
 /// The body is decoded only when the handler asks ([`Message::json`]), so one undecodable body
-/// fails that message alone.
+/// fails that message alone. With an [`Envelope`](crate::envelope::Envelope) set on the
+/// processor, [`Message::payload`] and [`Message::json`] read what the envelope wraps (SNS's
+/// `Message`, EventBridge's `detail`, S3's record) and [`Message::body`] the raw body.
 #[derive(Clone)]
 pub struct Message {
     id: String,
     key: Option<String>,
     fifo: bool,
     stop_at: Option<tokio::time::Instant>,
+    payload: Payload,
     inner: SqsMessage,
+}
+
+/// What the processor's envelope found in a message's body.
+#[derive(Clone, Debug)]
+pub(crate) enum Payload {
+    /// No envelope: the body is the payload.
+    Body,
+    /// The envelope opened: its payload's text and its id.
+    Opened { text: String, id: Option<String> },
+    /// The body is not the envelope: why (never quoting the body).
+    Unopened(String),
 }
 
 // By hand: the body never goes into `Debug` output (a `?msg` in a log line), only its length.
@@ -26,6 +40,8 @@ impl std::fmt::Debug for Message {
             .field("key", &self.key)
             .field("fifo", &self.fifo)
             .field("body_len", &self.body().len())
+            .field("payload_len", &self.payload().map(str::len).ok())
+            .field("envelope_id", &self.envelope_id())
             .finish_non_exhaustive()
     }
 }
@@ -44,8 +60,15 @@ impl Message {
             key,
             fifo,
             stop_at: None,
+            payload: Payload::Body,
             inner,
         }
+    }
+
+    /// Sets what the envelope found in the body.
+    pub(crate) fn with_payload(mut self, payload: Payload) -> Self {
+        self.payload = payload;
+        self
     }
 
     /// Sets when the invocation's time budget ends (see [`Message::stop_at`]).
@@ -86,13 +109,43 @@ impl Message {
         self.inner.body.as_deref().unwrap_or("")
     }
 
-    /// Decodes the body as JSON into `T`.
+    /// The payload: the body, or, with an envelope set on the processor, the text it wraps
+    /// (SNS's `Message`, EventBridge's `detail`, S3's record).
+    ///
+    /// An error of kind [`ErrorKind::BadBody`] when the body is not that envelope (not JSON,
+    /// an SNS `SubscriptionConfirmation`, an `s3:TestEvent`), saying why, never quoting it.
+    pub fn payload(&self) -> Result<&str, Error> {
+        match &self.payload {
+            Payload::Body => Ok(self.body()),
+            Payload::Opened { text, .. } => Ok(text),
+            Payload::Unopened(why) => Err(Error::new(
+                ErrorKind::BadBody,
+                format!("message {}: {why}", self.id),
+            )),
+        }
+    }
+
+    /// The envelope's own id (SNS's `MessageId`, EventBridge's `id`), with such an envelope
+    /// set on the processor.
+    pub fn envelope_id(&self) -> Option<&str> {
+        match &self.payload {
+            Payload::Opened { id, .. } => id.as_deref(),
+            Payload::Body | Payload::Unopened(_) => None,
+        }
+    }
+
+    /// Decodes the [payload](Message::payload) (the body, without an envelope) as JSON into
+    /// `T`.
     ///
     /// The error is of kind [`ErrorKind::BadBody`] and names the position of the problem, not
     /// the body's content (bodies stay out of logs).
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, Error> {
-        serde_json::from_str(self.body()).map_err(|e| {
-            let what = match e.classify() {
+        let what = match self.payload {
+            Payload::Body => "body",
+            _ => "payload",
+        };
+        serde_json::from_str(self.payload()?).map_err(|e| {
+            let kind = match e.classify() {
                 serde_json::error::Category::Io => "I/O",
                 serde_json::error::Category::Syntax => "not valid JSON",
                 serde_json::error::Category::Data => "JSON of the wrong shape",
@@ -101,7 +154,7 @@ impl Message {
             Error::new(
                 ErrorKind::BadBody,
                 format!(
-                    "body of message {} is {what} for {} (line {}, column {})",
+                    "{what} of message {} is {kind} for {} (line {}, column {})",
                     self.id,
                     std::any::type_name::<T>(),
                     e.line(),
@@ -131,6 +184,13 @@ impl Message {
     /// first delivery.
     pub fn receive_count(&self) -> Option<u32> {
         self.attribute("ApproximateReceiveCount")?.parse().ok()
+    }
+
+    /// The producer's X-Ray trace header (the `AWSTraceHeader` system attribute, e.g.
+    /// `Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`), when the
+    /// producer was traced. The processor records it on the message's span (`trace_header`).
+    pub fn trace_header(&self) -> Option<&str> {
+        self.attribute("AWSTraceHeader")
     }
 
     /// The `MessageGroupId` (FIFO queues, and standard queues with fair-queue groups).

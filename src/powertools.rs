@@ -273,6 +273,13 @@ impl PowertoolsFormat {
     /// | `MessageAttribute("N")` | `messageAttributes.N.stringValue` | the string |
     /// | `DeduplicationId` | `attributes.MessageDeduplicationId` | the string |
     /// | `BodySha256` | `body` | the body, a JSON string (identical bodies, one key) |
+    /// | `EnvelopeId` | `powertools_json(body).MessageId` (SNS), `powertools_json(body).id` (EventBridge) | the id, a JSON string |
+    ///
+    /// With an [`Envelope`](crate::Envelope) on the processor, the processor gives this
+    /// method the payload in the body's place, so `JsonPointer("/a")` under SNS is
+    /// `powertools_json(powertools_json(body).Message).a`, and keys `EnvelopeId` itself
+    /// ([`PowertoolsFormat::key`] of the id): called on a record alone, this method finds no
+    /// envelope id.
     ///
     /// Errors (kind `MissingKey`) when the pointer's body is not JSON, never naming the body.
     pub fn record_key(
@@ -292,6 +299,7 @@ impl PowertoolsFormat {
                     .and_then(|a| a.string_value.as_ref()),
             ),
             KeySource::DeduplicationId => string_key(msg.attributes.get("MessageDeduplicationId")),
+            KeySource::EnvelopeId => None,
             KeySource::BodySha256 => string_key(msg.body.as_ref()),
             KeySource::JsonPointer(ptr) => match body_json_at(msg, ptr).map_err(|e| {
                 Error::new(
@@ -299,7 +307,7 @@ impl PowertoolsFormat {
                     format!("cannot read key {ptr:?}: {}", e.message()),
                 )
             })? {
-                Some(raw) => Some(self.key_of_text(raw)?),
+                Some(raw) => Some(self.key_of_text(&raw)?),
                 None => None,
             },
         })
@@ -317,7 +325,7 @@ impl PowertoolsFormat {
             // Powertools hashes what JMESPath finds, `null` for nothing.
             RecordPayload::BodyJson(ptr) => {
                 match crate::pointer::find_raw(msg.body.as_deref().unwrap_or(""), ptr).ok()? {
-                    Some(raw) => self.hash_text(raw).ok(),
+                    Some(raw) => self.hash_text(&raw).ok(),
                     None => Some(self.hash(&Value::Null)),
                 }
             }
@@ -327,12 +335,15 @@ impl PowertoolsFormat {
 
 /// The raw text of the JSON value at `ptr` in `msg`'s body, `None` if there is nothing there
 /// or Powertools would count it as no key.
-fn body_json_at<'m>(msg: &'m SqsMessage, ptr: &str) -> Result<Option<&'m str>, Error> {
+fn body_json_at<'m>(
+    msg: &'m SqsMessage,
+    ptr: &str,
+) -> Result<Option<std::borrow::Cow<'m, str>>, Error> {
     let body = msg.body.as_deref().unwrap_or("");
     let raw = crate::pointer::find_raw(body, ptr).map_err(not_json)?;
     Ok(match raw {
         Some(raw) => {
-            let value: Value = serde_json::from_str(raw).map_err(not_json)?;
+            let value: Value = serde_json::from_str(&raw).map_err(not_json)?;
             (!is_missing_key(&value)).then_some(raw)
         }
         None => None,

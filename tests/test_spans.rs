@@ -177,3 +177,76 @@ fn message_closes(capture: &Capture) -> Vec<String> {
         .filter_map(|l| l["span"]["message_id"].as_str().map(str::to_owned))
         .collect()
 }
+
+/// Trace context: the batch span carries its invocation's X-Ray trace id
+/// (`Context::xray_trace_id`) and the message span its producer's trace (the `AWSTraceHeader`
+/// system attribute), each right while two invocations run interleaved on one thread, as they
+/// do under `run_concurrent` (where the process-wide `_X_AMZN_TRACE_ID` is the last one set).
+#[tokio::test]
+async fn spans_carry_the_invocations_and_the_producers_traces() {
+    let capture = Capture::default();
+    let _guard = tracing::subscriber::set_default(subscriber(&capture));
+    let p = Processor::builder(MemoryStore::new(), logging_handler())
+        .namespace("t")
+        .build();
+    let invocation = |request: &str, trace: &str, ids: [&str; 2]| {
+        let batch = ids.map(|id| {
+            rec(id, "{}").trace_header(&format!(
+                "Root=1-00000000-producer-{id};Parent=53995c3f42cd8ad8;Sampled=1"
+            ))
+        });
+        let mut event = event(&batch);
+        event.context.request_id = request.into();
+        event.context.xray_trace_id = Some(trace.into());
+        event
+    };
+    let first = invocation(
+        "req-a",
+        "Root=1-aaaaaaaa-invocation-a;Sampled=1",
+        ["a1", "a2"],
+    );
+    // A message without a trace header: the field is absent, not empty.
+    let second = invocation(
+        "req-b",
+        "Root=1-bbbbbbbb-invocation-b;Sampled=1",
+        ["b1", "b2"],
+    );
+    let mut second = second;
+    second.payload.records[1]
+        .attributes
+        .remove("AWSTraceHeader");
+    let (a, b) = tokio::join!(p.process(first), p.process(second));
+    assert_eq!(outcome_names(&a.unwrap()), ["processed", "processed"]);
+    assert_eq!(outcome_names(&b.unwrap()), ["processed", "processed"]);
+
+    let lines = capture.lines();
+    let inside: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["fields"]["message"] == "inside the handler")
+        .collect();
+    assert_eq!(inside.len(), 4, "{}", capture.text());
+    for line in inside {
+        let spans = spans_of(line);
+        let (batch, message) = (spans[0], spans[1]);
+        let id = message["message_id"].as_str().unwrap();
+        let invocation = &id[..1];
+        assert_eq!(batch["request_id"], format!("req-{invocation}"), "{line}");
+        assert_eq!(
+            batch["xray_trace_id"],
+            format!(
+                "Root=1-{}-invocation-{invocation};Sampled=1",
+                invocation.repeat(8)
+            ),
+            "{line}"
+        );
+        if id == "b2" {
+            assert!(message.get("trace_header").is_none(), "{line}");
+        } else {
+            assert_eq!(
+                message["trace_header"],
+                format!("Root=1-00000000-producer-{id};Parent=53995c3f42cd8ad8;Sampled=1"),
+                "{line}"
+            );
+        }
+    }
+}

@@ -16,6 +16,7 @@
 //! | `SQS_CLAIM_DYNAMODB_PARTITION_KEY` | `id={key}` | the claims table's partition key, `NAME=TEMPLATE` ([`DynamoDbKeySchema`]): `pk=CLAIM#{key}` puts each claim under `CLAIM#<key>` in a table shared with business items (the DynamoDB store, and the tiered store's DynamoDB tier) |
 //! | `SQS_CLAIM_DYNAMODB_SORT_KEY` | none | the claims table's sort key, `NAME=TEMPLATE` (`sk=CLAIM`); needs `SQS_CLAIM_DYNAMODB_PARTITION_KEY`, and one of the two templates must carry `{key}` |
 //! | `SQS_CLAIM_KEY` | the consumer's (the example app: `json:/order_id`) | the key source, [`KeySource::parse`] syntax |
+//! | `SQS_CLAIM_ENVELOPE` | `none` | the envelope around each payload ([`Envelope`]): `sns` (SNS → SQS, raw delivery off), `eventbridge`, `s3` (S3 event notifications) or `none`; the key, the payload check and the handler read the payload inside, and the key source `envelope-id` the envelope's id (SNS `MessageId`, EventBridge `id`) |
 //! | `SQS_CLAIM_NAMESPACE` | the consumer's (the example app: `payments`) | the key namespace |
 //! | `SQS_CLAIM_TTL_SECS` | `86400` | how long a completed key is remembered |
 //! | `SQS_CLAIM_LEASE_SECS` | `300` | the lease when the invocation has no deadline (the CLI) |
@@ -45,7 +46,7 @@ use std::time::Duration;
 use crate::AnyStore;
 use sqs_claim::powertools::{HashFunction, PowertoolsFormat, RecordPayload};
 use sqs_claim::store::dynamodb::{DynamoDbAttributes, DynamoDbKeySchema};
-use sqs_claim::{Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
+use sqs_claim::{Envelope, Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
 
 /// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
 pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
@@ -96,6 +97,8 @@ pub struct Settings {
     pub dynamodb_keys: Option<DynamoDbKeySchema>,
     /// `SQS_CLAIM_KEY`; unset, the consumer's own default.
     pub key: Option<KeySource>,
+    /// `SQS_CLAIM_ENVELOPE`.
+    pub envelope: Envelope,
     /// `SQS_CLAIM_NAMESPACE`; unset, the consumer's own default.
     pub namespace: Option<String>,
     /// `SQS_CLAIM_TTL_SECS`.
@@ -140,6 +143,7 @@ impl Default for Settings {
             table: None,
             dynamodb_keys: None,
             key: None,
+            envelope: Envelope::None,
             namespace: None,
             ttl: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(300),
@@ -205,6 +209,21 @@ impl Settings {
         )?;
         if let Some(v) = get("SQS_CLAIM_KEY") {
             s.key = Some(KeySource::parse(&v).map_err(|e| invalid("SQS_CLAIM_KEY", e.message()))?);
+        }
+        if let Some(v) = get("SQS_CLAIM_ENVELOPE") {
+            s.envelope =
+                Envelope::parse(&v).map_err(|e| invalid("SQS_CLAIM_ENVELOPE", e.message()))?;
+        }
+        if s.key == Some(KeySource::EnvelopeId) && !s.envelope.has_id() {
+            // Every message would lack its key: refuse to start instead.
+            return Err(invalid(
+                "SQS_CLAIM_KEY",
+                format!(
+                    "envelope-id needs SQS_CLAIM_ENVELOPE=sns or eventbridge (it is {}): \
+                     the {} envelope has no id",
+                    s.envelope, s.envelope
+                ),
+            ));
         }
         if let Some(v) = get("SQS_CLAIM_NAMESPACE") {
             s.namespace = Some(v.trim().to_owned());
@@ -786,6 +805,7 @@ mod tests {
         let s = settings(&[
             ("SQS_CLAIM_STORE", "sqlite:/tmp/x.db"),
             ("SQS_CLAIM_KEY", "message-id"),
+            ("SQS_CLAIM_ENVELOPE", "eventbridge"),
             ("SQS_CLAIM_NAMESPACE", "ns"),
             ("SQS_CLAIM_TTL_SECS", "60"),
             ("SQS_CLAIM_LEASE_SECS", "30"),
@@ -810,6 +830,7 @@ mod tests {
         .expect("valid");
         assert_eq!(s.store, Some(StoreUrl::Sqlite("/tmp/x.db".into())));
         assert_eq!(s.key, Some(KeySource::MessageId));
+        assert_eq!(s.envelope, Envelope::EventBridge);
         assert_eq!(s.namespace.as_deref(), Some("ns"));
         assert_eq!(s.ttl, Duration::from_secs(60));
         assert_eq!(s.lease, Duration::from_secs(30));
@@ -839,6 +860,8 @@ mod tests {
         for (var, value) in [
             ("SQS_CLAIM_STORE", "ftp://x"),
             ("SQS_CLAIM_KEY", "json:order_id"),
+            ("SQS_CLAIM_ENVELOPE", "kinesis"),
+            ("SQS_CLAIM_KEY", "envelope-id"),
             ("SQS_CLAIM_TTL_SECS", "0"),
             ("SQS_CLAIM_TTL_SECS", "1h"),
             ("SQS_CLAIM_LEASE_SECS", "-1"),
@@ -860,6 +883,22 @@ mod tests {
             let err = settings(&[(var, value)]).expect_err(var);
             assert_eq!(err.kind(), ErrorKind::Config);
             assert!(err.to_string().contains(var), "{var}: {err}");
+        }
+        for envelope in ["none", "s3"] {
+            let err = settings(&[
+                ("SQS_CLAIM_KEY", "envelope-id"),
+                ("SQS_CLAIM_ENVELOPE", envelope),
+            ])
+            .expect_err(envelope);
+            assert!(err.to_string().contains("SQS_CLAIM_ENVELOPE"), "{err}");
+        }
+        for envelope in ["sns", "eventbridge"] {
+            let s = settings(&[
+                ("SQS_CLAIM_KEY", "envelope-id"),
+                ("SQS_CLAIM_ENVELOPE", envelope),
+            ])
+            .expect(envelope);
+            assert_eq!(s.key, Some(KeySource::EnvelopeId));
         }
         let err = settings(&[("SQS_CLAIM_TABLE", "a b")])
             .expect("read")

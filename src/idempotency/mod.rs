@@ -9,7 +9,8 @@
 //! ```text
 //! event ─► key (KeyExtractor) ─► claim ─┬─ acquired ─► handler ─► response serialised once ─► complete (response + effects, fenced) ─► answer
 //!                                       ├─ completed ─► same request? ─► the stored response, byte for byte (else: 422 / PayloadMismatch)
-//!                                       └─ held elsewhere ─► 409 / InProgress (Retry-After: when the lease lapses)
+//!                                       └─ held elsewhere ─► 409 / InProgress (Retry-After: when the lease lapses),
+//!                                          or, with wait_in_progress, poll until it completes (replay) or the wait runs out
 //! ```
 //!
 //! ```
@@ -53,6 +54,7 @@
 //! | completed, same request | does not run | the stored response, byte for byte ([`IdempotentResponse::is_replay`]) | the same |
 //! | completed, other request (the fingerprints differ) | does not run | HTTP 422 `{"message": ...}` | error [`ErrorKind::PayloadMismatch`](crate::ErrorKind::PayloadMismatch) |
 //! | in progress elsewhere (a live lease) | does not run | HTTP 409, `Retry-After` | error [`ErrorKind::InProgress`](crate::ErrorKind::InProgress) |
+//! | in progress elsewhere, with [`wait_in_progress`](IdempotencyBuilder::wait_in_progress) | waits (polls) for the first: does not run if it completes | its stored response once it completes; 409 if the wait runs out | the same; `InProgress` if the wait runs out |
 //! | the request carries no key | does not run | HTTP 400 | error [`ErrorKind::MissingKey`](crate::ErrorKind::MissingKey) |
 //! | completed by the SQS processor or a one-shot write (no stored response) | does not run | error [`ErrorKind::NotReplayable`](crate::ErrorKind::NotReplayable) | the same |
 //!
@@ -143,6 +145,9 @@ struct Config<St, X> {
     format: Box<dyn KeyFormat>,
     answers: Option<Box<dyn Answers>>,
     clock: Clock,
+    /// How long a request waits for one with its key still running
+    /// ([`IdempotencyBuilder::wait_in_progress`]); `None`: it does not.
+    wait: Option<Duration>,
     /// Concurrent requests of this process (`run_concurrent`) whose writes share an item take
     /// turns, as the processor's messages do.
     locks: crate::claim::ItemLocks,
@@ -165,6 +170,7 @@ impl<St, X> std::fmt::Debug for Idempotency<St, X> {
             .field("answer_reserve", &c.answer_reserve)
             .field("missing_key", &c.missing_key)
             .field("format", &c.format)
+            .field("wait", &c.wait)
             .finish_non_exhaustive()
     }
 }
@@ -188,6 +194,7 @@ impl<St: ClaimStore, X> Idempotency<St, X> {
                 format: Box::new(NativeFormat),
                 answers: None,
                 clock: Clock::system(),
+                wait: None,
                 locks: crate::claim::ItemLocks::default(),
             },
         }
@@ -301,6 +308,35 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     /// 50 ms.
     pub fn completion_retry(mut self, policy: RetryPolicy) -> Self {
         self.config.terms.completion_retry = policy;
+        self
+    }
+
+    /// Waits up to `max` for a request with the same key that is still running, instead of
+    /// refusing at once (409 / [`ErrorKind::InProgress`](crate::ErrorKind::InProgress)).
+    /// Default: no wait.
+    ///
+    /// The waiting request polls the record with a claim, the first poll 50 ms after the
+    /// refusal and then twice as long apart, up to 1 s, with jitter ([`RetryPolicy`]'s
+    /// schedule), and never past `max` nor the invocation's time budget (deadline minus the
+    /// [answer reserve](Self::answer_reserve)). When the first request completes, the waiter
+    /// answers its stored response, byte for byte, as any duplicate (or 422 if its payload
+    /// differs); when the first request failed and released the key, or its lease lapsed, the
+    /// poll acquires the key and the waiter's own handler runs, as a retry would; when the wait
+    /// runs out, it answers as without a wait (409 with `Retry-After`). Each poll is one
+    /// conditional write on DynamoDB (billed as a write even when its condition fails).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sqs_claim::MemoryStore;
+    /// use sqs_claim::idempotency::{Idempotency, key};
+    ///
+    /// let idempotency = Idempotency::builder(MemoryStore::new(), key::json_pointer("/order"))
+    ///     .wait_in_progress(Duration::from_secs(5))
+    ///     .build();
+    /// # let _ = idempotency;
+    /// ```
+    pub fn wait_in_progress(mut self, max: Duration) -> Self {
+        self.config.wait = (!max.is_zero()).then_some(max);
         self
     }
 

@@ -16,6 +16,7 @@ use super::response::{HandlerResponse, IdempotentResponse};
 use super::{Config, Idempotency};
 use crate::claim::{Attempt, Claimed, HandlerEnd, MissingKey, PayloadVerdict, Recorded, guarded};
 use crate::deadline::Budget;
+use crate::retry::RetryPolicy;
 use crate::store::{ClaimRecord, ClaimStore, ClaimToken, Completion, Effects, StoredResponse};
 use crate::{BoxError, Error, ErrorKind};
 
@@ -104,7 +105,11 @@ where
             fingerprint.as_deref(),
         )
         .with_locks(&config.locks);
-        let token = match attempt.claim().await {
+        let mut claimed = attempt.claim().await;
+        if let (Claimed::HeldElsewhere { .. }, Some(max)) = (&claimed, config.wait) {
+            claimed = wait_out(&attempt, &budget, max, claimed).await;
+        }
+        let token = match claimed {
             Claimed::Won(token) => token,
             Claimed::CutOff => {
                 return Err(out_of_time(
@@ -243,6 +248,46 @@ where
 
 /// A key found completed: the stored response, unless the payload check refuses the request
 /// as another one.
+/// Polls the key held by another request until it is no longer held (completed, released or
+/// lapsed), the wait `max` runs out, or the budget would: the first poll 50 ms after the
+/// refusal, then twice as long apart up to 1 s, with jitter (the one [`RetryPolicy`]
+/// schedule). Returns the last poll's answer.
+async fn wait_out<S: ClaimStore>(
+    attempt: &Attempt<'_, S>,
+    budget: &Budget,
+    max: Duration,
+    first: Claimed<ClaimToken>,
+) -> Claimed<ClaimToken> {
+    let schedule =
+        RetryPolicy::new(u32::MAX, Duration::from_millis(50)).with_cap(Duration::from_secs(1));
+    let now = tokio::time::Instant::now();
+    let give_up = now
+        .checked_add(max)
+        .unwrap_or(now + Duration::from_secs(86_400));
+    let mut claimed = first;
+    let mut polls = 0u32;
+    while let Claimed::HeldElsewhere { .. } = claimed {
+        let wake = tokio::time::Instant::now() + schedule.delay(polls);
+        // Never a poll after the wait, nor one whose answer could not be sent in time.
+        if wake >= give_up || budget.hard_stop().is_some_and(|stop| wake >= stop) {
+            break;
+        }
+        Box::pin(tokio::time::sleep_until(wake)).await;
+        if !budget.may_start() {
+            break;
+        }
+        polls += 1;
+        claimed = attempt.claim().await;
+    }
+    tracing::debug!(
+        key = attempt.key(),
+        polls,
+        still_held = matches!(claimed, Claimed::HeldElsewhere { .. }),
+        "waited for a request in progress with the same key"
+    );
+    claimed
+}
+
 fn replay(
     key: &str,
     payload: PayloadVerdict,

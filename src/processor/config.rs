@@ -7,7 +7,9 @@ use std::time::Duration;
 use super::{Inner, Processor};
 use crate::claim::{KeyFormat, Lease, MissingKey, Namespace, NativeFormat, PayloadCheck, Terms};
 use crate::deadline::Clock;
+use crate::envelope::Envelope;
 use crate::key::KeySource;
+use crate::message::Payload;
 use crate::metrics::{MetricsSink, Sink};
 use crate::retry::RetryPolicy;
 
@@ -43,6 +45,8 @@ pub enum FifoMode {
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(super) key: KeySource,
+    /// What AWS wraps around each payload ([`ProcessorBuilder::envelope`]).
+    pub(super) envelope: Envelope,
     pub(super) namespace: Namespace,
     /// How keys and fingerprints are written ([`ProcessorBuilder::key_format`]).
     pub(super) format: Arc<dyn KeyFormat>,
@@ -65,20 +69,76 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// The stored key of `record` under the key format, `None` if it has none.
-    pub(super) fn stored_key(
+    /// Reads `record` through the envelope: its stored key under the key format (`None` if
+    /// it has none), its payload fingerprint under the payload check (when it has a key), and
+    /// what the envelope holds, for the handler. The envelope is opened once, here.
+    pub(super) fn read(
+        &self,
+        record: &mut aws_lambda_events::sqs::SqsMessage,
+        namespace: &str,
+    ) -> Read {
+        let mut payload = match self.envelope {
+            Envelope::None => Payload::Body,
+            envelope => match envelope.open(record.body.as_deref().unwrap_or("")) {
+                Ok(opened) => {
+                    let (text, id) = opened.into_owned();
+                    Payload::Opened { text, id }
+                }
+                Err(e) => Payload::Unopened(e.message().to_owned()),
+            },
+        };
+        let (key, fingerprint) = match &mut payload {
+            Payload::Body => self.key_and_fingerprint(record, namespace),
+            Payload::Unopened(why) if self.key.reads_body() => (
+                Err(self
+                    .key
+                    .unopened(&crate::Error::new(crate::ErrorKind::BadBody, why.clone()))),
+                None,
+            ),
+            Payload::Unopened(_) => self.key_and_fingerprint(record, namespace),
+            Payload::Opened { text, id } => {
+                // The key format reads a record's body: it is given the payload in its place
+                // (and the body put back after), so every format, Powertools' included, keys
+                // and fingerprints the payload as it would a body.
+                let raw = record.body.replace(std::mem::take(text));
+                let (key, fingerprint) = match (&self.key, id.as_deref()) {
+                    (KeySource::EnvelopeId, id) => {
+                        let key = id.map(|id| {
+                            self.format
+                                .stored_key(namespace, &serde_json::Value::String(id.to_owned()))
+                        });
+                        let fingerprint = key.as_ref().and_then(|_| self.fingerprint(record));
+                        (Ok(key), fingerprint)
+                    }
+                    _ => self.key_and_fingerprint(record, namespace),
+                };
+                *text = std::mem::replace(&mut record.body, raw).unwrap_or_default();
+                (key, fingerprint)
+            }
+        };
+        Read {
+            key,
+            fingerprint,
+            payload,
+        }
+    }
+
+    /// The stored key and the fingerprint of `record` as it is.
+    fn key_and_fingerprint(
         &self,
         record: &aws_lambda_events::sqs::SqsMessage,
         namespace: &str,
-    ) -> Result<Option<String>, crate::Error> {
-        self.format.record_key(namespace, &self.key, record)
+    ) -> (Result<Option<String>, crate::Error>, Option<String>) {
+        let key = self.format.record_key(namespace, &self.key, record);
+        let fingerprint = match key {
+            Ok(Some(_)) => self.fingerprint(record),
+            _ => None,
+        };
+        (key, fingerprint)
     }
 
     /// The payload fingerprint of `record` under the payload check, `None` when it is off.
-    pub(super) fn fingerprint(
-        &self,
-        record: &aws_lambda_events::sqs::SqsMessage,
-    ) -> Option<String> {
+    fn fingerprint(&self, record: &aws_lambda_events::sqs::SqsMessage) -> Option<String> {
         if !self.terms.payload_check.fingerprints() {
             return None;
         }
@@ -86,10 +146,21 @@ impl Config {
     }
 }
 
+/// A record read through the envelope ([`Config::read`]).
+pub(super) struct Read {
+    /// The stored key, `None` if the record has none.
+    pub(super) key: Result<Option<String>, crate::Error>,
+    /// The payload fingerprint, when the record has a key and the payload check is on.
+    pub(super) fingerprint: Option<String>,
+    /// What the envelope holds, for the handler's [`Message`](crate::Message).
+    pub(super) payload: Payload,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
             key: KeySource::MessageId,
+            envelope: Envelope::None,
             namespace: Namespace::default(),
             format: Arc::new(NativeFormat),
             missing_key: MissingKey::Fail,
@@ -128,6 +199,33 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// Where the idempotency key comes from. Default: [`KeySource::MessageId`].
     pub fn key(mut self, key: KeySource) -> Self {
         self.config.key = key;
+        self
+    }
+
+    /// The envelope AWS wraps around each payload: SNS, EventBridge or an S3 notification.
+    /// Default: [`Envelope::None`] (the body is the payload). With one, the key and the payload
+    /// fingerprint are read from the payload ([`KeySource::EnvelopeId`] from the envelope), and
+    /// the handler's [`Message::payload`](crate::Message::payload) and
+    /// [`Message::json`](crate::Message::json) read it; a body that is not that envelope fails
+    /// its message alone. See [`envelope`](crate::envelope) and docs/events.md.
+    ///
+    /// ```
+    /// use sqs_claim::envelope::Envelope;
+    /// use sqs_claim::{KeySource, MemoryStore, Message, Processor};
+    ///
+    /// let handler = tower::service_fn(|msg: Message| async move {
+    ///     let order: serde_json::Value = msg.json()?; // the JSON SNS's `Message` holds
+    ///     # let _ = order;
+    ///     Ok::<(), sqs_claim::Error>(())
+    /// });
+    /// let processor = Processor::builder(MemoryStore::new(), handler)
+    ///     .envelope(Envelope::Sns)
+    ///     .key(KeySource::JsonPointer("/order_id".into()))
+    ///     .build();
+    /// # let _ = processor;
+    /// ```
+    pub fn envelope(mut self, envelope: Envelope) -> Self {
+        self.config.envelope = envelope;
         self
     }
 

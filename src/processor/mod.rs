@@ -147,6 +147,9 @@ where
         let span = tracing::info_span!(
             "batch",
             request_id = context.request_id.as_str(),
+            // The invocation's own trace (from its Runtime API response), never the
+            // process-wide `_X_AMZN_TRACE_ID`, which concurrent invocations overwrite.
+            xray_trace_id = context.xray_trace_id.as_deref(),
             records = payload.records.len(),
             fifo = field::Empty,
             processed = field::Empty,

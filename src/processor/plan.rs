@@ -24,6 +24,8 @@ pub(super) struct Meta {
     pub(super) id: String,
     /// The namespaced idempotency key, if the message has one.
     pub(super) key: Option<String>,
+    /// The producer's trace (`AWSTraceHeader`), for the outcome's log line.
+    pub(super) trace_header: Option<String>,
 }
 
 /// What to do with one record.
@@ -97,11 +99,14 @@ impl Plan {
         let mut leaders: HashMap<String, (usize, Option<String>)> = HashMap::new();
         let mut metas: Vec<Meta> = Vec::with_capacity(records.len());
         let mut actions = Vec::with_capacity(records.len());
-        for (i, record) in records.into_iter().enumerate() {
+        for (i, mut record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
-            let (key, action) = match config.stored_key(&record, namespace) {
+            let trace_header = record.attributes.get("AWSTraceHeader").cloned();
+            let read = config.read(&mut record, namespace);
+            let payload = read.payload;
+            let (key, action) = match read.key {
                 Ok(Some(key)) => {
-                    let fingerprint = config.fingerprint(&record);
+                    let fingerprint = read.fingerprint;
                     let action = match leaders.get(&key) {
                         Some((leader, leader_fingerprint)) => Action::Follow {
                             leader: *leader,
@@ -116,7 +121,9 @@ impl Plan {
                             leaders.insert(key.clone(), (i, fingerprint.clone()));
                             Action::Do(Work::Claim {
                                 message: Box::new(
-                                    Message::new(record, Some(key.clone())).with_stop_at(stop_at),
+                                    Message::new(record, Some(key.clone()))
+                                        .with_payload(payload)
+                                        .with_stop_at(stop_at),
                                 ),
                                 key: key.clone(),
                                 fingerprint,
@@ -127,20 +134,20 @@ impl Plan {
                 }
                 Ok(None) => {
                     let why = format!("message has no idempotency key ({})", config.key.describe());
-                    (None, no_key(record, &id, why, config.missing_key, stop_at))
+                    let message = Message::new(record, None).with_payload(payload);
+                    (None, no_key(message, &id, why, config.missing_key, stop_at))
                 }
-                Err(e) => (
-                    None,
-                    no_key(
-                        record,
-                        &id,
-                        e.message().to_owned(),
-                        config.missing_key,
-                        stop_at,
-                    ),
-                ),
+                Err(e) => {
+                    let message = Message::new(record, None).with_payload(payload);
+                    let why = e.message().to_owned();
+                    (None, no_key(message, &id, why, config.missing_key, stop_at))
+                }
             };
-            metas.push(Meta { id, key });
+            metas.push(Meta {
+                id,
+                key,
+                trace_header,
+            });
             actions.push(action);
         }
         Ok(Plan {
@@ -152,7 +159,7 @@ impl Plan {
 }
 
 fn no_key(
-    record: SqsMessage,
+    message: Message,
     id: &str,
     why: String,
     policy: MissingKey,
@@ -163,7 +170,7 @@ fn no_key(
         MissingKey::ProcessWithoutDedup => {
             warn!(message_id = %id, reason = %why, "processing without deduplication");
             Action::Do(Work::Unclaimed {
-                message: Box::new(Message::new(record, None).with_stop_at(stop_at)),
+                message: Box::new(message.with_stop_at(stop_at)),
             })
         }
     }

@@ -695,30 +695,35 @@ fn message_span(message: &Message) -> tracing::Span {
         key = message.key(),
         group = message.group_id(),
         receive_count = message.receive_count(),
+        trace_header = message.trace_header(),
     )
 }
 
 fn log_outcome(meta: &Meta, outcome: &Outcome) {
     let id = meta.id.as_str();
     let key = meta.key.as_deref().unwrap_or("");
+    // Outside the message's span: its producer's trace is named on the line itself.
+    let trace_header = meta.trace_header.as_deref();
     match outcome {
-        Outcome::Processed => tracing::debug!(message_id = %id, key, outcome = "processed"),
+        Outcome::Processed => {
+            tracing::debug!(message_id = %id, key, trace_header, outcome = "processed")
+        }
         Outcome::Duplicate => {
-            tracing::info!(message_id = %id, key, outcome = "duplicate", "duplicate skipped")
+            tracing::info!(message_id = %id, key, trace_header, outcome = "duplicate", "duplicate skipped")
         }
         Outcome::HeldElsewhere { .. } => {
-            tracing::info!(message_id = %id, key, outcome = "held_elsewhere", "claimed by another worker; will be retried")
+            tracing::info!(message_id = %id, key, trace_header, outcome = "held_elsewhere", "claimed by another worker; will be retried")
         }
         Outcome::Failed(f) => {
-            warn!(message_id = %id, key, outcome = "failed", kind = f.kind.as_str(), reason = %f.message, "message failed")
+            warn!(message_id = %id, key, trace_header, outcome = "failed", kind = f.kind.as_str(), reason = %f.message, "message failed")
         }
         Outcome::NotStarted(r) => {
-            tracing::info!(message_id = %id, key, outcome = "not_started", reason = r.as_str(), "message not started")
+            tracing::info!(message_id = %id, key, trace_header, outcome = "not_started", reason = r.as_str(), "message not started")
         }
         // Only set after the run (the failure destination), which logs it itself.
         Outcome::DeadLettered(_) => {}
         Outcome::CutOff(step) => {
-            warn!(message_id = %id, key, outcome = "cut_off", step = step.as_str(), "message cut off by the time budget; reported for retry")
+            warn!(message_id = %id, key, trace_header, outcome = "cut_off", step = step.as_str(), "message cut off by the time budget; reported for retry")
         }
     }
 }

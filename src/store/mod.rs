@@ -83,6 +83,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::Error;
 
 pub mod admin;
+pub mod cached;
 pub mod capabilities;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -100,6 +101,7 @@ pub mod sqlite;
 pub mod tiered;
 
 pub use admin::StoreAdmin;
+pub use cached::CachedStore;
 pub use capabilities::Capabilities;
 pub use memory::{MemoryEffect, MemoryStore};
 

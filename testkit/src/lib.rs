@@ -4,6 +4,7 @@
 //! | module | what it gives you |
 //! |--------|-------------------|
 //! | [`sqs`] | SQS events as Lambda delivers them: standard, FIFO (`.fifo` ARN, `MessageGroupId`, `SequenceNumber`, `MessageDeduplicationId`), fair queues (standard ARN with `MessageGroupId`), redeliveries (`ApproximateReceiveCount`); as JSON, as `SqsEvent`, as `LambdaEvent<SqsEvent>`; and the ids of a partial batch response |
+//! | [`envelope`] | bodies AWS writes when a queue is fed by another service, in AWS's documented shapes: an SNS notification (raw delivery off) and SNS's subscription confirmation, an EventBridge event, an S3 event notification and S3's test event |
 //! | [`runtime`] | a fake Lambda Runtime API on 127.0.0.1: run your real Lambda binary against it ([`runtime::LambdaProcess`]), hand it invocations with deadlines, several in flight, and read what it posts back |
 //! | [`conflict`] | DynamoDB's transaction-conflict rule in front of DynamoDB Local (which queues overlapping transactions instead): a proxy that cancels a `TransactWriteItems` overlapping another in flight on an item, with DynamoDB's cancellation reasons, and refuses single-item writes on it |
 //! | [`fault`] | a TCP fault proxy in front of a real server (DynamoDB Local, PostgreSQL, Redis): healthy, stalled, dark, answers dropped, reset, switched at run time or after N bytes |
@@ -41,6 +42,7 @@
 
 pub mod conflict;
 pub mod emf;
+pub mod envelope;
 pub mod fault;
 pub mod local;
 pub mod runtime;

@@ -73,6 +73,7 @@ pub struct Record {
     dedup: Option<String>,
     sequence: Option<String>,
     receive_count: u32,
+    trace_header: Option<String>,
     msg_attrs: Map<String, Value>,
 }
 
@@ -86,6 +87,7 @@ pub fn record(id: &str, body: &str) -> Record {
         dedup: None,
         sequence: None,
         receive_count: 1,
+        trace_header: None,
         msg_attrs: Map::new(),
     }
 }
@@ -144,6 +146,13 @@ impl Record {
         self
     }
 
+    /// The `AWSTraceHeader` system attribute: the producer's X-Ray trace, as SQS passes it on
+    /// (`Root=1-...;Parent=...;Sampled=1`).
+    pub fn trace_header(mut self, header: &str) -> Self {
+        self.trace_header = Some(header.to_owned());
+        self
+    }
+
     /// A string message attribute (`messageAttributes.NAME`, `dataType` `String`).
     pub fn attr(mut self, name: &str, value: &str) -> Self {
         self.msg_attrs.insert(
@@ -187,6 +196,9 @@ impl Record {
         }
         if let Some(d) = &self.dedup {
             attributes.insert("MessageDeduplicationId".into(), json!(d));
+        }
+        if let Some(t) = &self.trace_header {
+            attributes.insert("AWSTraceHeader".into(), json!(t));
         }
         let sequence = self.sequence.clone().or_else(|| {
             self.arn

@@ -5,6 +5,7 @@
 //! | variable | default | meaning |
 //! |----------|---------|---------|
 //! | `SQS_CLAIM_KEY` | `json:/order_id` | the key source, [`KeySource::parse`] syntax |
+//! | `SQS_CLAIM_ENVELOPE` | `none` | the envelope around each payment (`sns`, `eventbridge`, `s3`, `none`): the key and the payment are read from the payload inside |
 //! | `SQS_CLAIM_NAMESPACE` | `payments` | the key namespace |
 //! | `SQS_CLAIM_ACCOUNTS_TABLE` | `<claims table>-accounts` | the DynamoDB accounts table |
 

@@ -340,7 +340,8 @@ impl<L: Ledger> Service<Message> for PaymentHandler<L> {
 
     fn call(&mut self, msg: Message) -> Self::Future {
         // The processor logs the failure with the message id; the error says what is wrong.
-        let payment = match Payment::parse(msg.body()) {
+        // The payload: the body, or what SQS_CLAIM_ENVELOPE's envelope wraps.
+        let payment = match msg.payload().and_then(Payment::parse) {
             Ok(p) => p,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
@@ -514,7 +515,7 @@ fn one_shot_to<L: Ledger>(
 ) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
     let store = ledger.store().clone();
     let credit: CreditFn<L> = Box::new(move |msg: &Message| {
-        let payment = Payment::parse(msg.body())?;
+        let payment = Payment::parse(msg.payload()?)?;
         Ok(Effects::one(
             ledger.credit(&payment.account, payment.amount_cents),
         ))
@@ -575,6 +576,7 @@ fn configure<S, H>(
 ) -> ProcessorBuilder<S, H> {
     let mut builder = builder
         .key(settings.key())
+        .envelope(settings.envelope)
         .namespace(settings.namespace())
         .ttl(settings.ttl)
         .lease_policy(match settings.lease_at_least {

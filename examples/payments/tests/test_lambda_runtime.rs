@@ -10,6 +10,8 @@
 //! * a record without a `messageId` fails the invocation (`.../error`, so Lambda redelivers the
 //!   batch) instead of answering an empty `itemIdentifier`, credits nothing, and the function
 //!   keeps serving;
+//! * a payload that is not UTF-8 fails that invocation alone (`.../error`), at any log level,
+//!   and the function keeps serving;
 //! * with the default log level, no message body reaches stdout or stderr;
 //! * each batch writes one CloudWatch EMF line to stdout, valid against the specification, with
 //!   the batch's numbers; and the logs follow Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`,
@@ -61,6 +63,11 @@ fn start(dir: &TempDir, runtime_api: &str, settings: &[(&str, &str)]) -> Consume
 /// longer than [`WAIT`].
 async fn invoke(rt: &mut FakeRuntime, consumer: &mut Consumer, event: &str) -> Posted {
     let request_id = rt.queue(event, INVOCATION_BUDGET);
+    answer_to(rt, consumer, request_id).await
+}
+
+/// What the consumer posted back for `request_id`, as [`invoke`] waits for it.
+async fn answer_to(rt: &mut FakeRuntime, consumer: &mut Consumer, request_id: String) -> Posted {
     let started = Instant::now();
     loop {
         // Short slices, so a crashed consumer fails the test at once instead of after WAIT.
@@ -397,6 +404,47 @@ async fn a_record_without_message_id_fails_the_invocation() {
         "plain.json again credits nothing"
     );
     assert_nothing_else_posted(&mut rt, &consumer).await;
+}
+
+/// A payload the runtime cannot read as text (not UTF-8: Lambda's own front end refuses such
+/// payloads, a misbehaving Runtime API or a proxy in front of it need not) fails that
+/// invocation alone, through the Runtime API's error endpoint, and the consumer goes on
+/// serving. `lambda_runtime` 1.5 logs each raw event at TRACE as text, and returned the UTF-8
+/// error of that log line out of its loop when the line was enabled: the consumer stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_is_not_utf8_fails_that_invocation_alone() {
+    for settings in [
+        &[][..],
+        &[("RUST_LOG", "trace,lambda_runtime=trace")][..],
+        &[("AWS_LAMBDA_LOG_LEVEL", "TRACE")][..],
+    ] {
+        let dir = TempDir::new("sqs-claim-lambda");
+        let mut rt = FakeRuntime::start()
+            .await
+            .expect("start the fake runtime API");
+        let mut consumer = start(&dir, &rt.address(), settings);
+
+        let mut payload = br#"{"Records":[{"messageId":"m-1","body":"caf"#.to_vec();
+        payload.push(0xE9); // Latin-1 'é': not UTF-8
+        payload.extend_from_slice(br#""}]}"#);
+        let request_id = rt.queue_bytes(payload, INVOCATION_BUDGET);
+        let posted = answer_to(&mut rt, &mut consumer, request_id).await;
+        assert!(
+            matches!(posted, Posted::InvocationError { .. }),
+            "{settings:?}: expected an invocation error, got {posted:?}\nlogs:\n{}",
+            consumer.logs()
+        );
+
+        // Still serving: the next invocation is answered.
+        let plain = read_event("plain.json");
+        let posted = invoke(&mut rt, &mut consumer, &plain).await;
+        assert_eq!(
+            response(posted, "plain.json after the bad payload", &consumer),
+            json!({"batchItemFailures": []}),
+            "{settings:?}"
+        );
+        assert_nothing_else_posted(&mut rt, &consumer).await;
+    }
 }
 
 /// A body-shaped string that appears nowhere but in message bodies.

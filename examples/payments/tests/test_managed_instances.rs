@@ -18,13 +18,22 @@ fn record(id: &str, body: &str) -> Value {
         "messageId": id,
         "receiptHandle": format!("rh-{id}"),
         "body": body,
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+        "attributes": {
+            "ApproximateReceiveCount": "1",
+            "SentTimestamp": "1700000000000",
+            "AWSTraceHeader": producer_trace(id)
+        },
         "messageAttributes": {},
         "md5OfBody": "",
         "eventSource": "aws:sqs",
         "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:payments",
         "awsRegion": "us-east-1"
     })
+}
+
+/// The `AWSTraceHeader` SQS gives message `id`: its producer's trace.
+fn producer_trace(id: &str) -> String {
+    format!("Root=1-5759e988-{id};Parent=53995c3f42cd8ad8;Sampled=1")
 }
 
 /// The next post, failing with the consumer's logs if it exits or nothing comes within WAIT.
@@ -111,10 +120,15 @@ async fn with_max_concurrency_two_invocations_are_in_flight_at_once() {
         record("fast-1", "not json"),
         record("fast-2", r#"{"order_id": "o-2"}"#),
     ]});
-    let a = rt.queue(slow.to_string(), Duration::from_secs(30));
+    // Each invocation with its own X-Ray trace, as Lambda hands them out.
+    let (trace_a, trace_b) = (
+        "Root=1-aaaaaaaa-000000000000000000000001;Sampled=1",
+        "Root=1-bbbbbbbb-000000000000000000000002;Sampled=1",
+    );
+    let a = rt.queue_traced(slow.to_string(), Duration::from_secs(30), trace_a);
     // The first worker took it (and hangs in its publish); the second still waits.
     wait_for_polling(&rt, &mut consumer, 1).await;
-    let b = rt.queue(fast.to_string(), Duration::from_secs(30));
+    let b = rt.queue_traced(fast.to_string(), Duration::from_secs(30), trace_b);
 
     let (first, first_body) = next_post(&mut rt, &mut consumer).await;
     assert_eq!(
@@ -135,4 +149,23 @@ async fn with_max_concurrency_two_invocations_are_in_flight_at_once() {
     // Both workers are back, waiting.
     wait_for_polling(&rt, &mut consumer, 2).await;
     hold.abort();
+
+    // Trace context, from the logs: each message's failure line carries its own invocation's
+    // X-Ray trace (the batch span's `xray_trace_id`), although the two ran at once, and its
+    // producer's (the message span's `trace_header`).
+    consumer.kill();
+    let logs = consumer.logs();
+    for (id, trace) in [
+        ("slow-1", trace_a),
+        ("fast-1", trace_b),
+        ("fast-2", trace_b),
+    ] {
+        let line: Value = logs
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l["message"] == "message failed" && l["message_id"] == id)
+            .unwrap_or_else(|| panic!("no failure line for {id}:\n{logs}"));
+        assert_eq!(line["xray_trace_id"], trace, "{id}: {line}");
+        assert_eq!(line["trace_header"], producer_trace(id), "{id}: {line}");
+    }
 }

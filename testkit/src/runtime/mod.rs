@@ -83,11 +83,16 @@ const MAX_BODY: usize = 8 * 1024 * 1024;
 struct Invocation {
     /// `Lambda-Runtime-Aws-Request-Id`.
     request_id: String,
-    /// The event JSON, sent as the body.
-    body: String,
+    /// The event JSON, sent as the body (bytes: a test may send what is not UTF-8).
+    body: Vec<u8>,
     /// `Lambda-Runtime-Deadline-Ms`, epoch milliseconds.
     deadline_ms: u64,
+    /// `Lambda-Runtime-Trace-Id`.
+    trace_id: String,
 }
+
+/// The `Lambda-Runtime-Trace-Id` of an invocation queued without one of its own.
+pub const TRACE_ID: &str = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0";
 
 /// Something the function posted to the fake.
 ///
@@ -193,13 +198,50 @@ impl FakeRuntime {
     /// milliseconds; one in the past hands out an invocation that is already late). Returns
     /// the request id.
     pub fn queue_at(&self, event: impl Into<String>, deadline_ms: u64) -> String {
+        self.queue_bytes_at(event.into().into_bytes(), deadline_ms)
+    }
+
+    /// Queues `payload`, any bytes (a payload that is not UTF-8, not JSON), as
+    /// [`queue`](Self::queue) queues an event. Returns the request id.
+    pub fn queue_bytes(&self, payload: impl Into<Vec<u8>>, budget: Duration) -> String {
+        let deadline_ms = (SystemTime::now() + budget)
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        self.queue_bytes_at(payload, deadline_ms)
+    }
+
+    /// Queues `payload`, any bytes, with this `Lambda-Runtime-Deadline-Ms`. Returns the
+    /// request id.
+    pub fn queue_bytes_at(&self, payload: impl Into<Vec<u8>>, deadline_ms: u64) -> String {
+        self.enqueue(payload.into(), deadline_ms, TRACE_ID.to_owned())
+    }
+
+    /// Queues `event` as [`queue`](Self::queue) does, with this `Lambda-Runtime-Trace-Id`
+    /// (the invocation's X-Ray trace, `Context::xray_trace_id`) instead of [`TRACE_ID`].
+    /// Returns the request id.
+    pub fn queue_traced(
+        &self,
+        event: impl Into<String>,
+        budget: Duration,
+        trace_id: &str,
+    ) -> String {
+        let deadline_ms = (SystemTime::now() + budget)
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        self.enqueue(event.into().into_bytes(), deadline_ms, trace_id.to_owned())
+    }
+
+    fn enqueue(&self, event: Vec<u8>, deadline_ms: u64, trace_id: String) -> String {
         let request_id = uuid::Uuid::new_v4().to_string();
         // The receiver lives as long as the server task; a send error means it died, which
         // the following `next_post` reports as a timeout with the reason.
         let _ = self.queue.send(Invocation {
             request_id: request_id.clone(),
-            body: event.into(),
+            body: event,
             deadline_ms,
+            trace_id,
         });
         request_id
     }
@@ -317,31 +359,34 @@ async fn serve_connection(
             let Some(inv) = next else {
                 return;
             };
-            format!(
+            let mut reply = format!(
                 "HTTP/1.1 200 OK\r\n\
                  Content-Type: application/json\r\n\
                  Lambda-Runtime-Aws-Request-Id: {}\r\n\
                  Lambda-Runtime-Deadline-Ms: {}\r\n\
                  Lambda-Runtime-Invoked-Function-Arn: {FUNCTION_ARN}\r\n\
-                 Lambda-Runtime-Trace-Id: Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=0\r\n\
-                 Content-Length: {}\r\n\r\n{}",
+                 Lambda-Runtime-Trace-Id: {}\r\n\
+                 Content-Length: {}\r\n\r\n",
                 inv.request_id,
                 inv.deadline_ms,
+                inv.trace_id,
                 inv.body.len(),
-                inv.body
             )
+            .into_bytes();
+            reply.extend_from_slice(&inv.body);
+            reply
         } else {
             let post = classify(request);
             let known = !matches!(post, Posted::Unknown { .. });
             let _ = posted.send(post);
             if known {
-                accepted()
+                accepted().into_bytes()
             } else {
-                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
-                    .to_owned()
+                b"HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                    .to_vec()
             }
         };
-        if write.write_all(reply.as_bytes()).await.is_err() || write.flush().await.is_err() {
+        if write.write_all(&reply).await.is_err() || write.flush().await.is_err() {
             return;
         }
     }
