@@ -124,6 +124,30 @@ fn wait_for_go() {
     let _ = std::io::stdin().read_line(&mut line);
 }
 
+/// Builds the processor (with the what-if concurrency, if any) and runs the timed batches
+/// through it: the same for every processor-based worker, whatever its handler type.
+macro_rules! serve {
+    ($input:expr, $builder:expr, $what_if:expr) => {{
+        let mut builder = $builder;
+        if let Some(n) = $what_if {
+            builder = builder.concurrency(n);
+        }
+        let processor = builder.build();
+        let concurrency = processor.concurrency();
+        let config = format!("{processor:?}");
+        timed(
+            $input,
+            move |event| {
+                let p = processor.clone();
+                async move { p.process(event).await }
+            },
+            config,
+            Some(concurrency),
+        )
+        .await
+    }};
+}
+
 /// The processor in one-shot mode: the same trivial handler (it parses the body) as a function
 /// with no effects, then one write per message.
 async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
@@ -132,29 +156,13 @@ async fn run_one_shot(input: Input, table: &str, what_if: Option<usize>) -> Resu
         .init()
         .await
         .map_err(|e| format!("create table: {e}"))?;
-    let mut builder = Processor::one_shot(store, |m: &Message| {
+    let builder = Processor::one_shot(store, |m: &Message| {
         let _: serde_json::Value = m.json()?;
         Ok(sqs_claim::Effects::none())
     })
     .key(KeySource::JsonPointer("/order_id".into()))
     .namespace("bench");
-    if let Some(n) = what_if {
-        builder = builder.concurrency(n);
-    }
-    let processor = builder.build();
-    let concurrency = processor.concurrency();
-    let config = format!("{processor:?}");
-    let p = processor.clone();
-    timed(
-        input,
-        move |event| {
-            let p = p.clone();
-            async move { p.process(event).await }
-        },
-        config,
-        Some(concurrency),
-    )
-    .await
+    serve!(input, builder, what_if)
 }
 
 /// The example's real write: one-shot, the claim and a credit (`ADD balance`) on an accounts
@@ -170,7 +178,7 @@ async fn run_credit(input: Input, table: &str, what_if: Option<usize>) -> Result
     sqs_claim::store::dynamodb::create_table_with_key(store.client(), &accounts, "account")
         .await
         .map_err(|e| format!("create accounts table: {e}"))?;
-    let mut builder = Processor::one_shot(store, move |m: &Message| {
+    let builder = Processor::one_shot(store, move |m: &Message| {
         #[derive(serde::Deserialize)]
         struct Payment {
             order_id: String,
@@ -190,22 +198,7 @@ async fn run_credit(input: Input, table: &str, what_if: Option<usize>) -> Result
     })
     .key(KeySource::JsonPointer("/order_id".into()))
     .namespace("bench");
-    if let Some(n) = what_if {
-        builder = builder.concurrency(n);
-    }
-    let processor = builder.build();
-    let concurrency = processor.concurrency();
-    let config = format!("{processor:?}");
-    timed(
-        input,
-        move |event| {
-            let p = processor.clone();
-            async move { p.process(event).await }
-        },
-        config,
-        Some(concurrency),
-    )
-    .await
+    serve!(input, builder, what_if)
 }
 
 async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Result<(), String> {
@@ -214,25 +207,10 @@ async fn run_sqs_claim(input: Input, table: &str, what_if: Option<usize>) -> Res
         .init()
         .await
         .map_err(|e| format!("create table: {e}"))?;
-    let mut builder = Processor::builder(store, trivial_handler())
+    let builder = Processor::builder(store, trivial_handler())
         .key(KeySource::JsonPointer("/order_id".into()))
         .namespace("bench");
-    if let Some(n) = what_if {
-        builder = builder.concurrency(n);
-    }
-    let processor = builder.build();
-    let concurrency = processor.concurrency();
-    let config = format!("{processor:?}");
-    timed(
-        input,
-        move |event| {
-            let p = processor.clone();
-            async move { p.process(event).await }
-        },
-        config,
-        Some(concurrency),
-    )
-    .await
+    serve!(input, builder, what_if)
 }
 
 /// The warm-up batch, the go signal, then the timed batches through `process`, and the report.
