@@ -110,6 +110,9 @@ pub struct Settings {
     /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
     /// ([`Capabilities::max_in_flight`](sqs_claim::store::Capabilities::max_in_flight)).
     pub concurrency: Option<usize>,
+    /// `SQS_CLAIM_WARM_CACHE`: entries of the in-process cache of completed keys
+    /// ([`sqs_claim::store::CachedStore`]) in front of the store; `None` (unset or 0): no cache.
+    pub warm_cache: Option<usize>,
     /// `SQS_CLAIM_FIFO_MODE`.
     pub fifo: FifoMode,
     /// `SQS_CLAIM_STORE_UNAVAILABLE`.
@@ -149,6 +152,7 @@ impl Default for Settings {
             lease: Duration::from_secs(300),
             lease_at_least: None,
             concurrency: None,
+            warm_cache: None,
             fifo: FifoMode::PerGroup,
             store_unavailable: StoreUnavailable::FailClosed,
             deadline_margin: Duration::from_millis(2000),
@@ -248,6 +252,12 @@ impl Settings {
                 Some(usize::try_from(n).map_err(|_| {
                     invalid("SQS_CLAIM_CONCURRENCY", format!("{v:?} is too large"))
                 })?);
+        }
+        if let Some(v) = get("SQS_CLAIM_WARM_CACHE") {
+            let n = whole_number("SQS_CLAIM_WARM_CACHE", &v, "entries", 0)?;
+            let n = usize::try_from(n)
+                .map_err(|_| invalid("SQS_CLAIM_WARM_CACHE", format!("{v:?} is too large")))?;
+            s.warm_cache = (n > 0).then_some(n);
         }
         if let Some(v) = get("SQS_CLAIM_FIFO_MODE") {
             s.fifo = match v.trim() {
@@ -810,6 +820,7 @@ mod tests {
             ("SQS_CLAIM_TTL_SECS", "60"),
             ("SQS_CLAIM_LEASE_SECS", "30"),
             ("SQS_CLAIM_CONCURRENCY", "3"),
+            ("SQS_CLAIM_WARM_CACHE", "500"),
             ("SQS_CLAIM_FIFO_MODE", "whole-batch"),
             ("SQS_CLAIM_STORE_UNAVAILABLE", "fail-open"),
             ("SQS_CLAIM_DEADLINE_MARGIN_MS", "0"),
@@ -836,6 +847,7 @@ mod tests {
         assert_eq!(s.lease, Duration::from_secs(30));
         assert_eq!(s.lease_at_least, Some(Duration::from_secs(3600)));
         assert_eq!(s.concurrency, Some(3));
+        assert_eq!(s.warm_cache, Some(500));
         assert_eq!(s.fifo, FifoMode::WholeBatch);
         assert_eq!(s.store_unavailable, StoreUnavailable::FailOpen);
         assert_eq!(s.deadline_margin, Duration::ZERO);

@@ -56,11 +56,12 @@ impl Default for Terms {
     }
 }
 
-/// The default contention retries: up to 20, from 10 ms, at most 500 ms apart (about 6 s of
-/// backoff in all), and never past the time budget. A conflict is answered at once and wrote
+/// The default contention retries: up to 50, from 10 ms, at most 500 ms apart (about 22 s of
+/// backoff in all: the invocation's time budget, not the count, is what ends them inside
+/// Lambda; the count bounds a run without a deadline). A conflict is answered at once and wrote
 /// nothing, so a retry costs one request; the jitter spreads invocations that collided.
 pub(crate) const CONTENTION_RETRY: RetryPolicy =
-    RetryPolicy::new(20, Duration::from_millis(10)).with_cap(Duration::from_millis(500));
+    RetryPolicy::new(50, Duration::from_millis(10)).with_cap(Duration::from_millis(500));
 
 /// One attempt at one key: the store, the terms, the budget, and what is claimed.
 pub(crate) struct Attempt<'a, S: ClaimStore> {

@@ -378,7 +378,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// a PostgreSQL serialization failure. Such a write wrote nothing, and the store's client
     /// does not retry it (the AWS SDK does not), so every store step (claim, completion,
     /// one-shot write, release) sends it again under this policy, never past the time budget;
-    /// only then does the message fail, as `contention`. Default: up to 20 retries from
+    /// only then does the message fail, as `contention`. Default: up to 50 retries from
     /// 10 ms, at most 500 ms apart. `RetryPolicy::none()` turns it off.
     pub fn contention_retry(mut self, policy: RetryPolicy) -> Self {
         self.config.terms.contention_retry = policy;

@@ -37,7 +37,7 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use tower::Service;
 
-use sqs_claim::store::{ClaimStore, Effects, StoreAdmin};
+use sqs_claim::store::{CachedStore, ClaimStore, Effects, StoreAdmin};
 use sqs_claim::{BoxError, Error, ErrorKind, Message, OneShot, Processor, ProcessorBuilder};
 
 pub mod config;
@@ -421,12 +421,25 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
     if settings.output_queue_url.is_none()
         && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed
     {
+        if let Some(entries) = settings.warm_cache {
+            let store = CachedStore::new(ledger.store().clone()).with_capacity(entries);
+            let builder = Processor::one_shot(store, credit_fn(ledger));
+            return Ok(Consumer::OneShotCached(
+                configure(builder, settings, failures).build(),
+            ));
+        }
         return Ok(Consumer::OneShot(one_shot_to(ledger, settings, failures)));
     }
     let mut handler = PaymentHandler::new(ledger);
     if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
         let publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
         handler = handler.with_output(publisher);
+    }
+    if let Some(entries) = settings.warm_cache {
+        let store = CachedStore::new(handler.ledger().store().clone()).with_capacity(entries);
+        return Ok(Consumer::ClaimedCached(
+            configure(Processor::builder(store, handler), settings, failures).build(),
+        ));
     }
     Ok(Consumer::Claimed(processor_to(handler, settings, failures)))
 }
@@ -435,12 +448,32 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
 pub type CreditFn<L> =
     Box<dyn Fn(&Message) -> Result<Effects<EffectOf<L>>, BoxError> + Send + Sync>;
 
+/// [`CreditFn`] as the processor's handler.
+pub type CreditHandler<L> = OneShot<CreditFn<L>, EffectOf<L>>;
+
 /// The reference consumer's processor, in the mode [`build`] chose.
 pub enum Consumer<L: Ledger> {
     /// Claim, handler (credit and notice), completion with the credit.
     Claimed(Processor<L::Store, PaymentHandler<L>>),
     /// One write per message: the claim, completed, with the credit.
-    OneShot(Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>>),
+    OneShot(Processor<L::Store, CreditHandler<L>>),
+    /// [`Consumer::Claimed`] behind an in-process cache of completed keys
+    /// (`SQS_CLAIM_WARM_CACHE`): a warm duplicate costs no request.
+    ClaimedCached(Processor<CachedStore<L::Store>, PaymentHandler<L>>),
+    /// [`Consumer::OneShot`] behind an in-process cache of completed keys.
+    OneShotCached(Processor<CachedStore<L::Store>, CreditHandler<L>>),
+}
+
+/// `$body` with `$p` bound to the consumer's processor, whichever variant it is.
+macro_rules! each_variant {
+    ($consumer:expr, $p:ident => $body:expr) => {
+        match $consumer {
+            Consumer::Claimed($p) => $body,
+            Consumer::OneShot($p) => $body,
+            Consumer::ClaimedCached($p) => $body,
+            Consumer::OneShotCached($p) => $body,
+        }
+    };
 }
 
 // By hand: a derive would ask for `CreditFn<L>: Clone`; a processor clones as an `Arc`.
@@ -449,6 +482,8 @@ impl<L: Ledger> Clone for Consumer<L> {
         match self {
             Consumer::Claimed(p) => Consumer::Claimed(p.clone()),
             Consumer::OneShot(p) => Consumer::OneShot(p.clone()),
+            Consumer::ClaimedCached(p) => Consumer::ClaimedCached(p.clone()),
+            Consumer::OneShotCached(p) => Consumer::OneShotCached(p.clone()),
         }
     }
 }
@@ -458,6 +493,8 @@ impl<L: Ledger> std::fmt::Debug for Consumer<L> {
         match self {
             Consumer::Claimed(p) => f.debug_tuple("Claimed").field(p).finish(),
             Consumer::OneShot(p) => f.debug_tuple("OneShot").field(p).finish(),
+            Consumer::ClaimedCached(p) => f.debug_tuple("ClaimedCached").field(p).finish(),
+            Consumer::OneShotCached(p) => f.debug_tuple("OneShotCached").field(p).finish(),
         }
     }
 }
@@ -468,15 +505,20 @@ impl<L: Ledger> Consumer<L> {
         &self,
         event: lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>,
     ) -> Result<sqs_claim::BatchReport, Error> {
-        match self {
-            Consumer::Claimed(p) => p.process(event).await,
-            Consumer::OneShot(p) => p.process(event).await,
-        }
+        each_variant!(self, p => p.process(event).await)
     }
 
     /// Whether it runs in one-shot mode.
     pub fn is_one_shot(&self) -> bool {
-        matches!(self, Consumer::OneShot(_))
+        matches!(self, Consumer::OneShot(_) | Consumer::OneShotCached(_))
+    }
+
+    /// Whether a cache of completed keys sits in front of the store (`SQS_CLAIM_WARM_CACHE`).
+    pub fn is_cached(&self) -> bool {
+        matches!(
+            self,
+            Consumer::ClaimedCached(_) | Consumer::OneShotCached(_)
+        )
     }
 }
 
@@ -493,10 +535,7 @@ impl<L: Ledger> Service<lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>
         &mut self,
         event: lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>,
     ) -> Self::Future {
-        match self {
-            Consumer::Claimed(p) => Box::pin(p.call(event)),
-            Consumer::OneShot(p) => Box::pin(p.call(event)),
-        }
+        each_variant!(self, p => Box::pin(p.call(event)))
     }
 }
 
@@ -514,14 +553,18 @@ fn one_shot_to<L: Ledger>(
     failures: Option<sqs_claim::FailureDestination>,
 ) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
     let store = ledger.store().clone();
-    let credit: CreditFn<L> = Box::new(move |msg: &Message| {
+    let builder = Processor::one_shot(store, credit_fn(ledger));
+    configure(builder, settings, failures).build()
+}
+
+/// The one-shot handler: the credit, computed from the payload.
+fn credit_fn<L: Ledger>(ledger: L) -> CreditFn<L> {
+    Box::new(move |msg: &Message| {
         let payment = Payment::parse(msg.payload()?)?;
         Ok(Effects::one(
             ledger.credit(&payment.account, payment.amount_cents),
         ))
-    });
-    let builder = Processor::one_shot(store, credit);
-    configure(builder, settings, failures).build()
+    })
 }
 
 /// The output queue's SQS client, with its retries and timeouts set here rather than left to
