@@ -144,13 +144,14 @@ impl FailureDestination {
     }
 
     /// After the batch ran: sends the candidates that failed and reports those sent as
-    /// [`Outcome::DeadLettered`]; every other item is returned as it was.
+    /// [`Outcome::DeadLettered`]; every other item is returned as it was. Also returns how many
+    /// were sent before their last receive (none yet).
     pub(super) async fn divert(
         &self,
         mut items: Vec<ItemReport>,
         candidates: Vec<Candidate>,
         budget: &Budget,
-    ) -> Vec<ItemReport> {
+    ) -> (Vec<ItemReport>, usize) {
         let mut batch = self.publisher.batch(DEDUP_KEY);
         let mut pushed = Vec::new();
         for c in candidates {
@@ -174,7 +175,7 @@ impl FailureDestination {
             }
         }
         if pushed.is_empty() {
-            return items;
+            return (items, 0);
         }
         let sent = match budget.hard_stop() {
             Some(stop) => budget.bounded(batch.send_by(stop)).await,
@@ -228,7 +229,7 @@ impl FailureDestination {
                 item.outcome = Outcome::DeadLettered(failure.clone());
             }
         }
-        items
+        (items, 0)
     }
 
     /// The message to send, or `None` if it cannot fit (an empty body, or a body that leaves
