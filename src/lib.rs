@@ -49,7 +49,7 @@
 //! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`claim`] (`attempt.rs`, the guards), [`processor`] (`run.rs`), [`message`] |
 //! | complete (with the handler's atomic effects, retried under the one [`RetryPolicy`]) or release, fenced by the owner token | [`claim`] (`attempt.rs`), [`store`] |
 //! | **one-shot** (`Processor::one_shot`): effects computed first, then one atomic write claims the key completed with them ([`ClaimStore::claim_completed`]) | [`processor`] (`one_shot.rs`), [`claim`], [`store`] |
-//! | after the run: a failure on its last allowed receive sent with its reason to a failure queue (`FailureDestination`); each message reported for retry given its own visibility timeout: a backoff ([`Backoff`]), the handler's delay ([`Retry`]), a claim's lease end (`Redelivery`, `ChangeMessageVisibilityBatch`) | [`processor`] (`failure_destination.rs`, `redelivery.rs`; feature `sqs`), [`retry`] |
+//! | after the run: a failure on its last allowed receive, or a permanent one at once, sent with its reason to a failure queue (`FailureDestination`); each message reported for retry given its own visibility timeout: a backoff ([`Backoff`]), the handler's delay ([`Retry`]), a claim's lease end (`Redelivery`, `ChangeMessageVisibilityBatch`) | [`processor`] (`failure_destination.rs`, `redelivery.rs`; feature `sqs`), [`retry`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
