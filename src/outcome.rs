@@ -244,6 +244,20 @@ impl FailureKind {
         }
     }
 
+    /// Every kind, in the order they are declared.
+    pub const ALL: &'static [FailureKind] = &[
+        FailureKind::Handler,
+        FailureKind::Panicked,
+        FailureKind::MissingKey,
+        FailureKind::PayloadMismatch,
+        FailureKind::StoreUnavailable,
+        FailureKind::StoreRejected,
+        FailureKind::Contention,
+        FailureKind::EffectRejected,
+        FailureKind::LostClaim,
+        FailureKind::HandlerTimeout,
+    ];
+
     /// A short stable name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -258,6 +272,31 @@ impl FailureKind {
             FailureKind::LostClaim => "lost_claim",
             FailureKind::HandlerTimeout => "handler_timeout",
         }
+    }
+}
+
+impl std::str::FromStr for FailureKind {
+    type Err = crate::Error;
+
+    /// A kind from its [`as_str`](FailureKind::as_str) name (`handler_error`, ...).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FailureKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                crate::Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "{s:?} is not a failure kind ({})",
+                        FailureKind::ALL
+                            .iter()
+                            .map(|k| k.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
     }
 }
 

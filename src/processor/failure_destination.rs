@@ -179,7 +179,7 @@ impl Permanent {
                 }
                 "permanent" => p.marked(true),
                 w => match (
-                    FAILURE_KINDS.iter().find(|k| k.as_str() == w),
+                    FailureKind::ALL.iter().find(|k| k.as_str() == w),
                     ERROR_KINDS.iter().find(|k| k.as_str() == w),
                 ) {
                     (Some(k), _) => p.failure_kind(*k),
@@ -228,19 +228,6 @@ fn merge<T: PartialEq>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
     }
     a
 }
-
-const FAILURE_KINDS: &[FailureKind] = &[
-    FailureKind::Handler,
-    FailureKind::Panicked,
-    FailureKind::MissingKey,
-    FailureKind::PayloadMismatch,
-    FailureKind::StoreUnavailable,
-    FailureKind::StoreRejected,
-    FailureKind::Contention,
-    FailureKind::EffectRejected,
-    FailureKind::LostClaim,
-    FailureKind::HandlerTimeout,
-];
 
 /// Error kinds a handler's error can carry (the store's own are failure kinds above).
 const ERROR_KINDS: &[ErrorKind] = &[
