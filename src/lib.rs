@@ -165,6 +165,9 @@ pub struct StoresDoctests;
 #[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]
 #[doc = include_str!("../docs/powertools.md")]
 pub struct PowertoolsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/retries.md")]
+pub struct RetriesDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {
