@@ -15,7 +15,7 @@
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
 //! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
 //! | `limit.rs` | the in-flight limit of a standard-queue batch, adapted to what the store answers: cut on contention and timeouts, grown back on success (AIMD) |
-//! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive, or for good ([`Permanent`]), sent with their reason to a failure queue (feature `sqs`) |
+//! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive, or for good (`Permanent`), sent with their reason to a failure queue (feature `sqs`) |
 //! | `redelivery.rs` | after that: each message reported for retry given its own visibility timeout (backoff, the handler's delay, a claim's lease end) with `ChangeMessageVisibilityBatch` (feature `sqs`) |
 //!
 //! Where a duplicate is detected: when the claim finds the key completed (`claim/attempt.rs`,
