@@ -10,8 +10,10 @@
 //! TMPDIR=DIR HOME=DIR ministack`). It fails, never skips, when ministack is missing.
 //!
 //! The consumer: SQLite store, backoff 1 s doubling to 2 s, the DLQ as failure queue from receive
-//! 4 (the queue's `maxReceiveCount`), `bad_body` and `payload_mismatch` dead-lettered at once;
-//! the queue's visibility timeout 60 s.
+//! 10 (the queue's `maxReceiveCount`), `bad_body` and `payload_mismatch` dead-lettered at once;
+//! the queue's visibility timeout 60 s. Its "provider" is the output queue it publishes a notice
+//! per credit to, before the credit commits: the queue does not exist for the first 3 s (a
+//! provider down), so every payment fails and comes back under the backoff until it is there.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -213,7 +215,10 @@ async fn the_whole_loop_under_an_event_source_mapping() {
     let id = &id[..10];
     let sqs = sqs(&endpoint);
     let (dlq_url, dlq_arn) = create_queue(&sqs, &format!("e2e-dlq-{id}"), &[]).await;
-    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "4"});
+    let redrive = serde_json::json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "10"});
+    // The provider, down until it is created below.
+    let out_name = format!("e2e-out-{id}.fifo");
+    let out_url = format!("{endpoint}/000000000000/{out_name}");
     let (url, arn) = create_queue(
         &sqs,
         &format!("e2e-in-{id}"),
@@ -231,7 +236,8 @@ async fn the_whole_loop_under_an_event_source_mapping() {
         ("SQS_CLAIM_BACKOFF_CAP_SECS", "2".into()),
         ("SQS_CLAIM_SOURCE_QUEUE_URL", url.clone()),
         ("SQS_CLAIM_FAILURE_QUEUE_URL", dlq_url.clone()),
-        ("SQS_CLAIM_MAX_RECEIVES", "4".into()),
+        ("SQS_CLAIM_MAX_RECEIVES", "10".into()),
+        ("SQS_CLAIM_OUTPUT_QUEUE_URL", out_url.clone()),
         (
             "SQS_CLAIM_DEAD_LETTER_AT_ONCE",
             "bad_body,payload_mismatch".into(),
@@ -279,7 +285,7 @@ async fn the_whole_loop_under_an_event_source_mapping() {
     }
     bodies.push(r#"{"order_id": "o-poison", "amount_cents": "lots"}"#.to_owned());
     // No key: `missing_key`, not dead-lettered at once here, so it is retried with the backoff
-    // (1-2 s) until the failure queue takes it on receive 4. At the queue's 60 s visibility
+    // (1-2 s) until the failure queue takes it on receive 10. At the queue's 60 s visibility
     // timeout the input queue could not be empty within the minute.
     bodies.push(r#"{"account": "acct-9", "amount_cents": 5}"#.to_owned());
     for body in &bodies {
@@ -301,6 +307,20 @@ async fn the_whole_loop_under_an_event_source_mapping() {
         .await
         .expect("CreateEventSourceMapping");
 
+    // The provider comes back after 3 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let out = sqs
+        .create_queue()
+        .queue_name(&out_name)
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("CreateQueue (output)");
+    assert_eq!(
+        out.queue_url(),
+        Some(out_url.as_str()),
+        "ministack's queue URL form"
+    );
     // Until the input queue is empty (in flight included), at most a minute.
     let mut left = u64::MAX;
     while started.elapsed() < Duration::from_secs(60) {
@@ -358,9 +378,18 @@ async fn the_whole_loop_under_an_event_source_mapping() {
         got,
         [
             ("handler_error".into(), "bad_body".into(), "1".into()),
-            ("missing_key".into(), String::new(), "4".into()),
+            ("missing_key".into(), String::new(), "10".into()),
         ],
         "the poison message at once, the keyless one on its last receive, both with reasons"
     );
+    // One notice per payment: each published once it could be, none for the failed attempts.
+    let notices = drain(&sqs, &out_url).await;
+    let mut orders: Vec<String> = notices
+        .iter()
+        .filter_map(|m| serde_json::from_str::<serde_json::Value>(m.body()?).ok())
+        .filter_map(|v| v["order_id"].as_str().map(str::to_owned))
+        .collect();
+    orders.sort();
+    assert_eq!(orders, ["o-0", "o-1", "o-2", "o-3", "o-4"], "{notices:?}");
     eprintln!("the loop emptied the queue in {:?}", started.elapsed());
 }
