@@ -158,6 +158,9 @@ pub struct Failure {
     /// ([`Retry::permanent`](crate::retry::Retry::permanent)), or, once the message went to the
     /// failure destination at once, counted permanent by its `Permanent` policy.
     pub permanent: bool,
+    /// Whether this message's claim is kept until its lease lapses (a handler cancelled by
+    /// `handler_timeout` under a claim): `Redelivery` brings it back just after that.
+    pub(crate) claim_kept: bool,
 }
 
 impl Failure {
@@ -168,6 +171,7 @@ impl Failure {
             error_kind: None,
             retry_after: None,
             permanent: false,
+            claim_kept: false,
         }
     }
 

@@ -12,7 +12,7 @@
 //! | outcome | comes back after |
 //! |---------|------------------|
 //! | `failed`, the handler returned [`Retry::after`](crate::retry::Retry::after) | that delay |
-//! | `failed`, `handler_timeout` (the claim is kept) | just after the claim's lease lapses (the lease policy's end, plus [`Redelivery::lease_slack`]) |
+//! | `failed`, `handler_timeout` under a claim (the claim is kept) | just after the claim's lease lapses (the lease policy's end, plus [`Redelivery::lease_slack`]); without a claim (one-shot, no key), the backoff |
 //! | `failed`, any other kind | the [`Backoff`] for its kind ([`Redelivery::backoff_for`]), else [`Redelivery::backoff`], from its `ApproximateReceiveCount` |
 //! | `held_elsewhere` with its `lease_until` | just after that lease lapses (`lease_until` + slack) |
 //! | `cut_off` (a claim that landed is kept) | just after the claim's lease lapses |
@@ -201,10 +201,10 @@ impl Redelivery {
             .iter()
             .zip(targets)
             .map(|(item, t)| match &item.outcome {
-                Outcome::Failed(f) => Some(match (f.retry_after, f.kind) {
-                    (Some(d), _) => d,
-                    (None, FailureKind::HandlerTimeout) => after_lease(lease_end),
-                    (None, kind) => self.policy(kind).delay(t.receive_count, &item.message_id),
+                Outcome::Failed(f) => Some(match f.retry_after {
+                    Some(d) => d,
+                    None if f.claim_kept => after_lease(lease_end),
+                    None => self.policy(f.kind).delay(t.receive_count, &item.message_id),
                 }),
                 Outcome::HeldElsewhere {
                     lease_until: Some(until),
@@ -439,6 +439,8 @@ mod tests {
         let r = redelivery();
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let lease_end = now + Duration::from_millis(1500);
+        let mut kept = Failure::new(FailureKind::HandlerTimeout, "x");
+        kept.claim_kept = true;
         let mut hinted = Failure::new(FailureKind::Handler, "429");
         hinted.retry_after = Some(Duration::from_secs(120));
         let items = vec![
@@ -465,8 +467,9 @@ mod tests {
             item("held?", Outcome::HeldElsewhere { lease_until: None }),
             item("cut", Outcome::CutOff(Step::Handler)),
             item("late", Outcome::NotStarted(NotStarted::Deadline)),
+            item("timeout", Outcome::Failed(kept)),
             item(
-                "timeout",
+                "one-shot timeout",
                 Outcome::Failed(Failure::new(FailureKind::HandlerTimeout, "x")),
             ),
             item(
@@ -480,7 +483,7 @@ mod tests {
         ];
         let mut targets: Vec<Target> = (0..items.len()).map(|_| target(1, None)).collect();
         targets[2].receive_count = 3;
-        targets[11].receive_count = 40;
+        targets[12].receive_count = 40;
         let longest = Duration::from_secs(500);
         let changes = r.plan(&items, &targets, now, lease_end, longest);
         let got: Vec<(&str, i32)> = changes
@@ -497,6 +500,7 @@ mod tests {
                 ("held", 4), // 2.2 s + 1 s of slack, rounded up
                 ("cut", 3),  // 1.5 s + 1 s
                 ("timeout", 3),
+                ("one-shot timeout", 10),
                 ("huge", 500), // the cap (600), then what SQS still takes
             ]
         );

@@ -678,13 +678,15 @@ fn handler_timed_out(after: Duration, claimed: bool) -> Failure {
     } else {
         ""
     };
-    Failure::new(
+    let mut failure = Failure::new(
         FailureKind::HandlerTimeout,
         format!(
             "handler ran longer than its timeout ({} ms) and was cancelled{claim}",
             after.as_millis()
         ),
-    )
+    );
+    failure.claim_kept = claimed;
+    failure
 }
 
 /// The span a message's work runs in. Its fields are the message's metadata, never its body
