@@ -50,6 +50,7 @@
 //! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`claim`] (`attempt.rs`, the guards), [`processor`] (`run.rs`), [`message`] |
 //! | complete (with the handler's atomic effects, retried under the one [`RetryPolicy`]) or release, fenced by the owner token | [`claim`] (`attempt.rs`), [`store`] |
 //! | **one-shot** (`Processor::one_shot`): effects computed first, then one atomic write claims the key completed with them ([`ClaimStore::claim_completed`]) | [`processor`] (`one_shot.rs`), [`claim`], [`store`] |
+//! | after the run: a failure on its last allowed receive, or a permanent one at once, sent with its reason to a failure queue (`FailureDestination`); each message reported for retry given its own visibility timeout: a backoff ([`Backoff`]), the handler's delay ([`Retry`]), a claim's lease end (`Redelivery`, `ChangeMessageVisibilityBatch`) | [`processor`] (`failure_destination.rs`, `redelivery.rs`; feature `sqs`), [`retry`] |
 //! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
@@ -72,7 +73,7 @@
 //! | feature | default | what it adds |
 //! |---------|---------|--------------|
 //! | `dynamodb` | yes | `DynamoDbStore`, with atomic effects via `TransactWriteItems` |
-//! | `sqs` | no | the SQS publisher |
+//! | `sqs` | no | the SQS publisher, the failure destination, per-message redelivery delays |
 //! | `sqlite` | no | the embedded SQLite store (local runs, the CLI) |
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
@@ -128,14 +129,14 @@ pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,
 };
 pub use processor::{FifoMode, OneShot, Processor, ProcessorBuilder, StoreUnavailable};
-pub use retry::RetryPolicy;
+pub use retry::{Backoff, Retry, RetryPolicy};
 pub use store::{ClaimStore, Effects, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
 pub use store::{DynamoDbSettings, DynamoDbStore};
 
 #[cfg(feature = "sqs")]
-pub use processor::FailureDestination;
+pub use processor::{FailureDestination, Redelivery};
 #[cfg(feature = "sqs")]
 pub use publish::{Outgoing, Publisher};
 #[cfg(feature = "postgres")]
@@ -175,6 +176,9 @@ pub struct PowertoolsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/events.md")]
 pub struct EventsDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../docs/retries.md")]
+pub struct RetriesDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

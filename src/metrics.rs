@@ -37,6 +37,8 @@
 //! | `NotStarted` | Count | reported for retry: not started (deadline, an earlier failure in its FIFO group) |
 //! | `CutOff` | Count | reported for retry: cut off by the time budget |
 //! | `DeadLettered` | Count | failed on their last allowed receive and sent to the failure destination |
+//! | `DeadLetteredAtOnce` | Count | of those, sent before their last receive as permanent failures (`FailureDestination::at_once`) |
+//! | `VisibilityChanged` | Count | messages reported for retry given their own visibility timeout (`ProcessorBuilder::redelivery`) |
 //! | `Conflicts` | Count | store writes cancelled on contention (a hot item written from several places at once), retried or not ([`BatchMetrics::conflicts`]) |
 //! | `Retries` | Count | store writes sent again: after contention, or a completion after a transient error ([`BatchMetrics::retries`]) |
 //! | `InFlightLimit` | Count | the adaptive in-flight limit when the batch ended ([`BatchMetrics::in_flight_limit`]) |
@@ -95,6 +97,13 @@ pub struct BatchMetrics {
     /// standard-queue batch may run at once (cut on contention and timeouts, grown back on
     /// success, at most [`Processor::concurrency`](crate::Processor::concurrency)).
     pub in_flight_limit: usize,
+    /// Messages reported for retry whose visibility timeout SQS confirmed changing
+    /// (`ProcessorBuilder::redelivery`, feature `sqs`).
+    pub visibility_changed: usize,
+    /// Messages sent to the failure destination before their last allowed receive, as
+    /// permanent failures (`FailureDestination::at_once`, feature `sqs`); also counted in
+    /// [`Counts::dead_lettered`].
+    pub dead_lettered_at_once: usize,
 }
 
 impl BatchMetrics {
@@ -131,6 +140,8 @@ impl BatchMetrics {
             conflicts: 0,
             retries: 0,
             in_flight_limit: 0,
+            visibility_changed: 0,
+            dead_lettered_at_once: 0,
         }
     }
 
@@ -447,6 +458,16 @@ impl Emf {
         // Failed for good on their last receive and sent to the failure queue with their
         // reason (`ProcessorBuilder::failure_destination`): handled, but worth an alarm.
         put("DeadLettered", "Count", json!(c.dead_lettered));
+        put(
+            "DeadLetteredAtOnce",
+            "Count",
+            json!(batch.dead_lettered_at_once),
+        );
+        put(
+            "VisibilityChanged",
+            "Count",
+            json!(batch.visibility_changed),
+        );
         put("Conflicts", "Count", json!(batch.conflicts));
         put("Retries", "Count", json!(batch.retries));
         put("InFlightLimit", "Count", json!(batch.in_flight_limit));
@@ -501,6 +522,8 @@ const METRIC_NAMES: &[&str] = &[
     "NotStarted",
     "CutOff",
     "DeadLettered",
+    "DeadLetteredAtOnce",
+    "VisibilityChanged",
     "Conflicts",
     "Retries",
     "InFlightLimit",

@@ -125,7 +125,12 @@ impl Outcome {
             Outcome::NotStarted(r) => Some(r.as_str().into()),
             Outcome::CutOff(step) => Some(format!("{}: {}", step.as_str(), step.explain())),
             Outcome::DeadLettered(f) => Some(format!(
-                "sent to the failure destination after its last allowed receive; {}",
+                "sent to the failure destination {}; {}",
+                if f.permanent {
+                    "at once (a permanent failure)"
+                } else {
+                    "after its last allowed receive"
+                },
                 Outcome::Failed(f.clone()).detail().unwrap_or_default()
             )),
         }
@@ -145,6 +150,17 @@ pub struct Failure {
     /// [`Message::json`](crate::Message::json) tells a poison message from a downstream outage.
     /// The report's `detail` shows it in brackets: `handler_error: [bad_body] ...`.
     pub error_kind: Option<ErrorKind>,
+    /// The delay the handler asked for before the message comes back
+    /// ([`Retry::after`](crate::retry::Retry::after)), used by `Redelivery` (feature `sqs`)
+    /// instead of its backoff.
+    pub retry_after: Option<std::time::Duration>,
+    /// Whether the failure is known to be permanent: marked by the handler
+    /// ([`Retry::permanent`](crate::retry::Retry::permanent)), or, once the message went to the
+    /// failure destination at once, counted permanent by its `Permanent` policy.
+    pub permanent: bool,
+    /// Whether this message's claim is kept until its lease lapses (a handler cancelled by
+    /// `handler_timeout` under a claim): `Redelivery` brings it back just after that.
+    pub(crate) claim_kept: bool,
 }
 
 impl Failure {
@@ -153,7 +169,19 @@ impl Failure {
             kind,
             message: message.into(),
             error_kind: None,
+            retry_after: None,
+            permanent: false,
+            claim_kept: false,
         }
+    }
+
+    /// The same failure with the handler's retry hints (for a later copy of a key, which
+    /// follows its leader's failure).
+    pub(crate) fn with_hints_of(mut self, other: &Failure) -> Self {
+        self.error_kind = other.error_kind;
+        self.retry_after = other.retry_after;
+        self.permanent = other.permanent;
+        self
     }
 
     pub(crate) fn with_error_kind(mut self, error_kind: Option<ErrorKind>) -> Self {
@@ -220,6 +248,20 @@ impl FailureKind {
         }
     }
 
+    /// Every kind, in the order they are declared.
+    pub const ALL: &'static [FailureKind] = &[
+        FailureKind::Handler,
+        FailureKind::Panicked,
+        FailureKind::MissingKey,
+        FailureKind::PayloadMismatch,
+        FailureKind::StoreUnavailable,
+        FailureKind::StoreRejected,
+        FailureKind::Contention,
+        FailureKind::EffectRejected,
+        FailureKind::LostClaim,
+        FailureKind::HandlerTimeout,
+    ];
+
     /// A short stable name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -234,6 +276,31 @@ impl FailureKind {
             FailureKind::LostClaim => "lost_claim",
             FailureKind::HandlerTimeout => "handler_timeout",
         }
+    }
+}
+
+impl std::str::FromStr for FailureKind {
+    type Err = crate::Error;
+
+    /// A kind from its [`as_str`](FailureKind::as_str) name (`handler_error`, ...).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        FailureKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                crate::Error::new(
+                    ErrorKind::Config,
+                    format!(
+                        "{s:?} is not a failure kind ({})",
+                        FailureKind::ALL
+                            .iter()
+                            .map(|k| k.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
     }
 }
 

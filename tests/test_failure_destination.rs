@@ -310,3 +310,193 @@ async fn a_silent_destination_is_cut_off_by_the_deadline_and_reported() {
     );
     hold.abort();
 }
+
+/// A handler that parses every body as `{"amount": n}` (a body that does not parse fails with
+/// `bad_body`), declines `{"amount": 0}` for good (`Retry::permanent`), and fails
+/// `{"amount": -1}` plainly (a provider down).
+async fn payments(msg: sqs_claim::Message) -> Result<(), sqs_claim::BoxError> {
+    #[derive(serde::Deserialize)]
+    struct Payment {
+        amount: i64,
+    }
+    let p: Payment = msg.json()?;
+    let why = |m: &str| sqs_claim::Error::new(sqs_claim::ErrorKind::Other, m.to_owned());
+    match p.amount {
+        0 => Err(sqs_claim::retry::Retry::permanent(why("declined: amount 0")).into()),
+        -1 => Err(why("provider down").into()),
+        _ => Ok(()),
+    }
+}
+
+type Metrics = std::sync::Arc<std::sync::Mutex<Vec<sqs_claim::metrics::BatchMetrics>>>;
+
+fn payments_processor(
+    destination: FailureDestination,
+    metrics: &Metrics,
+) -> Processor<
+    MemoryStore,
+    impl tower::Service<
+        sqs_claim::Message,
+        Response = (),
+        Error = sqs_claim::BoxError,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static,
+> {
+    let sink = std::sync::Arc::clone(metrics);
+    Processor::builder(MemoryStore::new(), tower::service_fn(payments))
+        .namespace("t")
+        .key(sqs_claim::KeySource::JsonPointer("/id".into()))
+        .failure_destination(destination)
+        .metrics(move |m: &sqs_claim::metrics::BatchMetrics| {
+            if let Ok(mut all) = sink.lock() {
+                all.push(m.clone());
+            }
+        })
+        .build()
+}
+
+/// A batch on its first receive: a body that never parses (its key is read from it), a
+/// payment declined for good, a provider down, a payment, and a copy of it with another
+/// amount (payload mismatch).
+fn first_receive() -> LambdaEvent<SqsEvent> {
+    event(
+        &[
+            (rec("bad", "{not json"), 1),
+            (rec("declined", r#"{"id": "p-0", "amount": 0}"#), 1),
+            (rec("down", r#"{"id": "p-1", "amount": -1}"#), 1),
+            (rec("paid", r#"{"id": "p-2", "amount": 5}"#), 1),
+            (rec("changed", r#"{"id": "p-2", "amount": 6}"#), 1),
+            (rec("typed", r#"{"id": "p-3", "amount": "five"}"#), 1),
+        ],
+        0,
+    )
+}
+
+#[tokio::test]
+async fn a_permanent_failure_goes_to_the_destination_on_its_first_receive() {
+    use sqs_claim::processor::Permanent;
+    let client = client_at(&endpoint());
+    let url = queue(&client, false).await;
+    let metrics = Metrics::default();
+    let p = payments_processor(
+        FailureDestination::sqs(client.clone(), &url)
+            .after_receives(5)
+            .at_once(Permanent::default()),
+        &metrics,
+    );
+    let report = p.process(first_receive()).await.expect("a batch");
+    let names: Vec<&str> = report.items().iter().map(|i| i.outcome.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "dead_lettered",
+            "dead_lettered",
+            "failed",
+            "processed",
+            "dead_lettered",
+            "dead_lettered"
+        ]
+    );
+    for i in [0, 1, 4, 5] {
+        let Outcome::DeadLettered(f) = &report.items()[i].outcome else {
+            panic!("{:?}", report.items()[i]);
+        };
+        assert!(f.permanent, "{f:?}");
+    }
+    assert!(
+        report.to_json()["outcomes"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("sent to the failure destination at once")),
+        "{}",
+        report.to_json()
+    );
+    assert_eq!(
+        failed_ids(&report.response()),
+        ["down"],
+        "only the failure retrying can fix"
+    );
+    {
+        let m = metrics.lock().expect("metrics");
+        assert_eq!(m[0].dead_lettered_at_once, 4);
+        assert_eq!(m[0].counts.dead_lettered, 4);
+    }
+
+    let mut got = drain(&client, &url).await;
+    got.extend(drain(&client, &url).await);
+    let by_id: HashMap<&str, &Received> = got
+        .iter()
+        .map(|r| (r.1["sqs-claim.message-id"].as_str(), r))
+        .collect();
+    assert_eq!(by_id.len(), 4, "{got:?}");
+    assert_eq!(by_id["typed"].1["sqs-claim.error-kind"], "bad_body");
+    assert_eq!(by_id["bad"].0, "{not json", "the body travels as the body");
+    // The key is read from the body: a body that does not parse has no key.
+    assert_eq!(by_id["bad"].1["sqs-claim.failure-kind"], "missing_key");
+    assert_eq!(by_id["bad"].1["sqs-claim.receive-count"], "1");
+    assert!(by_id["declined"].1["sqs-claim.reason"].contains("declined: amount 0"));
+    assert_eq!(
+        by_id["changed"].1["sqs-claim.failure-kind"],
+        "payload_mismatch"
+    );
+}
+
+#[tokio::test]
+async fn without_at_once_a_permanent_failure_waits_for_its_last_receive() {
+    let client = client_at(&endpoint());
+    let url = queue(&client, false).await;
+    let metrics = Metrics::default();
+    let p = payments_processor(
+        FailureDestination::sqs(client.clone(), &url).after_receives(5),
+        &metrics,
+    );
+    let report = p.process(first_receive()).await.expect("a batch");
+    assert_eq!(
+        failed_ids(&report.response()),
+        ["bad", "declined", "down", "changed", "typed"]
+    );
+    assert!(drain(&client, &url).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_permanent_failure_whose_send_fails_is_reported_for_retry() {
+    use sqs_claim::processor::Permanent;
+    let metrics = Metrics::default();
+    // Nothing listens on port 1: connection refused.
+    let down = client_at("http://127.0.0.1:1");
+    let p = payments_processor(
+        FailureDestination::sqs(down, "http://127.0.0.1:1/000000000000/failures")
+            .at_once(Permanent::default()),
+        &metrics,
+    );
+    let report = p.process(first_receive()).await.expect("a batch");
+    assert_eq!(
+        failed_ids(&report.response()),
+        ["bad", "declined", "down", "changed", "typed"],
+        "never dropped"
+    );
+    assert_eq!(report.counts().dead_lettered, 0);
+    assert_eq!(metrics.lock().expect("metrics")[0].dead_lettered_at_once, 0);
+}
+
+#[test]
+fn which_kinds_are_permanent_is_configurable() {
+    use sqs_claim::processor::Permanent;
+    use sqs_claim::{ErrorKind, FailureKind};
+    assert_eq!(
+        Permanent::parse("default").expect("parses"),
+        Permanent::default()
+    );
+    assert_eq!(Permanent::parse("off").expect("parses"), Permanent::none());
+    assert_eq!(
+        Permanent::parse(" payload_mismatch , bad_body ").expect("parses"),
+        Permanent::none()
+            .failure_kind(FailureKind::PayloadMismatch)
+            .error_kind(ErrorKind::BadBody)
+    );
+    let e = Permanent::parse("bad_bodies").expect_err("not a kind");
+    assert_eq!(e.kind(), ErrorKind::Config);
+    assert!(e.to_string().contains("bad_bodies"), "{e}");
+}

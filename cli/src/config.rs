@@ -28,6 +28,12 @@
 //! | `SQS_CLAIM_OUTPUT_QUEUE_URL` | none | publish a `credited` notice per credit to this queue |
 //! | `SQS_CLAIM_FAILURE_QUEUE_URL` | none | send a message failing on its last allowed receive here, with its reason |
 //! | `SQS_CLAIM_MAX_RECEIVES` | `5` | the receive count from which a failed message goes to the failure queue |
+//! | `SQS_CLAIM_DEAD_LETTER_AT_ONCE` | `off` | failures sent to the failure queue on any receive, as permanent ([`Permanent::parse`]): a comma-separated list of failure kinds (`missing_key`, `payload_mismatch`, ...), error kinds (`bad_body`, ...), `permanent` (what the handler marks), `default` (`bad_body,missing_key,payload_mismatch,permanent`) or `off`; needs `SQS_CLAIM_FAILURE_QUEUE_URL` |
+//! | `SQS_CLAIM_BACKOFF` | `off` | `on`: each message reported for retry gets its own visibility timeout ([`sqs_claim::Redelivery`]: a backoff from its receive count, just past a claim's lease for a held message), instead of the queue's; `off`: the queue's |
+//! | `SQS_CLAIM_BACKOFF_FIRST_SECS` | `30` | the delay after a first failed receive (then doubled per receive, with jitter) |
+//! | `SQS_CLAIM_BACKOFF_CAP_SECS` | `900` | the longest delay, at most `43200` (12 h, SQS's limit) |
+//! | `SQS_CLAIM_BACKOFF_FOR` | none | fixed delays per failure kind, `KIND=SECS,...` (`store_unavailable=10,contention=5`) |
+//! | `SQS_CLAIM_SOURCE_QUEUE_URL` | none | the input queue's URL for the visibility changes; unset, found once per process with `GetQueueUrl` from the records' ARN (which then needs `sqs:GetQueueUrl`) |
 //! | `SQS_CLAIM_ANSWER_RESERVE_MS` | `250` | every step still in flight is cut off this long before the deadline, so the answer is sent in time |
 //! | `SQS_CLAIM_HANDLER_TIMEOUT_MS` | none | the longest one handler call may take (it is cancelled past it, and its claim kept until its lease lapses) |
 //! | `SQS_CLAIM_STARTUP_TIMEOUT_MS` | `5000` | how long connecting to the store and checking its tables may take at start-up; past it the binary stops with one error line |
@@ -45,8 +51,11 @@ use std::time::Duration;
 #[cfg(doc)]
 use crate::AnyStore;
 use sqs_claim::powertools::{HashFunction, PowertoolsFormat, RecordPayload};
+use sqs_claim::processor::Permanent;
 use sqs_claim::store::dynamodb::{DynamoDbAttributes, DynamoDbKeySchema};
-use sqs_claim::{Envelope, Error, ErrorKind, FifoMode, KeySource, StoreUnavailable};
+use sqs_claim::{
+    Backoff, Envelope, Error, ErrorKind, FailureKind, FifoMode, KeySource, StoreUnavailable,
+};
 
 /// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
 pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
@@ -133,6 +142,16 @@ pub struct Settings {
     pub max_receives: u32,
     /// `SQS_CLAIM_METRICS_NAMESPACE`; `None` for `off`.
     pub metrics_namespace: Option<String>,
+    /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE`: which failures go to the failure queue on any receive.
+    pub dead_letter_at_once: Permanent,
+    /// `SQS_CLAIM_BACKOFF`, `SQS_CLAIM_BACKOFF_FIRST_SECS` and `SQS_CLAIM_BACKOFF_CAP_SECS`:
+    /// the backoff of messages reported for retry; `None` (`off`) for the queue's visibility
+    /// timeout.
+    pub backoff: Option<Backoff>,
+    /// `SQS_CLAIM_BACKOFF_FOR`: fixed delays per failure kind.
+    pub backoff_for: Vec<(FailureKind, Backoff)>,
+    /// `SQS_CLAIM_SOURCE_QUEUE_URL`.
+    pub source_queue_url: Option<String>,
     /// The `SQS_CLAIM_POWERTOOLS_*` variables ([`powertools`]): keys and payload hashes as a
     /// Powertools-Python record handler derives them; `None` for sqs-claim's own
     /// (`namespace#key`).
@@ -163,6 +182,10 @@ impl Default for Settings {
             failure_queue_url: None,
             max_receives: 5,
             metrics_namespace: Some(DEFAULT_METRICS_NAMESPACE.into()),
+            dead_letter_at_once: Permanent::none(),
+            backoff: None,
+            backoff_for: Vec::new(),
+            source_queue_url: None,
             powertools: None,
         }
     }
@@ -183,6 +206,67 @@ fn whole_number(var: &str, value: &str, unit: &str, min: u64) -> Result<u64, Err
             format!("{value:?} is not a whole number of {unit} of at least {min}"),
         )),
     }
+}
+
+/// `SQS_CLAIM_BACKOFF` and its two durations.
+fn backoff(get: &impl Fn(&str) -> Option<String>) -> Result<Option<Backoff>, Error> {
+    const VAR: &str = "SQS_CLAIM_BACKOFF";
+    let on = match get(VAR).as_deref().map(str::trim) {
+        None | Some("off") => false,
+        Some("on") => true,
+        Some(other) => return Err(invalid(VAR, format!("{other:?} is not `on` or `off`"))),
+    };
+    let default = Backoff::default();
+    let secs = |var: &str, default: Duration| -> Result<Duration, Error> {
+        match get(var) {
+            None => Ok(default),
+            Some(v) => Ok(Duration::from_secs(whole_number(var, &v, "seconds", 1)?)),
+        }
+    };
+    let first = secs("SQS_CLAIM_BACKOFF_FIRST_SECS", default.first())?;
+    let cap = secs("SQS_CLAIM_BACKOFF_CAP_SECS", default.cap())?;
+    if cap > Backoff::MAX {
+        return Err(invalid(
+            "SQS_CLAIM_BACKOFF_CAP_SECS",
+            format!("{} s is above SQS's limit of 43200 s (12 h)", cap.as_secs()),
+        ));
+    }
+    if first > cap {
+        return Err(invalid(
+            "SQS_CLAIM_BACKOFF_FIRST_SECS",
+            format!(
+                "{} s is above SQS_CLAIM_BACKOFF_CAP_SECS ({} s)",
+                first.as_secs(),
+                cap.as_secs()
+            ),
+        ));
+    }
+    Ok(on.then(|| Backoff::exponential(first, cap)))
+}
+
+/// `SQS_CLAIM_BACKOFF_FOR`: `KIND=SECS,...`.
+fn backoff_for(v: &str) -> Result<Vec<(FailureKind, Backoff)>, Error> {
+    const VAR: &str = "SQS_CLAIM_BACKOFF_FOR";
+    let mut out: Vec<(FailureKind, Backoff)> = Vec::new();
+    for pair in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((kind, secs)) = pair.split_once('=') else {
+            return Err(invalid(VAR, format!("{pair:?} is not KIND=SECS")));
+        };
+        let kind: FailureKind = kind
+            .trim()
+            .parse()
+            .map_err(|e: Error| invalid(VAR, e.message()))?;
+        let secs = whole_number(VAR, secs, "seconds", 0)?;
+        if secs > Backoff::MAX.as_secs() {
+            return Err(invalid(
+                VAR,
+                format!("{pair:?}: above SQS's limit of 43200 s (12 h)"),
+            ));
+        }
+        out.retain(|(k, _)| *k != kind);
+        out.push((kind, Backoff::fixed(Duration::from_secs(secs))));
+    }
+    Ok(out)
 }
 
 impl Settings {
@@ -328,9 +412,11 @@ impl Settings {
         }
         s.output_queue_url = get("SQS_CLAIM_OUTPUT_QUEUE_URL").map(|v| v.trim().to_owned());
         s.failure_queue_url = get("SQS_CLAIM_FAILURE_QUEUE_URL").map(|v| v.trim().to_owned());
+        s.source_queue_url = get("SQS_CLAIM_SOURCE_QUEUE_URL").map(|v| v.trim().to_owned());
         for (var, url) in [
             ("SQS_CLAIM_OUTPUT_QUEUE_URL", &s.output_queue_url),
             ("SQS_CLAIM_FAILURE_QUEUE_URL", &s.failure_queue_url),
+            ("SQS_CLAIM_SOURCE_QUEUE_URL", &s.source_queue_url),
         ] {
             if let Some(url) = url
                 && !(url.starts_with("https://") || url.starts_with("http://"))
@@ -345,6 +431,20 @@ impl Settings {
             let n = whole_number("SQS_CLAIM_MAX_RECEIVES", &v, "receives", 1)?;
             s.max_receives = u32::try_from(n)
                 .map_err(|_| invalid("SQS_CLAIM_MAX_RECEIVES", format!("{v:?} is too large")))?;
+        }
+        if let Some(v) = get("SQS_CLAIM_DEAD_LETTER_AT_ONCE") {
+            s.dead_letter_at_once = Permanent::parse(&v)
+                .map_err(|e| invalid("SQS_CLAIM_DEAD_LETTER_AT_ONCE", e.message()))?;
+            if !s.dead_letter_at_once.is_none() && s.failure_queue_url.is_none() {
+                return Err(invalid(
+                    "SQS_CLAIM_DEAD_LETTER_AT_ONCE",
+                    "it sends to the failure queue: set SQS_CLAIM_FAILURE_QUEUE_URL too",
+                ));
+            }
+        }
+        s.backoff = backoff(&get)?;
+        if let Some(v) = get("SQS_CLAIM_BACKOFF_FOR") {
+            s.backoff_for = backoff_for(&v)?;
         }
         // The function name unfiltered: Powertools keeps an empty AWS_LAMBDA_FUNCTION_NAME.
         s.powertools = powertools(&get, lookup("AWS_LAMBDA_FUNCTION_NAME"))?;
@@ -857,6 +957,8 @@ mod tests {
         assert!(s.output_queue_url.is_some());
         assert!(s.failure_queue_url.is_some());
         assert_eq!(s.max_receives, 3);
+        assert_eq!(s.backoff, None, "off unless asked");
+        assert!(s.dead_letter_at_once.is_none(), "off unless asked");
         let metrics = |v: &str| {
             settings(&[("SQS_CLAIM_METRICS_NAMESPACE", v)])
                 .expect("valid")
@@ -1229,5 +1331,83 @@ mod tests {
             "needs a durable URL"
         );
         assert!(StoreUrl::parse("nope").is_err());
+    }
+
+    #[test]
+    fn backoff_and_dead_letter_at_once_settings() {
+        let s = settings(&[
+            ("SQS_CLAIM_BACKOFF", "on"),
+            ("SQS_CLAIM_BACKOFF_FIRST_SECS", "10"),
+            ("SQS_CLAIM_BACKOFF_CAP_SECS", "600"),
+            ("SQS_CLAIM_BACKOFF_FOR", "store_unavailable=5, contention=0"),
+            (
+                "SQS_CLAIM_FAILURE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/dlq",
+            ),
+            ("SQS_CLAIM_DEAD_LETTER_AT_ONCE", "default"),
+            (
+                "SQS_CLAIM_SOURCE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/in",
+            ),
+        ])
+        .expect("valid");
+        assert_eq!(
+            s.backoff,
+            Some(Backoff::exponential(
+                Duration::from_secs(10),
+                Duration::from_secs(600)
+            ))
+        );
+        assert_eq!(
+            s.backoff_for,
+            [
+                (
+                    FailureKind::StoreUnavailable,
+                    Backoff::fixed(Duration::from_secs(5))
+                ),
+                (FailureKind::Contention, Backoff::fixed(Duration::ZERO)),
+            ]
+        );
+        assert_eq!(s.dead_letter_at_once, Permanent::default());
+        assert!(s.source_queue_url.is_some());
+        let on = settings(&[("SQS_CLAIM_BACKOFF", "on")]).expect("valid");
+        assert_eq!(on.backoff, Some(Backoff::default()));
+        for (vars, names) in [
+            (vec![("SQS_CLAIM_BACKOFF", "yes")], "SQS_CLAIM_BACKOFF"),
+            (
+                vec![("SQS_CLAIM_BACKOFF_CAP_SECS", "43201")],
+                "SQS_CLAIM_BACKOFF_CAP_SECS",
+            ),
+            (
+                vec![
+                    ("SQS_CLAIM_BACKOFF_FIRST_SECS", "100"),
+                    ("SQS_CLAIM_BACKOFF_CAP_SECS", "50"),
+                ],
+                "SQS_CLAIM_BACKOFF_FIRST_SECS",
+            ),
+            (
+                vec![("SQS_CLAIM_BACKOFF_FOR", "slow=5")],
+                "SQS_CLAIM_BACKOFF_FOR",
+            ),
+            (
+                vec![("SQS_CLAIM_BACKOFF_FOR", "contention")],
+                "SQS_CLAIM_BACKOFF_FOR",
+            ),
+            (
+                vec![("SQS_CLAIM_DEAD_LETTER_AT_ONCE", "default")],
+                "SQS_CLAIM_DEAD_LETTER_AT_ONCE",
+            ),
+            (
+                vec![
+                    ("SQS_CLAIM_FAILURE_QUEUE_URL", "https://x/1/q"),
+                    ("SQS_CLAIM_DEAD_LETTER_AT_ONCE", "bad_bodies"),
+                ],
+                "SQS_CLAIM_DEAD_LETTER_AT_ONCE",
+            ),
+        ] {
+            let e = settings(&vars).expect_err("invalid");
+            assert_eq!(e.kind(), ErrorKind::Config);
+            assert!(e.to_string().contains(names), "{e}");
+        }
     }
 }

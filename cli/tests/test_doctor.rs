@@ -27,7 +27,7 @@ use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
 
 /// Every rule, in the report's order.
-const RULES: [&str; 10] = [
+const RULES: [&str; 12] = [
     "visibility-timeout",
     "redrive-policy",
     "report-batch-item-failures",
@@ -38,6 +38,8 @@ const RULES: [&str; 10] = [
     "fifo-settings",
     "batching-window",
     "lease-window",
+    "backoff-retention",
+    "backoff-receives",
 ];
 
 fn endpoint(var: &str, default: &str) -> String {
@@ -397,7 +399,7 @@ async fn a_good_configuration_is_all_ok() {
     let run = doctor(&args(&queue, &table, &GOOD_FUNCTION), &[]);
     run.assert_all_ok("good configuration, flags");
     assert!(
-        run.stderr.contains("10 ok, 0 warn, 0 fail, 0 skip"),
+        run.stderr.contains("12 ok, 0 warn, 0 fail, 0 skip"),
         "{}",
         run.stderr
     );
@@ -798,6 +800,55 @@ async fn the_key_schema_rule_uses_the_configured_layout() {
         "{}",
         run.stdout
     );
+}
+
+#[tokio::test]
+async fn a_backoff_that_disagrees_with_the_queue_is_reported() {
+    let (queue, table) = (good_queue().await, initialized_table());
+    // The default backoff reaches its 900 s cap after receive 6; the queue allows 5.
+    let run = doctor(
+        &args(&queue, &table, &GOOD_FUNCTION),
+        &[("SQS_CLAIM_BACKOFF", "on")],
+    );
+    assert_eq!(run.code, Some(0), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.with_status("warn"),
+        vec!["backoff-receives"],
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("maxReceiveCount to at least 7"),
+        "{}",
+        run.stdout
+    );
+    let enough = queue_with(3600, Some(8)).await;
+    let run = doctor(
+        &args(&enough, &table, &GOOD_FUNCTION),
+        &[
+            ("SQS_CLAIM_BACKOFF", "on"),
+            ("SQS_CLAIM_BACKOFF_CAP_SECS", "7200"),
+            ("SQS_CLAIM_TTL_SECS", "86400"),
+        ],
+    );
+    run.assert_fails_only("backoff-retention", "a cap beyond the retention");
+}
+
+/// A queue like the good one with `retention` seconds and `receives` before its DLQ.
+async fn queue_with(retention: u32, receives: Option<u32>) -> Queue {
+    let retention = retention.to_string();
+    queue(
+        &unique("doctor-backoff"),
+        &[
+            (QueueAttributeName::VisibilityTimeout, "180"),
+            (
+                QueueAttributeName::MessageRetentionPeriod,
+                retention.as_str(),
+            ),
+        ],
+        receives,
+    )
+    .await
 }
 
 #[tokio::test]

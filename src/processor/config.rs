@@ -62,6 +62,8 @@ pub(crate) struct Config {
     pub(super) clock: Clock,
     #[cfg(feature = "sqs")]
     pub(super) failure_destination: Option<super::FailureDestination>,
+    #[cfg(feature = "sqs")]
+    pub(super) redelivery: Option<super::Redelivery>,
     pub(super) metrics: Option<Sink>,
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
@@ -174,6 +176,8 @@ impl Default for Config {
             clock: Clock::system(),
             #[cfg(feature = "sqs")]
             failure_destination: None,
+            #[cfg(feature = "sqs")]
+            redelivery: None,
             metrics: None,
             one_shot: false,
         }
@@ -401,6 +405,19 @@ impl<S, H> ProcessorBuilder<S, H> {
     #[cfg(feature = "sqs")]
     pub fn failure_destination(mut self, destination: super::FailureDestination) -> Self {
         self.config.failure_destination = Some(destination);
+        self
+    }
+
+    /// Gives each message reported for retry its own visibility timeout after the batch
+    /// (`ChangeMessageVisibilityBatch`): a backoff from its receive count, the delay its
+    /// handler asked for, or just past the lease of the claim that holds it, instead of the
+    /// queue's visibility timeout every time. A change that fails leaves the message reported
+    /// and coming back as without it. Default: none. See [`Redelivery`](super::Redelivery).
+    ///
+    /// *Feature `sqs`.*
+    #[cfg(feature = "sqs")]
+    pub fn redelivery(mut self, redelivery: super::Redelivery) -> Self {
+        self.config.redelivery = Some(redelivery);
         self
     }
 

@@ -25,6 +25,13 @@
 //! is reported for retry exactly as without a destination: never dropped. On the next receive
 //! it is tried again, and the queue's own redrive policy stays the backstop.
 //!
+//! **At once** ([`FailureDestination::at_once`]): a failure known to be permanent (a body that
+//! does not parse, a payload mismatch, an error the handler marks with
+//! [`Retry::permanent`](crate::retry::Retry::permanent): see [`Permanent`]) is sent on any
+//! receive, its first included, instead of being retried until its last: retrying cannot fix
+//! it. Its outcome is then [`Outcome::DeadLettered`] with [`Failure::permanent`] set; a failed
+//! send leaves it reported for retry, as above. Off by default.
+//!
 //! FIFO destination: each message keeps its `MessageGroupId` (a message without one, from a
 //! standard queue, gets its message id as group), and its `MessageDeduplicationId` derives
 //! from the original message id, so a retried send within 5 minutes is dropped as a copy.
@@ -34,8 +41,9 @@ use std::fmt;
 use aws_lambda_events::sqs::SqsMessage;
 use tracing::{error, warn};
 
+use crate::ErrorKind;
 use crate::deadline::Budget;
-use crate::outcome::{ItemReport, Outcome};
+use crate::outcome::{Failure, FailureKind, ItemReport, Outcome};
 use crate::publish::{FailedOutput, Outgoing, OutputLabel, PublishFailure, Publisher};
 
 /// Attribute names (SQS allows `A-Z a-z 0-9 _ - .`, not starting with `AWS.` or `Amazon.`).
@@ -76,13 +84,171 @@ const DEDUP_KEY: &str = "sqs-claim/failure-destination";
 pub struct FailureDestination {
     publisher: Publisher,
     max_receives: u32,
+    at_once: Permanent,
 }
+
+/// Which failures are permanent, for [`FailureDestination::at_once`]: a message failing so goes
+/// to the failure destination on this receive, whatever its receive count.
+///
+/// *Feature `sqs`.*
+///
+/// ```
+/// use sqs_claim::processor::Permanent;
+/// use sqs_claim::{ErrorKind, FailureKind};
+///
+/// // bad_body, missing_key, payload_mismatch, and what the handler marks
+/// let p = Permanent::default();
+/// assert!(p.covers_error_kind(ErrorKind::BadBody));
+/// let mine = Permanent::none().failure_kind(FailureKind::PayloadMismatch).marked(true);
+/// assert!(!mine.covers_error_kind(ErrorKind::BadBody));
+/// assert_eq!(Permanent::parse("bad_body,permanent").unwrap(), Permanent::none().error_kind(ErrorKind::BadBody).marked(true));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permanent {
+    failure_kinds: Vec<FailureKind>,
+    error_kinds: Vec<ErrorKind>,
+    marked: bool,
+}
+
+impl Default for Permanent {
+    /// A body that does not parse: in the handler ([`ErrorKind::BadBody`] from
+    /// [`Message::json`](crate::Message::json)), or before it, when the key is read from the
+    /// body ([`FailureKind::MissingKey`]: a message without its key never gets one on a
+    /// retry); a payload mismatch ([`FailureKind::PayloadMismatch`]); and any error the handler
+    /// marks ([`Retry::permanent`](crate::retry::Retry::permanent)).
+    fn default() -> Self {
+        Permanent::none()
+            .error_kind(ErrorKind::BadBody)
+            .failure_kind(FailureKind::MissingKey)
+            .failure_kind(FailureKind::PayloadMismatch)
+            .marked(true)
+    }
+}
+
+impl Permanent {
+    /// Nothing is permanent: every failure is retried until its last allowed receive (the
+    /// destination's default).
+    pub fn none() -> Self {
+        Permanent {
+            failure_kinds: Vec::new(),
+            error_kinds: Vec::new(),
+            marked: false,
+        }
+    }
+
+    /// Failures of this kind are permanent.
+    pub fn failure_kind(mut self, kind: FailureKind) -> Self {
+        if !self.failure_kinds.contains(&kind) {
+            self.failure_kinds.push(kind);
+        }
+        self
+    }
+
+    /// Handler failures whose error is (or was caused by) a [`crate::Error`] of this kind are
+    /// permanent ([`Failure::error_kind`]).
+    pub fn error_kind(mut self, kind: ErrorKind) -> Self {
+        if !self.error_kinds.contains(&kind) {
+            self.error_kinds.push(kind);
+        }
+        self
+    }
+
+    /// Whether a failure the handler marks with
+    /// [`Retry::permanent`](crate::retry::Retry::permanent) is permanent.
+    pub fn marked(mut self, on: bool) -> Self {
+        self.marked = on;
+        self
+    }
+
+    /// Reads a comma-separated list, as `SQS_CLAIM_DEAD_LETTER_AT_ONCE` takes it: failure
+    /// kinds ([`FailureKind::as_str`]: `payload_mismatch`, ...), error kinds
+    /// ([`ErrorKind::as_str`]: `bad_body`, ...), `permanent` (what the handler marks),
+    /// `default` (those of [`Permanent::default`]), or `off` alone for none.
+    pub fn parse(list: &str) -> Result<Permanent, crate::Error> {
+        let mut p = Permanent::none();
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            p = match word {
+                "off" | "none" => p,
+                "default" => {
+                    let d = Permanent::default();
+                    Permanent {
+                        failure_kinds: merge(p.failure_kinds, d.failure_kinds),
+                        error_kinds: merge(p.error_kinds, d.error_kinds),
+                        marked: true,
+                    }
+                }
+                "permanent" => p.marked(true),
+                w => match (
+                    FailureKind::ALL.iter().find(|k| k.as_str() == w),
+                    ERROR_KINDS.iter().find(|k| k.as_str() == w),
+                ) {
+                    (Some(k), _) => p.failure_kind(*k),
+                    (None, Some(k)) => p.error_kind(*k),
+                    (None, None) => {
+                        return Err(crate::Error::new(
+                            ErrorKind::Config,
+                            format!(
+                                "{w:?} is not a failure kind, an error kind, `permanent`, `default` \
+                                 or `off`"
+                            ),
+                        ));
+                    }
+                },
+            };
+        }
+        Ok(p)
+    }
+
+    /// Whether nothing is permanent.
+    pub fn is_none(&self) -> bool {
+        self.failure_kinds.is_empty() && self.error_kinds.is_empty() && !self.marked
+    }
+
+    /// Whether handler errors of `kind` are permanent.
+    pub fn covers_error_kind(&self, kind: ErrorKind) -> bool {
+        self.error_kinds.contains(&kind)
+    }
+
+    /// Whether `failure` is permanent under this policy.
+    pub fn covers(&self, failure: &Failure) -> bool {
+        (self.marked && failure.permanent)
+            || self.failure_kinds.contains(&failure.kind)
+            || (failure.kind == FailureKind::Handler
+                && failure
+                    .error_kind
+                    .is_some_and(|k| self.error_kinds.contains(&k)))
+    }
+}
+
+fn merge<T: PartialEq>(mut a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    for x in b {
+        if !a.contains(&x) {
+            a.push(x);
+        }
+    }
+    a
+}
+
+/// Error kinds a handler's error can carry (the store's own are failure kinds above).
+const ERROR_KINDS: &[ErrorKind] = &[
+    ErrorKind::BadBody,
+    ErrorKind::MissingKey,
+    ErrorKind::InvalidEvent,
+    ErrorKind::Config,
+    ErrorKind::Publish,
+    ErrorKind::EffectRejected,
+    ErrorKind::StoreRejected,
+    ErrorKind::StoreUnavailable,
+    ErrorKind::OutOfTime,
+    ErrorKind::Other,
+];
 
 impl fmt::Debug for FailureDestination {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FailureDestination")
             .field("queue_url", &self.publisher.queue_url())
             .field("max_receives", &self.max_receives)
+            .field("at_once", &self.at_once)
             .finish()
     }
 }
@@ -100,7 +266,34 @@ impl FailureDestination {
         FailureDestination {
             publisher,
             max_receives: 5,
+            at_once: Permanent::none(),
         }
+    }
+
+    /// Sends a failure `permanent` covers on any receive, its first included, instead of
+    /// waiting for its last allowed receive (see the module docs). Default:
+    /// [`Permanent::none`]. While it covers anything, every record's body is kept (copied)
+    /// until the batch is done, as the failures are only known then; a Lambda batch is at
+    /// most 6 MB.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: aws_sdk_sqs::Client) {
+    /// use sqs_claim::FailureDestination;
+    /// use sqs_claim::processor::Permanent;
+    /// let failures = FailureDestination::sqs(client, "https://sqs.eu-west-1.amazonaws.com/123456789012/payments-failures")
+    ///     .after_receives(5)
+    ///     .at_once(Permanent::default());
+    /// # let _ = failures;
+    /// # }
+    /// ```
+    pub fn at_once(mut self, permanent: Permanent) -> Self {
+        self.at_once = permanent;
+        self
+    }
+
+    /// Which failures go at once ([`at_once`](Self::at_once)).
+    pub fn permanent(&self) -> &Permanent {
+        &self.at_once
     }
 
     /// A failed message is sent when its `ApproximateReceiveCount` is at least `n`: set it to
@@ -124,18 +317,24 @@ impl FailureDestination {
     }
 
     /// Before the batch runs (the records then move into the plan): the records on their last
-    /// allowed receive, with what their send needs. Empty, and nothing copied, in a batch
-    /// without such records, which is nearly every batch.
+    /// allowed receive, and every record while [`at_once`](Self::at_once) covers anything,
+    /// with what their send needs. Without `at_once`: empty, and nothing copied, in a batch
+    /// without records on their last receive, which is nearly every batch.
     pub(super) fn candidates(&self, records: &[SqsMessage]) -> Vec<Candidate> {
+        let any_receive = !self.at_once.is_none();
         records
             .iter()
             .enumerate()
             .filter_map(|(index, r)| {
-                let receive_count: u32 =
-                    r.attributes.get("ApproximateReceiveCount")?.parse().ok()?;
-                (receive_count >= self.max_receives).then(|| Candidate {
+                let receive_count: Option<u32> = r
+                    .attributes
+                    .get("ApproximateReceiveCount")
+                    .and_then(|c| c.parse().ok());
+                let last = receive_count.is_some_and(|n| n >= self.max_receives);
+                (last || any_receive).then(|| Candidate {
                     index,
-                    receive_count,
+                    receive_count: receive_count.unwrap_or(1),
+                    last,
                     body: r.body.clone().unwrap_or_default(),
                     group_id: r.attributes.get("MessageGroupId").cloned(),
                 })
@@ -143,14 +342,16 @@ impl FailureDestination {
             .collect()
     }
 
-    /// After the batch ran: sends the candidates that failed and reports those sent as
-    /// [`Outcome::DeadLettered`]; every other item is returned as it was.
+    /// After the batch ran: sends the candidates that failed on their last allowed receive, or
+    /// with a failure [`at_once`](Self::at_once) covers, and reports those sent as
+    /// [`Outcome::DeadLettered`]; every other item is returned as it was. Also returns how many
+    /// were sent before their last receive (at once).
     pub(super) async fn divert(
         &self,
         mut items: Vec<ItemReport>,
         candidates: Vec<Candidate>,
         budget: &Budget,
-    ) -> Vec<ItemReport> {
+    ) -> (Vec<ItemReport>, usize) {
         let mut batch = self.publisher.batch(DEDUP_KEY);
         let mut pushed = Vec::new();
         for c in candidates {
@@ -160,10 +361,14 @@ impl FailureDestination {
             let Outcome::Failed(failure) = &item.outcome else {
                 continue;
             };
+            let at_once = !c.last && self.at_once.covers(failure);
+            if !c.last && !at_once {
+                continue;
+            }
             match self.outgoing(item, failure, &c) {
                 Some(out) => {
                     batch.push(out);
-                    pushed.push(c.index);
+                    pushed.push((c.index, at_once));
                 }
                 None => warn!(
                     message_id = %item.message_id,
@@ -174,7 +379,7 @@ impl FailureDestination {
             }
         }
         if pushed.is_empty() {
-            return items;
+            return (items, 0);
         }
         let sent = match budget.hard_stop() {
             Some(stop) => budget.bounded(batch.send_by(stop)).await,
@@ -211,34 +416,44 @@ impl FailureDestination {
                 Vec::new()
             }
         };
-        for index in pushed {
+        let mut sent_at_once = 0;
+        for (index, at_once) in pushed {
             let item = &mut items[index];
             if !sent_ids.contains(&item.message_id) {
                 continue;
             }
             if let Outcome::Failed(failure) = &item.outcome {
-                warn!(
-                    message_id = %item.message_id,
-                    key = item.key.as_deref().unwrap_or(""),
-                    kind = failure.kind.as_str(),
-                    queue_url = %self.publisher.queue_url(),
-                    "failed on its last allowed receive: sent to the failure destination with \
-                     its reason, reported handled"
-                );
-                item.outcome = Outcome::DeadLettered(failure.clone());
+                let mut failure = failure.clone();
+                if at_once {
+                    failure.permanent = true;
+                    sent_at_once += 1;
+                    warn!(
+                        message_id = %item.message_id,
+                        key = item.key.as_deref().unwrap_or(""),
+                        kind = failure.kind.as_str(),
+                        queue_url = %self.publisher.queue_url(),
+                        "failed for good (a permanent failure): sent to the failure destination \
+                         at once with its reason, reported handled"
+                    );
+                } else {
+                    warn!(
+                        message_id = %item.message_id,
+                        key = item.key.as_deref().unwrap_or(""),
+                        kind = failure.kind.as_str(),
+                        queue_url = %self.publisher.queue_url(),
+                        "failed on its last allowed receive: sent to the failure destination \
+                         with its reason, reported handled"
+                    );
+                }
+                item.outcome = Outcome::DeadLettered(failure);
             }
         }
-        items
+        (items, sent_at_once)
     }
 
     /// The message to send, or `None` if it cannot fit (an empty body, or a body that leaves
     /// no room for the attributes).
-    fn outgoing(
-        &self,
-        item: &ItemReport,
-        failure: &crate::outcome::Failure,
-        c: &Candidate,
-    ) -> Option<Outgoing> {
+    fn outgoing(&self, item: &ItemReport, failure: &Failure, c: &Candidate) -> Option<Outgoing> {
         if c.body.is_empty() {
             return None;
         }
@@ -287,6 +502,8 @@ const ID_ATTRIBUTE_ROOM: usize = 256 + 6 + 64;
 pub(super) struct Candidate {
     index: usize,
     receive_count: u32,
+    /// On its last allowed receive (else kept for [`FailureDestination::at_once`]).
+    last: bool,
     body: String,
     group_id: Option<String>,
 }
@@ -297,6 +514,7 @@ impl fmt::Debug for Candidate {
         f.debug_struct("Candidate")
             .field("index", &self.index)
             .field("receive_count", &self.receive_count)
+            .field("last", &self.last)
             .field("body_len", &self.body.len())
             .field("group_id", &self.group_id)
             .finish()

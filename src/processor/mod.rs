@@ -15,7 +15,8 @@
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
 //! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
 //! | `limit.rs` | the in-flight limit of a standard-queue batch, adapted to what the store answers: cut on contention and timeouts, grown back on success (AIMD) |
-//! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive sent, with their reason, to a failure queue (feature `sqs`) |
+//! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive, or for good (`Permanent`), sent with their reason to a failure queue (feature `sqs`) |
+//! | `redelivery.rs` | after that: each message reported for retry given its own visibility timeout (backoff, the handler's delay, a claim's lease end) with `ChangeMessageVisibilityBatch` (feature `sqs`) |
 //!
 //! Where a duplicate is detected: when the claim finds the key completed (`claim/attempt.rs`,
 //! `Claim::Completed`, judged by the [`PayloadCheck`](crate::PayloadCheck); `run.rs` makes it
@@ -31,6 +32,8 @@ mod failure_destination;
 mod limit;
 mod one_shot;
 mod plan;
+#[cfg(feature = "sqs")]
+mod redelivery;
 mod run;
 
 use std::future::Future;
@@ -46,8 +49,10 @@ use tracing::{Instrument, field, info};
 pub(crate) use config::Config;
 pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
-pub use failure_destination::FailureDestination;
+pub use failure_destination::{FailureDestination, Permanent};
 pub use one_shot::OneShot;
+#[cfg(feature = "sqs")]
+pub use redelivery::Redelivery;
 
 use crate::deadline::Budget;
 use crate::message::Message;
@@ -183,6 +188,14 @@ where
             .failure_destination
             .as_ref()
             .map(|d| (d, d.candidates(&payload.records)));
+        #[cfg(feature = "sqs")]
+        let redelivery = config.redelivery.as_ref().map(|r| {
+            let arn = payload
+                .records
+                .iter()
+                .find_map(|r| r.event_source_arn.clone());
+            (r, r.targets(&payload.records), arn, config.clock.now())
+        });
         let queue_name = match config.metrics {
             None => None,
             Some(_) => {
@@ -198,15 +211,38 @@ where
         let plan = Plan::new(payload.records, config, &namespace, budget.hard_stop())?;
         let fifo = plan.lanes.is_some();
         let items = self.inner.run(plan, &budget).await;
+        #[allow(unused_mut)]
+        let (mut dead_lettered_at_once, mut visibility_changed) = (0, 0);
         #[cfg(feature = "sqs")]
         let items = match poison {
             // Boxed: the SDK's send future is large, and rare here; inline it would grow every
             // invocation's future.
             Some((destination, candidates)) if !candidates.is_empty() => {
-                Box::pin(destination.divert(items, candidates, &budget)).await
+                let (items, at_once) =
+                    Box::pin(destination.divert(items, candidates, &budget)).await;
+                dead_lettered_at_once = at_once;
+                items
             }
             _ => items,
         };
+        #[cfg(feature = "sqs")]
+        if let Some((redelivery, targets, arn, started)) = redelivery {
+            let now = config.clock.now();
+            let lease_end = config.terms.lease.lease_until(now, budget.deadline());
+            let elapsed = now.duration_since(started).unwrap_or_default();
+            let changes = redelivery.plan(
+                &items,
+                &targets,
+                now,
+                lease_end,
+                redelivery::longest(elapsed),
+            );
+            if !changes.is_empty() {
+                visibility_changed =
+                    Box::pin(redelivery.apply(changes, &items, &targets, arn.as_deref(), &budget))
+                        .await;
+            }
+        }
         let report = BatchReport::new(items);
         let c = report.counts();
         span.record("fifo", fifo);
@@ -228,6 +264,8 @@ where
             cut_off = c.cut_off,
             conflicts,
             retries,
+            dead_lettered_at_once,
+            visibility_changed,
             "batch done"
         );
         if let Some(sink) = &config.metrics {
@@ -243,6 +281,8 @@ where
             metrics.conflicts = conflicts;
             metrics.retries = retries;
             metrics.in_flight_limit = self.inner.in_flight_limit();
+            metrics.dead_lettered_at_once = dead_lettered_at_once;
+            metrics.visibility_changed = visibility_changed;
             // Every message already has its outcome: a sink that panics must not turn them
             // into a failed invocation (Lambda would redeliver the whole batch).
             let recorded =

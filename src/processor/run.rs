@@ -533,11 +533,13 @@ where
             HandlerEnd::Failed(e) => {
                 let e: &(dyn std::error::Error + 'static) = &*e;
                 // The whole chain: the handler's own message may not name the root cause.
-                HandlerCall::Returned(Err(Failure::new(
-                    FailureKind::Handler,
-                    Chain(e).to_string(),
-                )
-                .with_error_kind(Error::kind_in_chain(e))))
+                let mut failure = Failure::new(FailureKind::Handler, Chain(e).to_string())
+                    .with_error_kind(Error::kind_in_chain(e));
+                if let Some(hint) = crate::retry::Retry::in_chain(e) {
+                    failure.retry_after = hint.delay();
+                    failure.permanent = hint.is_permanent();
+                }
+                HandlerCall::Returned(Err(failure))
             }
             HandlerEnd::Panicked(what) => HandlerCall::Returned(Err(Failure::new(
                 FailureKind::Panicked,
@@ -661,7 +663,7 @@ fn follow(
                     f.message
                 ),
             )
-            .with_error_kind(f.error_kind),
+            .with_hints_of(&f),
         ),
         // The copy never started: the leader ran out of time.
         Outcome::CutOff(_) => Outcome::NotStarted(NotStarted::Deadline),
@@ -676,13 +678,15 @@ fn handler_timed_out(after: Duration, claimed: bool) -> Failure {
     } else {
         ""
     };
-    Failure::new(
+    let mut failure = Failure::new(
         FailureKind::HandlerTimeout,
         format!(
             "handler ran longer than its timeout ({} ms) and was cancelled{claim}",
             after.as_millis()
         ),
-    )
+    );
+    failure.claim_kept = claimed;
+    failure
 }
 
 /// The span a message's work runs in. Its fields are the message's metadata, never its body

@@ -232,6 +232,7 @@ pub(super) async fn gather(
         claim_ttl_secs: settings.ttl.as_secs(),
         lease_at_least_secs: settings.lease_at_least.map(|d| d.as_secs()),
         content_based_dedup_expected: args.content_based_dedup.is_some_and(|v| v.as_bool()),
+        backoff: settings.backoff,
     })
 }
 

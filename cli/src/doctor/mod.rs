@@ -238,6 +238,8 @@ pub struct Facts {
     pub lease_at_least_secs: Option<u64>,
     /// Whether producers rely on content-based deduplication (`--content-based-dedup`).
     pub content_based_dedup_expected: bool,
+    /// The backoff of messages reported for retry (`SQS_CLAIM_BACKOFF*`), if on.
+    pub backoff: Option<sqs_claim::Backoff>,
 }
 
 /// Reads the facts `args`, `settings` and `store` point at, checks every rule, prints the

@@ -33,6 +33,8 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         fifo_settings(facts),
         batching_window(facts),
         lease_window(facts),
+        backoff_retention(facts),
+        backoff_receives(facts),
     ]
 }
 
@@ -325,6 +327,111 @@ fn lease_window(facts: &Facts) -> Finding {
     ))
 }
 
+/// The backoff must fit in the queue's retention: a message invisible past its retention is
+/// deleted by SQS, never received again, never dead-lettered.
+fn backoff_retention(facts: &Facts) -> Finding {
+    const RULE: &str = "backoff-retention";
+    let Some(q) = &facts.queue else {
+        return skip(RULE, format!("queue unknown: {HOW_QUEUE}"));
+    };
+    let Some(b) = &facts.backoff else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            "backoff off (SQS_CLAIM_BACKOFF): a reported message comes back after the queue's \
+             visibility timeout",
+        );
+    };
+    let cap = b.cap().as_secs();
+    let retention = q.retention_secs;
+    if cap >= retention {
+        return Finding::new(
+            RULE,
+            Status::Fail,
+            format!(
+                "backoff cap {cap} s (SQS_CLAIM_BACKOFF_CAP_SECS) >= the queue's retention \
+                 {retention} s: a message that keeps failing is deleted by SQS while invisible, \
+                 never dead-lettered"
+            ),
+        )
+        .fix(format!(
+            "lower SQS_CLAIM_BACKOFF_CAP_SECS well below {retention} s, or raise the queue's \
+             MessageRetentionPeriod"
+        ));
+    }
+    // The longest a message failing every time waits before its last receive.
+    let Some(r) = &q.redrive else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            format!("backoff cap {cap} s < retention {retention} s"),
+        );
+    };
+    let receives = u32::try_from(r.max_receive_count).unwrap_or(u32::MAX);
+    let longest: u64 = (1..receives).map(|n| b.step(n).as_secs()).sum();
+    let detail = format!(
+        "backoff cap {cap} s; a message failing on each of its {receives} receives waits up to \
+         {longest} s in all, retention {retention} s"
+    );
+    if longest < retention {
+        return Finding::new(RULE, Status::Ok, detail);
+    }
+    Finding::new(
+        RULE,
+        Status::Warn,
+        format!("{detail}: it can expire before it reaches the dead-letter queue"),
+    )
+    .fix(
+        "lower SQS_CLAIM_BACKOFF_CAP_SECS or maxReceiveCount, or raise the queue's \
+         MessageRetentionPeriod",
+    )
+}
+
+/// A backoff that never reaches its cap before `maxReceiveCount` runs out spends a message's
+/// receives in quick retries: a provider down for longer than the sum of the delays sends
+/// every message of that window to the DLQ.
+fn backoff_receives(facts: &Facts) -> Finding {
+    const RULE: &str = "backoff-receives";
+    let Some(q) = &facts.queue else {
+        return skip(RULE, format!("queue unknown: {HOW_QUEUE}"));
+    };
+    let Some(b) = &facts.backoff else {
+        return Finding::new(RULE, Status::Ok, "backoff off (SQS_CLAIM_BACKOFF)");
+    };
+    let Some(r) = &q.redrive else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            "no redrive policy: the backoff reaches its cap before the receives run out",
+        );
+    };
+    let receives = u32::try_from(r.max_receive_count).unwrap_or(u32::MAX);
+    let Some(to_cap) = b.receives_to_cap() else {
+        return Finding::new(RULE, Status::Ok, "the backoff does not grow (factor 1)");
+    };
+    // A retry after a capped wait needs a failed receive `to_cap` and one more receive.
+    let need = u64::from(to_cap) + 1;
+    let floor = b.least_wait_before(receives).as_secs();
+    let detail = format!(
+        "backoff {} s doubling to {} s reaches its cap after receive {to_cap}; maxReceiveCount \
+         {receives} (a message failing every time is retried for at least {floor} s)",
+        b.first().as_secs(),
+        b.cap().as_secs()
+    );
+    if r.max_receive_count >= need {
+        return Finding::new(RULE, Status::Ok, detail);
+    }
+    Finding::new(
+        RULE,
+        Status::Warn,
+        format!("{detail}: the receives run out before the backoff reaches its cap"),
+    )
+    .fix(format!(
+        "raise maxReceiveCount to at least {need}, or raise SQS_CLAIM_BACKOFF_FIRST_SECS / \
+         lower SQS_CLAIM_BACKOFF_CAP_SECS"
+    ))
+}
+
 fn claim_ttl_retention(facts: &Facts) -> Finding {
     const RULE: &str = "claim-ttl-retention";
     let Some(q) = &facts.queue else {
@@ -572,7 +679,44 @@ mod tests {
             claim_ttl_secs: 86_400,
             lease_at_least_secs: None,
             content_based_dedup_expected: false,
+            backoff: None,
         }
+    }
+
+    #[test]
+    fn a_backoff_must_fit_the_retention_and_reach_its_cap_before_the_receives_run_out() {
+        use std::time::Duration;
+        let mut f = good();
+        assert_eq!(status_of(&f, "backoff-retention"), Status::Ok);
+        assert_eq!(status_of(&f, "backoff-receives"), Status::Ok);
+        // The default: 30 s doubling to 900 s, capped from receive 6; retention 1 day.
+        f.backoff = Some(sqs_claim::Backoff::default());
+        assert_eq!(status_of(&f, "backoff-retention"), Status::Ok);
+        assert_eq!(
+            status_of(&f, "backoff-receives"),
+            Status::Warn,
+            "maxReceiveCount 5"
+        );
+        f.queue.as_mut().expect("queue").redrive =
+            Some(Redrive::new(7, "arn:aws:sqs:us-east-1:1:dlq"));
+        assert_eq!(status_of(&f, "backoff-receives"), Status::Ok);
+        f.queue.as_mut().expect("queue").redrive =
+            Some(Redrive::new(6, "arn:aws:sqs:us-east-1:1:dlq"));
+        assert_eq!(status_of(&f, "backoff-receives"), Status::Warn);
+        // A cap beyond the retention.
+        f.backoff = Some(sqs_claim::Backoff::exponential(
+            Duration::from_secs(60),
+            Duration::from_secs(12 * 3600),
+        ));
+        f.queue.as_mut().expect("queue").retention_secs = 3600;
+        assert_eq!(status_of(&f, "backoff-retention"), Status::Fail);
+        // Under it, but the waits of all the receives add up past it.
+        f.backoff = Some(sqs_claim::Backoff::fixed(Duration::from_secs(900)));
+        assert_eq!(status_of(&f, "backoff-retention"), Status::Warn);
+        assert_eq!(status_of(&f, "backoff-receives"), Status::Ok);
+        f.queue = None;
+        assert_eq!(status_of(&f, "backoff-retention"), Status::Skip);
+        assert_eq!(status_of(&f, "backoff-receives"), Status::Skip);
     }
 
     #[test]
@@ -613,7 +757,7 @@ mod tests {
     #[test]
     fn a_good_configuration_passes_every_rule() {
         let findings = check(&good());
-        assert_eq!(findings.len(), 10);
+        assert_eq!(findings.len(), 12);
         for f in &findings {
             assert_eq!(f.status, Status::Ok, "{f}");
         }
@@ -790,6 +934,7 @@ mod tests {
             claim_ttl_secs: 86_400,
             lease_at_least_secs: Some(3600),
             content_based_dedup_expected: false,
+            backoff: Some(sqs_claim::Backoff::default()),
         };
         for finding in check(&f) {
             assert_eq!(finding.status, Status::Skip, "{finding}");

@@ -404,20 +404,33 @@ pub fn processor<L: Ledger>(
 ///
 /// With `SQS_CLAIM_FAILURE_QUEUE_URL`, in either mode, a message that fails on its
 /// `SQS_CLAIM_MAX_RECEIVES`-th receive goes to that queue with its reason
-/// ([`sqs_claim::FailureDestination`]), through an SQS client like the output queue's.
+/// ([`sqs_claim::FailureDestination`]), through an SQS client like the output queue's, and
+/// with `SQS_CLAIM_DEAD_LETTER_AT_ONCE` a permanent failure (a body that does not parse) on any
+/// receive. With `SQS_CLAIM_BACKOFF=on` each message reported for retry gets its own visibility
+/// timeout ([`sqs_claim::Redelivery`]) through the same client.
 pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer<L>, Error> {
-    let sqs = match (&settings.output_queue_url, &settings.failure_queue_url) {
-        (None, None) => None,
-        _ => Some(sqs_client(&sqs_claim::aws::load_config().await)),
+    let needs_sqs = settings.output_queue_url.is_some()
+        || settings.failure_queue_url.is_some()
+        || settings.backoff.is_some();
+    let sqs = match needs_sqs {
+        false => None,
+        true => Some(sqs_client(&sqs_claim::aws::load_config().await)),
     };
-    let failures = settings
-        .failure_queue_url
-        .as_ref()
-        .zip(sqs.as_ref())
-        .map(|(url, client)| {
-            sqs_claim::FailureDestination::sqs(client.clone(), url.clone())
-                .after_receives(settings.max_receives)
-        });
+    let after = AfterBatch {
+        failures: settings
+            .failure_queue_url
+            .as_ref()
+            .zip(sqs.as_ref())
+            .map(|(url, client)| {
+                sqs_claim::FailureDestination::sqs(client.clone(), url.clone())
+                    .after_receives(settings.max_receives)
+                    .at_once(settings.dead_letter_at_once.clone())
+            }),
+        redelivery: settings
+            .backoff
+            .zip(sqs.as_ref())
+            .map(|(backoff, client)| redelivery(client.clone(), backoff, settings)),
+    };
     if settings.output_queue_url.is_none()
         && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed
     {
@@ -425,10 +438,10 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
             let store = CachedStore::new(ledger.store().clone()).with_capacity(entries);
             let builder = Processor::one_shot(store, credit_fn(ledger));
             return Ok(Consumer::OneShotCached(
-                configure(builder, settings, failures).build(),
+                configure(builder, settings, after).build(),
             ));
         }
-        return Ok(Consumer::OneShot(one_shot_to(ledger, settings, failures)));
+        return Ok(Consumer::OneShot(one_shot_to(ledger, settings, after)));
     }
     let mut handler = PaymentHandler::new(ledger);
     if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
@@ -438,10 +451,35 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
     if let Some(entries) = settings.warm_cache {
         let store = CachedStore::new(handler.ledger().store().clone()).with_capacity(entries);
         return Ok(Consumer::ClaimedCached(
-            configure(Processor::builder(store, handler), settings, failures).build(),
+            configure(Processor::builder(store, handler), settings, after).build(),
         ));
     }
-    Ok(Consumer::Claimed(processor_to(handler, settings, failures)))
+    Ok(Consumer::Claimed(processor_to(handler, settings, after)))
+}
+
+/// What runs after the batch, each with an SQS client: the failure destination
+/// (`SQS_CLAIM_FAILURE_QUEUE_URL`, `SQS_CLAIM_DEAD_LETTER_AT_ONCE`) and the per-message
+/// visibility changes (`SQS_CLAIM_BACKOFF*`).
+#[derive(Default)]
+struct AfterBatch {
+    failures: Option<sqs_claim::FailureDestination>,
+    redelivery: Option<sqs_claim::Redelivery>,
+}
+
+/// The visibility changes `SQS_CLAIM_BACKOFF*` and `SQS_CLAIM_SOURCE_QUEUE_URL` describe.
+fn redelivery(
+    client: sqs_claim::aws_sdk_sqs::Client,
+    backoff: sqs_claim::Backoff,
+    settings: &Settings,
+) -> sqs_claim::Redelivery {
+    let mut r = sqs_claim::Redelivery::sqs(client).backoff(backoff);
+    for (kind, policy) in &settings.backoff_for {
+        r = r.backoff_for(*kind, *policy);
+    }
+    if let Some(url) = &settings.source_queue_url {
+        r = r.queue_url(url.clone());
+    }
+    r
 }
 
 /// The one-shot handler of the reference consumer: the credit, computed from the body.
@@ -543,18 +581,18 @@ impl<L: Ledger> Service<lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>
 pub fn one_shot<L: Ledger>(
     ledger: L,
     settings: &Settings,
-) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
-    one_shot_to(ledger, settings, None)
+) -> Processor<L::Store, CreditHandler<L>> {
+    one_shot_to(ledger, settings, AfterBatch::default())
 }
 
 fn one_shot_to<L: Ledger>(
     ledger: L,
     settings: &Settings,
-    failures: Option<sqs_claim::FailureDestination>,
-) -> Processor<L::Store, OneShot<CreditFn<L>, EffectOf<L>>> {
+    after: AfterBatch,
+) -> Processor<L::Store, CreditHandler<L>> {
     let store = ledger.store().clone();
     let builder = Processor::one_shot(store, credit_fn(ledger));
-    configure(builder, settings, failures).build()
+    configure(builder, settings, after).build()
 }
 
 /// The one-shot handler: the credit, computed from the payload.
@@ -599,23 +637,23 @@ pub fn processor_with_handler<L: Ledger>(
     handler: PaymentHandler<L>,
     settings: &Settings,
 ) -> Processor<L::Store, PaymentHandler<L>> {
-    processor_to(handler, settings, None)
+    processor_to(handler, settings, AfterBatch::default())
 }
 
 fn processor_to<L: Ledger>(
     handler: PaymentHandler<L>,
     settings: &Settings,
-    failures: Option<sqs_claim::FailureDestination>,
+    after: AfterBatch,
 ) -> Processor<L::Store, PaymentHandler<L>> {
     let store = handler.ledger().store().clone();
-    configure(Processor::builder(store, handler), settings, failures).build()
+    configure(Processor::builder(store, handler), settings, after).build()
 }
 
 /// The settings every mode shares.
 fn configure<S, H>(
     builder: ProcessorBuilder<S, H>,
     settings: &Settings,
-    failures: Option<sqs_claim::FailureDestination>,
+    after: AfterBatch,
 ) -> ProcessorBuilder<S, H> {
     let mut builder = builder
         .key(settings.key())
@@ -637,8 +675,11 @@ fn configure<S, H>(
     if let Some(limit) = settings.handler_timeout {
         builder = builder.handler_timeout(limit);
     }
-    if let Some(failures) = failures {
+    if let Some(failures) = after.failures {
         builder = builder.failure_destination(failures);
+    }
+    if let Some(redelivery) = after.redelivery {
+        builder = builder.redelivery(redelivery);
     }
     // A Powertools-written table: its keys (the namespace does not enter them) and its
     // `validation` hashes, in both modes.

@@ -492,11 +492,13 @@ fn check_iam(t: &Value) -> Vec<String> {
             };
             let kind = kind_of(id);
             let fifo = t["Resources"][id]["Properties"]["FifoQueue"] == true;
+            let failure_queue = failure_queues(t).contains(&id);
             for a in &actions {
                 let ok = match a.as_str() {
                     a if a.starts_with("dynamodb:") => kind == "AWS::DynamoDB::Table",
-                    // The consumer only publishes to the FIFO output queue.
-                    "sqs:sendmessage" => kind == "AWS::SQS::Queue" && fifo,
+                    // The consumer publishes to the FIFO output queue ...
+                    // ... and to the failure queue (SQS_CLAIM_FAILURE_QUEUE_URL).
+                    "sqs:sendmessage" => kind == "AWS::SQS::Queue" && (fifo || failure_queue),
                     a if a.starts_with("sqs:") => {
                         kind == "AWS::SQS::Queue"
                             && sqs_events(t)
@@ -603,6 +605,102 @@ fn check_function_wiring(t: &Value) -> Vec<String> {
             problems.push(format!(
                 "{fid}: ScalingConfig.MaximumConcurrency must be a parameter"
             ));
+        }
+    }
+    problems
+}
+
+/// The queues a function names as its failure queue (`SQS_CLAIM_FAILURE_QUEUE_URL`).
+fn failure_queues(t: &Value) -> Vec<&str> {
+    sqs_events(t)
+        .iter()
+        .filter_map(|(_, f, _)| {
+            target(&f["Properties"]["Environment"]["Variables"]["SQS_CLAIM_FAILURE_QUEUE_URL"])
+        })
+        .collect()
+}
+
+/// Whether a statement of the template allows `action` on queue `id`.
+fn allows(t: &Value, action: &str, id: &str) -> bool {
+    statements(t).iter().any(|(_, s)| {
+        s["Effect"] == "Allow"
+            && list(&s["Action"])
+                .iter()
+                .any(|a| a.as_str().is_some_and(|a| a.eq_ignore_ascii_case(action)))
+            && list(&s["Resource"]).iter().any(|r| target(r) == Some(id))
+    })
+}
+
+/// With `SQS_CLAIM_BACKOFF=on`: the role may change visibilities on the input queue (whose URL
+/// the function gets), the backoff fits SQS's 12 h and the queue's retention, and the default
+/// maxReceiveCount lets it reach its cap (as `sqs-claim doctor`'s backoff rules ask). With a
+/// failure queue: the role may send to it, and it is the DLQ with the same receive count.
+fn check_retries(t: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let default = |p: &str| t["Parameters"][p]["Default"].as_i64();
+    for (fid, f, event) in sqs_events(t) {
+        let Ok((qid, q)) = queue(t, event) else {
+            continue;
+        };
+        let env = &f["Properties"]["Environment"]["Variables"];
+        if env["SQS_CLAIM_BACKOFF"] == "on" {
+            if !allows(t, "sqs:ChangeMessageVisibility", qid) {
+                problems.push(format!(
+                    "{fid}: SQS_CLAIM_BACKOFF is on but no statement allows \
+                     sqs:ChangeMessageVisibility on {qid}"
+                ));
+            }
+            if target(&env["SQS_CLAIM_SOURCE_QUEUE_URL"]) != Some(qid) {
+                problems.push(format!(
+                    "{fid}: SQS_CLAIM_SOURCE_QUEUE_URL must be !Ref {qid} (else the function \
+                     needs sqs:GetQueueUrl)"
+                ));
+            }
+            let secs = |var: &str, fallback: u64| {
+                target(&env[var])
+                    .and_then(default)
+                    .map_or(fallback, |v| u64::try_from(v).unwrap_or(0))
+            };
+            let backoff = sqs_claim::Backoff::exponential(
+                std::time::Duration::from_secs(secs("SQS_CLAIM_BACKOFF_FIRST_SECS", 30)),
+                std::time::Duration::from_secs(secs("SQS_CLAIM_BACKOFF_CAP_SECS", 900)),
+            );
+            let retention = q["Properties"]["MessageRetentionPeriod"]
+                .as_i64()
+                .unwrap_or(345_600);
+            if i64::try_from(backoff.cap().as_secs()).unwrap_or(i64::MAX) >= retention {
+                problems.push(format!(
+                    "{fid}: backoff cap {} s >= {qid}'s retention {retention} s",
+                    backoff.cap().as_secs()
+                ));
+            }
+            let count_expr = &q["Properties"]["RedrivePolicy"]["maxReceiveCount"];
+            let count = target(count_expr).and_then(default).unwrap_or(0);
+            let need = backoff.receives_to_cap().map_or(0, |n| i64::from(n) + 1);
+            if count < need {
+                problems.push(format!(
+                    "{fid}: default maxReceiveCount {count} < {need}: the receives run out before \
+                     the backoff reaches its cap"
+                ));
+            }
+        }
+        if let Some(failures) = target(&env["SQS_CLAIM_FAILURE_QUEUE_URL"]) {
+            if !allows(t, "sqs:SendMessage", failures) {
+                problems.push(format!(
+                    "{fid}: no statement allows sqs:SendMessage on {failures}"
+                ));
+            }
+            let redrive = &q["Properties"]["RedrivePolicy"];
+            if target(&redrive["deadLetterTargetArn"]) != Some(failures) {
+                problems.push(format!(
+                    "{fid}: the failure queue {failures} is not {qid}'s DLQ"
+                ));
+            }
+            if env["SQS_CLAIM_MAX_RECEIVES"] != redrive["maxReceiveCount"] {
+                problems.push(format!(
+                    "{fid}: SQS_CLAIM_MAX_RECEIVES must be {qid}'s maxReceiveCount"
+                ));
+            }
         }
     }
     problems
@@ -811,6 +909,7 @@ const CHECKS: &[(&str, Check)] = &[
     ("TTL covers redelivery", check_ttl_covers_redelivery),
     ("JSON logs at a level that keeps the metrics", check_logging),
     ("alarms", check_alarms),
+    ("retries", check_retries),
 ];
 
 fn all_problems(text: &str) -> Vec<String> {
@@ -1117,6 +1216,30 @@ fn every_check_rejects_a_template_that_breaks_its_rule() {
             "      MetricName: Failed\n",
             "      MetricName: Errors\n",
             "no alarm on the consumer's Failed metric",
+        ),
+        (
+            "retries",
+            "                Action: sqs:ChangeMessageVisibility\n",
+            "                Action: sqs:ChangeMessageVisibilityBatch\n",
+            "no statement allows sqs:ChangeMessageVisibility",
+        ),
+        (
+            "retries",
+            "    Default: 8\n    MinValue: 5",
+            "    Default: 5\n    MinValue: 5",
+            "the receives run out before the backoff reaches its cap",
+        ),
+        (
+            "retries",
+            "MessageRetentionPeriod: 345600 # 4 days",
+            "MessageRetentionPeriod: 600",
+            "backoff cap 900 s >= InputQueue's retention 600 s",
+        ),
+        (
+            "retries",
+            "                Action: sqs:SendMessage\n                Resource: !GetAtt DeadLetterQueue.Arn",
+            "                Action: sqs:SendMessage\n                Resource: !GetAtt InputQueue.Arn",
+            "no statement allows sqs:SendMessage on DeadLetterQueue",
         ),
         // TTL shorter than the redelivery window.
         (
