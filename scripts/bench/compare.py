@@ -585,9 +585,6 @@ def goals_of(us, by, meta):
     return out
 
 
-if __name__ == "__main__":
-    main()
-
 
 def wall_chart(rows, impls, shares):
     """Wall per batch against N (fresh batches, no added latency), one line per implementation
@@ -644,3 +641,7 @@ def wall_chart(rows, impls, shares):
             legend_y += 16
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    main()
