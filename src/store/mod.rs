@@ -580,17 +580,48 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-/// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit).
+/// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit). Used by the store
+/// adapters only: a build with none of them (`--no-default-features`) has no caller.
+#[cfg_attr(
+    not(any(
+        feature = "dynamodb",
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "conformance"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn epoch_seconds(t: SystemTime) -> i64 {
     epoch_millis(t).div_euclid(1000)
 }
 
 /// The time `millis` after the Unix epoch (negative values clamp to the epoch).
+#[cfg_attr(
+    not(any(
+        feature = "dynamodb",
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "conformance"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn from_epoch_millis(millis: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
 }
 
 /// The time `secs` after the Unix epoch (negative values clamp to the epoch).
+#[cfg_attr(
+    not(any(
+        feature = "dynamodb",
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "conformance"
+    )),
+    allow(dead_code)
+)]
 pub(crate) fn from_epoch_seconds(secs: i64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
 }
