@@ -12,6 +12,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
+/// A named property: a test of one state.
+pub type Property<S> = (&'static str, fn(&S) -> bool);
+
+/// A reached state, the parent it was first reached from (and the action), its depth.
+type Node<M> = (
+    <M as Model>::State,
+    Option<(usize, <M as Model>::Action)>,
+    usize,
+);
+
 /// A transition system.
 pub trait Model {
     /// A state: compared and hashed whole (keep it canonical).
@@ -24,10 +34,10 @@ pub trait Model {
     /// Every successor of `state`, with the action that leads there.
     fn next_states(&self, state: &Self::State, out: &mut Vec<(Self::Action, Self::State)>);
     /// The safety properties: a name and a test every reachable state must pass.
-    fn invariants(&self) -> Vec<(&'static str, fn(&Self::State) -> bool)>;
+    fn invariants(&self) -> Vec<Property<Self::State>>;
     /// The liveness properties: a name and a goal that must stay reachable from every
     /// reachable state.
-    fn goals(&self) -> Vec<(&'static str, fn(&Self::State) -> bool)>;
+    fn goals(&self) -> Vec<Property<Self::State>>;
 }
 
 /// A property that does not hold, with the shortest path to a state that shows it.
@@ -68,7 +78,7 @@ pub fn check<M: Model>(model: &M, max_states: usize) -> Report<M> {
     let goals = model.goals();
     let mut index: HashMap<M::State, usize> = HashMap::new();
     // Per state: its parent (and the action from it), its depth.
-    let mut nodes: Vec<(M::State, Option<(usize, M::Action)>, usize)> = Vec::new();
+    let mut nodes: Vec<Node<M>> = Vec::new();
     let mut edges: Vec<Vec<usize>> = Vec::new();
     let mut queue = VecDeque::new();
     for s in model.init_states() {
@@ -97,7 +107,10 @@ pub fn check<M: Model>(model: &M, max_states: usize) -> Report<M> {
                 Some(&j) => j,
                 None => {
                     let j = nodes.len();
-                    assert!(j < max_states, "more than {max_states} states: bounds too large");
+                    assert!(
+                        j < max_states,
+                        "more than {max_states} states: bounds too large"
+                    );
                     index.insert(next.clone(), j);
                     nodes.push((next, Some((i, action)), nodes[i].2 + 1));
                     edges.push(Vec::new());
@@ -111,7 +124,7 @@ pub fn check<M: Model>(model: &M, max_states: usize) -> Report<M> {
     let mut violations = Vec::new();
     for (p, bad) in first_bad.iter().enumerate() {
         if let Some(i) = bad {
-            violations.push(trace(model_name(&invariants[p].0), *i, &nodes));
+            violations.push(trace(invariants[p].0, *i, &nodes));
         }
     }
     if !goals.is_empty() {
@@ -149,16 +162,7 @@ pub fn check<M: Model>(model: &M, max_states: usize) -> Report<M> {
     }
 }
 
-fn model_name(name: &&'static str) -> &'static str {
-    name
-}
-
-#[allow(clippy::type_complexity)]
-fn trace<M: Model>(
-    property: &'static str,
-    mut i: usize,
-    nodes: &[(M::State, Option<(usize, M::Action)>, usize)],
-) -> Violation<M> {
+fn trace<M: Model>(property: &'static str, mut i: usize, nodes: &[Node<M>]) -> Violation<M> {
     let mut steps = Vec::new();
     while let Some((parent, action)) = &nodes[i].1 {
         steps.push((action.clone(), nodes[i].0.clone()));

@@ -7,7 +7,7 @@
 //! for ever, and keeps the phase within the second, which whole-second expiries depend on.
 
 use crate::Mutant;
-use crate::checker::Model;
+use crate::checker::{Model, Property};
 use crate::store::{
     ClaimAnswer, ExpiryUnit, Fenced, Millis, NEVER, Observed, OneShotAnswer, Request, Store, Token,
 };
@@ -208,8 +208,7 @@ pub mod property {
     /// A duplicate never runs the handler.
     pub const DUPLICATE_NEVER_RUNS: &str = "a duplicate never runs the handler";
     /// Liveness: every message is eventually processed or in the failure destination.
-    pub const EVENTUALLY_DONE: &str =
-        "every message eventually processed or in the failure destination (a dead worker's key taken over)";
+    pub const EVENTUALLY_DONE: &str = "every message eventually processed or in the failure destination (a dead worker's key taken over)";
 }
 
 /// A step of the system, for traces.
@@ -273,7 +272,12 @@ impl Protocol {
                 if tiered && s.markers[k].is_some_and(|e| e > now) {
                     return Ans::Done;
                 }
-                let request = Request { key, now, lease_until, expires_at };
+                let request = Request {
+                    key,
+                    now,
+                    lease_until,
+                    expires_at,
+                };
                 let (answer, obs) = s.store.claim(request, mutant);
                 self.note(s, key, obs);
                 match answer {
@@ -293,7 +297,9 @@ impl Protocol {
                 self.note(s, key, obs);
                 let k = usize::from(key);
                 if tiered
-                    && (fresh || (answer == Fenced::LostClaim && mutant == Mutant::TieredMarkerOnLostClaim))
+                    && (fresh
+                        || (answer == Fenced::LostClaim
+                            && mutant == Mutant::TieredMarkerOnLostClaim))
                 {
                     s.markers[k] = Some(expires_at);
                 }
@@ -311,7 +317,12 @@ impl Protocol {
                 }
             }
             Req::OneShot(key, now, expires_at) => {
-                let request = Request { key, now, lease_until: now, expires_at };
+                let request = Request {
+                    key,
+                    now,
+                    lease_until: now,
+                    expires_at,
+                };
                 let (answer, obs) = s.store.claim_completed(request, mutant);
                 self.note(s, key, obs);
                 match answer {
@@ -323,7 +334,12 @@ impl Protocol {
     }
 
     fn send(s: &mut State, w: usize, req: Req) {
-        s.net.push(Packet { worker: w as u8, orphan: false, req, answer: None });
+        s.net.push(Packet {
+            worker: w as u8,
+            orphan: false,
+            req,
+            answer: None,
+        });
     }
 
     fn orphan(s: &mut State, w: usize) {
@@ -354,12 +370,22 @@ impl Protocol {
 
     /// The worker reads an answer (`None`: its client timed out).
     fn handle(&self, s: &mut State, w: usize, answer: Option<Ans>) {
-        let Job::Waiting { msg, deadline, req, retried } = s.workers[w] else {
+        let Job::Waiting {
+            msg,
+            deadline,
+            req,
+            retried,
+        } = s.workers[w]
+        else {
             return;
         };
         match (req, answer) {
             (Req::Claim(..), Some(Ans::Acquired(token))) => {
-                s.workers[w] = Job::Running { msg, deadline, token };
+                s.workers[w] = Job::Running {
+                    msg,
+                    deadline,
+                    token,
+                };
             }
             (Req::Claim(..) | Req::OneShot(..), Some(Ans::Done)) => Self::finish(s, w, msg, true),
             (Req::Claim(..) | Req::OneShot(..), Some(Ans::Held)) => {
@@ -369,7 +395,12 @@ impl Protocol {
             (Req::Complete(..), None) if !retried => {
                 // An ambiguous failure: the same completion again, same token.
                 Self::send(s, w, req);
-                s.workers[w] = Job::Waiting { msg, deadline, req, retried: true };
+                s.workers[w] = Job::Waiting {
+                    msg,
+                    deadline,
+                    req,
+                    retried: true,
+                };
             }
             _ => Self::finish(s, w, msg, false),
         }
@@ -407,7 +438,10 @@ impl Protocol {
             }
         }
         for msg in s.queue.iter_mut() {
-            if let Msg::InFlight { visible_at, receives } = *msg
+            if let Msg::InFlight {
+                visible_at,
+                receives,
+            } = *msg
                 && visible_at <= s.now
             {
                 *msg = Msg::Visible { receives };
@@ -527,8 +561,15 @@ impl Model for Protocol {
                 if duplicate {
                     n.budget.2 -= 1;
                 }
-                let receives = if c.max_receives.is_some() { receives.saturating_add(1) } else { 0 };
-                n.queue[m] = Msg::InFlight { visible_at: s.now + VISIBILITY, receives };
+                let receives = if c.max_receives.is_some() {
+                    receives.saturating_add(1)
+                } else {
+                    0
+                };
+                n.queue[m] = Msg::InFlight {
+                    visible_at: s.now + VISIBILITY,
+                    receives,
+                };
                 let deadline = s.now + DEADLINE;
                 let now = self.clock(s, w);
                 let req = match c.mode {
@@ -538,7 +579,12 @@ impl Model for Protocol {
                     }
                 };
                 Self::send(&mut n, w, req);
-                n.workers[w] = Job::Waiting { msg: m as u8, deadline, req, retried: false };
+                n.workers[w] = Job::Waiting {
+                    msg: m as u8,
+                    deadline,
+                    req,
+                    retried: false,
+                };
                 push(Action::Receive(w as u8, m as u8), n);
                 // Workers are alike but for their clocks: one idle worker per clock is enough.
             }
@@ -584,7 +630,10 @@ impl Model for Protocol {
             match s.workers[w] {
                 Job::Idle => {}
                 Job::Waiting { .. } => {
-                    let live = s.net.iter().any(|p| usize::from(p.worker) == w && !p.orphan);
+                    let live = s
+                        .net
+                        .iter()
+                        .any(|p| usize::from(p.worker) == w && !p.orphan);
                     if !live || s.budget.0 > 0 {
                         let mut n = s.clone();
                         if live {
@@ -595,18 +644,32 @@ impl Model for Protocol {
                         push(Action::Timeout(w as u8), n);
                     }
                 }
-                Job::Running { msg, deadline, token } => {
+                Job::Running {
+                    msg,
+                    deadline,
+                    token,
+                } => {
                     let mut n = s.clone();
                     let now = self.clock(s, w);
                     let req = Req::Complete(msg, token, Self::ttl(now, c.done_ttl));
                     Self::send(&mut n, w, req);
-                    n.workers[w] = Job::Waiting { msg, deadline, req, retried: false };
+                    n.workers[w] = Job::Waiting {
+                        msg,
+                        deadline,
+                        req,
+                        retried: false,
+                    };
                     push(Action::HandlerDone(w as u8), n);
                     if deadline - TICK <= s.now {
                         let mut n = s.clone();
                         let req = Req::Release(msg, token);
                         Self::send(&mut n, w, req);
-                        n.workers[w] = Job::Waiting { msg, deadline, req, retried: true };
+                        n.workers[w] = Job::Waiting {
+                            msg,
+                            deadline,
+                            req,
+                            retried: true,
+                        };
                         push(Action::OutOfTime(w as u8), n);
                     }
                 }
@@ -624,7 +687,7 @@ impl Model for Protocol {
         push(Action::Tick, n);
     }
 
-    fn invariants(&self) -> Vec<(&'static str, fn(&State) -> bool)> {
+    fn invariants(&self) -> Vec<Property<State>> {
         vec![
             (property::NO_EFFECT_TWICE, |s| !s.broken.effect_twice),
             (property::NO_MESSAGE_LOST, |s| !s.broken.lost),
@@ -634,7 +697,7 @@ impl Model for Protocol {
         ]
     }
 
-    fn goals(&self) -> Vec<(&'static str, fn(&State) -> bool)> {
+    fn goals(&self) -> Vec<Property<State>> {
         vec![(property::EVENTUALLY_DONE, |s| {
             s.queue.iter().all(|m| matches!(m, Msg::Deleted | Msg::Dlq))
         })]
