@@ -1,9 +1,10 @@
 //! The model tied to the code: random operation sequences against the model's store and the
-//! library's `MemoryStore`, compared answer by answer.
+//! library's `MemoryStore` and `SqliteStore`, compared answer by answer.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqs_claim::ErrorKind;
+use sqs_claim::store::sqlite::SqliteStore;
 use sqs_claim::store::{
     Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, MemoryStore, OneShotWrite,
 };
@@ -27,8 +28,29 @@ fn key(k: u8) -> String {
 #[tokio::test]
 async fn the_memory_store_answers_as_the_model() {
     for seed in 0..SEQUENCES {
+        compare(seed, &MemoryStore::new()).await;
+    }
+    println!(
+        "memory: {SEQUENCES} sequences of {STEPS} operations on {KEYS} keys, the same answers"
+    );
+}
+
+#[tokio::test]
+async fn the_sqlite_store_answers_as_the_model() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for seed in 0..SEQUENCES {
+        let path = dir.path().join(format!("claims-{seed}.db"));
+        let real = SqliteStore::open(&path).expect("open SQLite");
+        compare(seed, &real).await;
+    }
+    println!(
+        "sqlite: {SEQUENCES} sequences of {STEPS} operations on {KEYS} keys, the same answers"
+    );
+}
+
+async fn compare<S: ClaimStore>(seed: u64, real: &S) {
+    {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let real = MemoryStore::new();
         let mut model = Store::new(usize::from(KEYS), ExpiryUnit::Millis);
         let mut tokens: Vec<(Token, ClaimToken)> = Vec::new();
         let mut now: Millis = 0;
@@ -114,5 +136,4 @@ async fn the_memory_store_answers_as_the_model() {
             }
         }
     }
-    println!("{SEQUENCES} sequences of {STEPS} operations on {KEYS} keys: the same answers");
 }
