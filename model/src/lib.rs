@@ -28,7 +28,8 @@ pub enum Mutant {
     RetryReappliesEffects,
     /// A claim never takes over a lapsed lease (only an expired record is free).
     ClaimIgnoresLease,
-    /// A claim takes over any record whose lease lapsed, completed ones included.
+    /// A completion keeps the claim's lease, and a claim takes over any record whose lease
+    /// lapsed, completed ones included.
     ClaimIgnoresStatus,
     /// Expiries kept in whole seconds rounded down instead of up.
     ExpirySecondsRoundedDown,

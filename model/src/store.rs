@@ -260,7 +260,9 @@ impl Store {
         observed.effects_applied = true;
         observed.completion_expires_at = Some(expires_at);
         record.status = Status::Completed;
-        record.lease_until = None;
+        if mutant != Mutant::ClaimIgnoresStatus {
+            record.lease_until = None;
+        }
         record.expires_at = self.stored_expiry(expires_at, mutant);
         record.asked_expires_at = expires_at;
         self.records[k] = Some(record);
