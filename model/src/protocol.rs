@@ -554,7 +554,10 @@ impl Model for Protocol {
                 continue;
             }
             for w in 0..s.workers.len() {
-                if s.workers[w] != Job::Idle {
+                // A bound: a worker starts no new invocation while a request of its last one is
+                // still on the wire (else requests pile up without end when no redrive policy
+                // bounds the receives).
+                if s.workers[w] != Job::Idle || s.net.iter().any(|p| usize::from(p.worker) == w) {
                     continue;
                 }
                 let mut n = s.clone();

@@ -68,7 +68,6 @@ fn run(name: &str, config: Config) -> Report<Protocol> {
 }
 
 #[test]
-#[ignore = "the liveness configuration (no failure destination) exceeds 1.5 million states: bounds to be cut"]
 fn liveness_holds() {
     for mode in [Mode::Claimed, Mode::OneShot, Mode::Tiered] {
         let report = run("liveness", liveness(mode, Mutant::None));
@@ -175,7 +174,6 @@ fn a_marker_written_for_a_refused_completion_is_caught() {
 }
 
 #[test]
-#[ignore = "the liveness configuration (no failure destination) exceeds 1.5 million states: bounds to be cut"]
 fn a_claim_that_ignores_the_lease_is_caught() {
     caught(
         liveness(Mode::Claimed, Mutant::ClaimIgnoresLease),
