@@ -16,7 +16,7 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        bench bench-quick watch standins-up standins-down services deploy clean-state fuzz fuzz-check
+        bench bench-quick check-model watch standins-up standins-down services deploy clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ services: ## Check Redis (6379) and PostgreSQL (5432) answer; start them if not
 
 test: standins-up services ## Run the whole test suite against the real servers
 	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --workspace --all-features --no-fail-fast
+
+check-model: ## Model-check the claim protocol exhaustively (model/: every interleaving for small bounds, and every mutant caught)
+	$(CARGO) test -p sqs-claim-model --test exhaustive -- --nocapture --test-threads 2
 
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher, the CLIs' parsers, the test kit)
 	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \

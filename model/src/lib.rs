@@ -1,0 +1,40 @@
+//! The claim protocol of `sqs-claim`, model-checked.
+//!
+//! | file          | what it holds                                                          |
+//! |---------------|------------------------------------------------------------------------|
+//! | `store.rs`    | the store contract as a value: claim, complete, release, one-shot, packed |
+//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, the network, the tiered store |
+//! | `checker.rs`  | the exhaustive breadth-first checker, invariants and liveness          |
+//!
+//! `tests/exhaustive.rs` checks the properties for the bounds in `docs/testing.md` and that
+//! every [`Mutant`] is caught; `tests/model_based.rs` drives the same random operations
+//! against [`store::Store`] and the real stores and compares their answers.
+
+pub mod checker;
+pub mod protocol;
+pub mod store;
+
+/// A bug planted in the model, to show the checker catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mutant {
+    /// The model as the contract says.
+    None,
+    /// A completion accepted for any token while the record is in progress.
+    UnfencedComplete,
+    /// A release accepted for any token.
+    UnfencedRelease,
+    /// A completion retried after its answer was lost commits the effects again (no
+    /// same-token no-op rule).
+    RetryReappliesEffects,
+    /// A claim never takes over a lapsed lease (only an expired record is free).
+    ClaimIgnoresLease,
+    /// A completion keeps the claim's lease, and a claim takes over any record whose lease
+    /// lapsed, completed ones included.
+    ClaimIgnoresStatus,
+    /// Expiries kept in whole seconds rounded down instead of up.
+    ExpirySecondsRoundedDown,
+    /// A worker reports a message held elsewhere as processed.
+    HeldAcked,
+    /// The tiered store writes its marker even when the durable completion was refused.
+    TieredMarkerOnLostClaim,
+}

@@ -1,0 +1,708 @@
+//! The whole protocol as a transition system: SQS, workers with drifting clocks and a
+//! deadline, a network that delays, drops and duplicates, and the store (plain or tiered).
+//!
+//! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
+//! second, and every stored time is shifted back a second when a second passes, clamped at
+//! [`FLOOR`] (long past for every clock). That keeps the state space finite while time runs
+//! for ever, and keeps the phase within the second, which whole-second expiries depend on.
+
+use crate::Mutant;
+use crate::checker::{Model, Property};
+use crate::store::{
+    ClaimAnswer, ExpiryUnit, Fenced, Millis, NEVER, Observed, OneShotAnswer, Request, Store, Token,
+};
+
+/// One tick of the clock.
+pub const TICK: Millis = 500;
+/// An invocation's time budget: its deadline (and so its lease) is this long after it starts,
+/// and at the deadline it is stopped hard.
+pub const DEADLINE: Millis = 1500;
+/// The queue's visibility timeout.
+pub const VISIBILITY: Millis = 2000;
+/// Every time further back than this is as good as this one.
+pub const FLOOR: Millis = -1000;
+
+/// How the workers write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// claim, handler, complete (fenced, retried once with the same token) or release.
+    Claimed,
+    /// One-shot: claim_completed, the effects in the same write.
+    OneShot,
+    /// Claimed, on the tiered store: a Redis marker of completed keys before the durable
+    /// store.
+    Tiered,
+}
+
+/// The bounds of one check.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// How the workers write.
+    pub mode: Mode,
+    /// Each worker's clock error (ms, ahead if positive); one worker per entry.
+    pub drifts: Vec<Millis>,
+    /// Messages, one key each.
+    pub messages: u8,
+    /// Network faults: a request or answer dropped, a request applied twice, a client timing
+    /// out while its request is still on its way.
+    pub faults: u8,
+    /// Worker crashes (the invocation dies; its requests on the wire may still land).
+    pub crashes: u8,
+    /// SQS deliveries of a message already in flight (at-least-once).
+    pub duplicates: u8,
+    /// The redrive policy's maxReceiveCount (`None`: no failure destination).
+    pub max_receives: Option<u8>,
+    /// The TTL of a claim (NEVER: beyond the horizon, as 24 hours is).
+    pub claim_ttl: Millis,
+    /// The TTL of a completion.
+    pub done_ttl: Millis,
+    /// How the durable store keeps expiries.
+    pub unit: ExpiryUnit,
+    /// The bug planted, if any.
+    pub mutant: Mutant,
+}
+
+/// A message in the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Msg {
+    /// Can be received.
+    Visible {
+        /// Receives so far.
+        receives: u8,
+    },
+    /// Received, invisible until `visible_at`.
+    InFlight {
+        /// When it shows again.
+        visible_at: Millis,
+        /// Receives so far.
+        receives: u8,
+    },
+    /// Deleted: reported processed.
+    Deleted,
+    /// In the failure destination.
+    Dlq,
+}
+
+/// A request on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Req {
+    /// claim
+    Claim(u8, Millis, Millis, Millis),
+    /// complete(key, token, expires_at)
+    Complete(u8, Token, Millis),
+    /// release(key, token)
+    Release(u8, Token),
+    /// claim_completed(key, now, expires_at)
+    OneShot(u8, Millis, Millis),
+}
+
+/// An answer on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Ans {
+    /// Acquired with a token.
+    Acquired(Token),
+    /// Completed already (or committed, for a one-shot).
+    Done,
+    /// Held elsewhere.
+    Held,
+    /// Fenced write accepted.
+    Ok,
+    /// Fenced write refused.
+    Lost,
+}
+
+/// A request, who sent it, and its answer once the store applied it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Packet {
+    /// The sender.
+    pub worker: u8,
+    /// The sender stopped waiting (timed out, crashed, stopped): the answer is dropped.
+    pub orphan: bool,
+    /// The request.
+    pub req: Req,
+    /// The answer, once applied.
+    pub answer: Option<Ans>,
+}
+
+/// What a worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Job {
+    /// Nothing: ready for an invocation.
+    Idle,
+    /// Waiting for the answer to its request about message `msg`.
+    Waiting {
+        /// The message.
+        msg: u8,
+        /// The invocation's deadline.
+        deadline: Millis,
+        /// The request (resent as is on a completion retry).
+        req: Req,
+        /// A completion already retried once.
+        retried: bool,
+    },
+    /// Running the handler under a claim.
+    Running {
+        /// The message.
+        msg: u8,
+        /// The invocation's deadline.
+        deadline: Millis,
+        /// The claim's token.
+        token: Token,
+    },
+}
+
+/// Properties broken so far (sticky).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Broken {
+    /// An effect committed while an earlier completion of its key still counted.
+    pub effect_twice: bool,
+    /// A message deleted with no effect of its key ever committed.
+    pub lost: bool,
+    /// A stale token's completion or release accepted.
+    pub stale: bool,
+    /// A completed record written over before it expired.
+    pub overwritten: bool,
+    /// A claim acquired (the handler run) for a key completed and live.
+    pub duplicate_ran: bool,
+}
+
+/// A state of the whole system.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    /// 0 or 500: the time within the current second.
+    pub now: Millis,
+    /// The durable store.
+    pub store: Store,
+    /// The tiered store's Redis markers: a completed key's expiry.
+    pub markers: Vec<Option<Millis>>,
+    /// The queue, message `i` with key `i`.
+    pub queue: Vec<Msg>,
+    /// The workers.
+    pub workers: Vec<Job>,
+    /// The wire (sorted).
+    pub net: Vec<Packet>,
+    /// Faults, crashes and duplicate deliveries left.
+    pub budget: (u8, u8, u8),
+    /// Per key: the asked expiry of its latest committed completion (ghost).
+    pub live_effect: Vec<Option<Millis>>,
+    /// Per key: whether an effect was ever committed (ghost).
+    pub ever_applied: Vec<bool>,
+    /// Properties broken.
+    pub broken: Broken,
+}
+
+/// The model: a [`Config`].
+#[derive(Debug, Clone)]
+pub struct Protocol(pub Config);
+
+/// The names of the properties.
+pub mod property {
+    /// No effect applied twice (within the TTL, by the caller's clock).
+    pub const NO_EFFECT_TWICE: &str = "no effect applied twice";
+    /// No message deleted unprocessed.
+    pub const NO_MESSAGE_LOST: &str = "no message lost";
+    /// A stale claimant never completes or releases.
+    pub const STALE_NEVER_WRITES: &str = "a stale claimant never completes or releases";
+    /// A completed record is never overwritten before it expires.
+    pub const NOT_OVERWRITTEN: &str = "a completed record is never overwritten before it expires";
+    /// A duplicate never runs the handler.
+    pub const DUPLICATE_NEVER_RUNS: &str = "a duplicate never runs the handler";
+    /// Liveness: every message is eventually processed or in the failure destination.
+    pub const EVENTUALLY_DONE: &str = "every message eventually processed or in the failure destination (a dead worker's key taken over)";
+}
+
+/// A step of the system, for traces.
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    /// Worker receives a message (a duplicate delivery if it is in flight).
+    Receive(u8, u8),
+    /// The failure destination takes a message received too often.
+    Redrive(u8),
+    /// The store applies packet `i`.
+    Apply(Packet),
+    /// The store applies packet `i` again (duplicated on the wire).
+    Duplicate(Packet),
+    /// Packet dropped.
+    Drop(Packet),
+    /// Answer delivered to its worker.
+    Deliver(Packet),
+    /// Worker's client times out.
+    Timeout(u8),
+    /// Handler done: complete.
+    HandlerDone(u8),
+    /// Out of time before the deadline: release.
+    OutOfTime(u8),
+    /// Worker crashes.
+    Crash(u8),
+    /// 500 ms pass.
+    Tick,
+}
+
+impl Protocol {
+    fn clock(&self, s: &State, w: usize) -> Millis {
+        s.now + self.0.drifts[w]
+    }
+
+    fn ttl(now: Millis, ttl: Millis) -> Millis {
+        if ttl == NEVER { NEVER } else { now + ttl }
+    }
+
+    fn note(&self, s: &mut State, key: u8, obs: Observed) {
+        let k = usize::from(key);
+        let max_drift = self.0.drifts.iter().copied().max().unwrap_or(0);
+        if obs.effects_applied {
+            if s.live_effect[k].is_some_and(|e| e > s.now + max_drift) {
+                s.broken.effect_twice = true;
+            }
+            s.live_effect[k] = obs.completion_expires_at;
+            s.ever_applied[k] = true;
+        }
+        s.broken.stale |= obs.stale_accepted;
+        s.broken.overwritten |= obs.overwrote_live_completion;
+        s.broken.duplicate_ran |= obs.acquired_over_completion;
+    }
+
+    /// The store applies `req`: the answer.
+    fn apply(&self, s: &mut State, req: Req) -> Ans {
+        let mutant = self.0.mutant;
+        let tiered = self.0.mode == Mode::Tiered;
+        match req {
+            Req::Claim(key, now, lease_until, expires_at) => {
+                let k = usize::from(key);
+                if tiered && s.markers[k].is_some_and(|e| e > now) {
+                    return Ans::Done;
+                }
+                let request = Request {
+                    key,
+                    now,
+                    lease_until,
+                    expires_at,
+                };
+                let (answer, obs) = s.store.claim(request, mutant);
+                self.note(s, key, obs);
+                match answer {
+                    ClaimAnswer::Acquired(t) => Ans::Acquired(t),
+                    ClaimAnswer::Completed { expires_at } => {
+                        if tiered {
+                            s.markers[k] = Some(expires_at);
+                        }
+                        Ans::Done
+                    }
+                    ClaimAnswer::HeldElsewhere { .. } => Ans::Held,
+                }
+            }
+            Req::Complete(key, token, expires_at) => {
+                let (answer, obs) = s.store.complete(key, token, expires_at, mutant);
+                let fresh = obs.effects_applied;
+                self.note(s, key, obs);
+                let k = usize::from(key);
+                if tiered
+                    && (fresh
+                        || (answer == Fenced::LostClaim
+                            && mutant == Mutant::TieredMarkerOnLostClaim))
+                {
+                    s.markers[k] = Some(expires_at);
+                }
+                match answer {
+                    Fenced::Ok => Ans::Ok,
+                    Fenced::LostClaim => Ans::Lost,
+                }
+            }
+            Req::Release(key, token) => {
+                let (answer, obs) = s.store.release(key, token, mutant);
+                self.note(s, key, obs);
+                match answer {
+                    Fenced::Ok => Ans::Ok,
+                    Fenced::LostClaim => Ans::Lost,
+                }
+            }
+            Req::OneShot(key, now, expires_at) => {
+                let request = Request {
+                    key,
+                    now,
+                    lease_until: now,
+                    expires_at,
+                };
+                let (answer, obs) = s.store.claim_completed(request, mutant);
+                self.note(s, key, obs);
+                match answer {
+                    OneShotAnswer::Committed | OneShotAnswer::Completed { .. } => Ans::Done,
+                    OneShotAnswer::HeldElsewhere { .. } => Ans::Held,
+                }
+            }
+        }
+    }
+
+    fn send(s: &mut State, w: usize, req: Req) {
+        s.net.push(Packet {
+            worker: w as u8,
+            orphan: false,
+            req,
+            answer: None,
+        });
+    }
+
+    fn orphan(s: &mut State, w: usize) {
+        // An answer nobody waits for is dropped; a request on its way may still land.
+        s.net
+            .retain(|p| !(usize::from(p.worker) == w && p.answer.is_some()));
+        for p in &mut s.net {
+            if usize::from(p.worker) == w {
+                p.orphan = true;
+            }
+        }
+    }
+
+    /// The invocation ends: the message reported processed (deleted) or failed (left in
+    /// flight until its visibility timeout).
+    fn finish(s: &mut State, w: usize, msg: u8, processed: bool) {
+        s.workers[w] = Job::Idle;
+        if processed {
+            let m = usize::from(msg);
+            if !matches!(s.queue[m], Msg::Deleted | Msg::Dlq) {
+                s.queue[m] = Msg::Deleted;
+            }
+            if !s.ever_applied[m] {
+                s.broken.lost = true;
+            }
+        }
+    }
+
+    /// The worker reads an answer (`None`: its client timed out).
+    fn handle(&self, s: &mut State, w: usize, answer: Option<Ans>) {
+        let Job::Waiting {
+            msg,
+            deadline,
+            req,
+            retried,
+        } = s.workers[w]
+        else {
+            return;
+        };
+        match (req, answer) {
+            (Req::Claim(..), Some(Ans::Acquired(token))) => {
+                s.workers[w] = Job::Running {
+                    msg,
+                    deadline,
+                    token,
+                };
+            }
+            (Req::Claim(..) | Req::OneShot(..), Some(Ans::Done)) => Self::finish(s, w, msg, true),
+            (Req::Claim(..) | Req::OneShot(..), Some(Ans::Held)) => {
+                Self::finish(s, w, msg, self.0.mutant == Mutant::HeldAcked)
+            }
+            (Req::Complete(..), Some(Ans::Ok)) => Self::finish(s, w, msg, true),
+            (Req::Complete(..), None) if !retried => {
+                // An ambiguous failure: the same completion again, same token.
+                Self::send(s, w, req);
+                s.workers[w] = Job::Waiting {
+                    msg,
+                    deadline,
+                    req,
+                    retried: true,
+                };
+            }
+            _ => Self::finish(s, w, msg, false),
+        }
+    }
+
+    fn tick(&self, s: &mut State) {
+        s.now += TICK;
+        if s.now == 1000 {
+            s.now = 0;
+            let shift = |t: Millis| if t == NEVER { t } else { (t - 1000).max(FLOOR) };
+            s.store.shift(1000, FLOOR);
+            for m in s.markers.iter_mut() {
+                *m = m.map(shift).filter(|&e| e > FLOOR);
+            }
+            for e in s.live_effect.iter_mut() {
+                *e = e.map(shift).filter(|&e| e > FLOOR);
+            }
+            for msg in s.queue.iter_mut() {
+                if let Msg::InFlight { visible_at, .. } = msg {
+                    *visible_at = shift(*visible_at);
+                }
+            }
+            for job in s.workers.iter_mut() {
+                match job {
+                    Job::Waiting { deadline, req, .. } => {
+                        *deadline = shift(*deadline);
+                        shift_req(req, shift);
+                    }
+                    Job::Running { deadline, .. } => *deadline = shift(*deadline),
+                    Job::Idle => {}
+                }
+            }
+            for p in s.net.iter_mut() {
+                shift_req(&mut p.req, shift);
+            }
+        }
+        for msg in s.queue.iter_mut() {
+            if let Msg::InFlight {
+                visible_at,
+                receives,
+            } = *msg
+                && visible_at <= s.now
+            {
+                *msg = Msg::Visible { receives };
+            }
+        }
+        // The deadline's hard stop.
+        for w in 0..s.workers.len() {
+            let deadline = match s.workers[w] {
+                Job::Waiting { deadline, .. } | Job::Running { deadline, .. } => deadline,
+                Job::Idle => continue,
+            };
+            if deadline <= s.now {
+                s.workers[w] = Job::Idle;
+                Self::orphan(s, w);
+            }
+        }
+    }
+
+    /// Renames tokens in order of appearance and sorts the wire: one state, one spelling.
+    fn canonical(&self, mut s: State) -> State {
+        s.net.sort();
+        let mut seen: Vec<Token> = Vec::new();
+        let mut rename = |t: Token| -> Token {
+            match seen.iter().position(|&x| x == t) {
+                Some(i) => i as Token + 1,
+                None => {
+                    seen.push(t);
+                    seen.len() as Token
+                }
+            }
+        };
+        s.store.rename_tokens(&mut rename);
+        for job in s.workers.iter_mut() {
+            match job {
+                Job::Running { token, .. } => *token = rename(*token),
+                Job::Waiting { req, .. } => rename_req(req, &mut rename),
+                Job::Idle => {}
+            }
+        }
+        for p in s.net.iter_mut() {
+            rename_req(&mut p.req, &mut rename);
+            if let Some(Ans::Acquired(t)) = &mut p.answer {
+                *t = rename(*t);
+            }
+        }
+        s.net.sort();
+        s.store.next_token = seen.len() as Token + 1;
+        s
+    }
+}
+
+fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
+    match req {
+        Req::Claim(_, now, lease, exp) => {
+            *now = shift(*now);
+            *lease = shift(*lease);
+            *exp = shift(*exp);
+        }
+        Req::Complete(_, _, exp) => *exp = shift(*exp),
+        Req::Release(..) => {}
+        Req::OneShot(_, now, exp) => {
+            *now = shift(*now);
+            *exp = shift(*exp);
+        }
+    }
+}
+
+fn rename_req(req: &mut Req, rename: &mut impl FnMut(Token) -> Token) {
+    match req {
+        Req::Complete(_, t, _) | Req::Release(_, t) => *t = rename(*t),
+        Req::Claim(..) | Req::OneShot(..) => {}
+    }
+}
+
+impl Model for Protocol {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        let c = &self.0;
+        let keys = usize::from(c.messages);
+        vec![State {
+            now: 0,
+            store: Store::new(keys, c.unit),
+            markers: vec![None; keys],
+            queue: vec![Msg::Visible { receives: 0 }; keys],
+            workers: vec![Job::Idle; c.drifts.len()],
+            net: Vec::new(),
+            budget: (c.faults, c.crashes, c.duplicates),
+            live_effect: vec![None; keys],
+            ever_applied: vec![false; keys],
+            broken: Broken::default(),
+        }]
+    }
+
+    fn next_states(&self, s: &State, out: &mut Vec<(Action, State)>) {
+        let c = &self.0;
+        let mut push = |a: Action, n: State| out.push((a, self.canonical(n)));
+        // SQS: receive, duplicate delivery, redrive.
+        for (m, msg) in s.queue.iter().enumerate() {
+            let (receives, duplicate) = match *msg {
+                Msg::Visible { receives } => (receives, false),
+                Msg::InFlight { receives, .. } if s.budget.2 > 0 => (receives, true),
+                _ => continue,
+            };
+            if !duplicate && c.max_receives.is_some_and(|max| receives >= max) {
+                let mut n = s.clone();
+                n.queue[m] = Msg::Dlq;
+                push(Action::Redrive(m as u8), n);
+                continue;
+            }
+            for w in 0..s.workers.len() {
+                // A bound: a worker starts no new invocation while a request of its last one is
+                // still on the wire (else requests pile up without end when no redrive policy
+                // bounds the receives).
+                if s.workers[w] != Job::Idle || s.net.iter().any(|p| usize::from(p.worker) == w) {
+                    continue;
+                }
+                let mut n = s.clone();
+                if duplicate {
+                    n.budget.2 -= 1;
+                }
+                let receives = if c.max_receives.is_some() {
+                    receives.saturating_add(1)
+                } else {
+                    0
+                };
+                n.queue[m] = Msg::InFlight {
+                    visible_at: s.now + VISIBILITY,
+                    receives,
+                };
+                let deadline = s.now + DEADLINE;
+                let now = self.clock(s, w);
+                let req = match c.mode {
+                    Mode::OneShot => Req::OneShot(m as u8, now, Self::ttl(now, c.done_ttl)),
+                    Mode::Claimed | Mode::Tiered => {
+                        Req::Claim(m as u8, now, deadline, Self::ttl(now, c.claim_ttl))
+                    }
+                };
+                Self::send(&mut n, w, req);
+                n.workers[w] = Job::Waiting {
+                    msg: m as u8,
+                    deadline,
+                    req,
+                    retried: false,
+                };
+                push(Action::Receive(w as u8, m as u8), n);
+                // Workers are alike but for their clocks: one idle worker per clock is enough.
+            }
+        }
+        // The wire.
+        for (i, p) in s.net.iter().enumerate() {
+            if i > 0 && s.net[i - 1] == *p {
+                continue;
+            }
+            match p.answer {
+                None => {
+                    let mut n = s.clone();
+                    let ans = self.apply(&mut n, p.req);
+                    if p.orphan {
+                        n.net.remove(i);
+                    } else {
+                        n.net[i].answer = Some(ans);
+                    }
+                    push(Action::Apply(*p), n);
+                }
+                Some(ans) => {
+                    let mut n = s.clone();
+                    n.net.remove(i);
+                    self.handle(&mut n, usize::from(p.worker), Some(ans));
+                    push(Action::Deliver(*p), n);
+                    if s.budget.0 > 0 {
+                        let mut n = s.clone();
+                        n.budget.0 -= 1;
+                        self.apply(&mut n, p.req);
+                        push(Action::Duplicate(*p), n);
+                    }
+                }
+            }
+            if s.budget.0 > 0 {
+                let mut n = s.clone();
+                n.budget.0 -= 1;
+                n.net.remove(i);
+                push(Action::Drop(*p), n);
+            }
+        }
+        // The workers.
+        for w in 0..s.workers.len() {
+            match s.workers[w] {
+                Job::Idle => {}
+                Job::Waiting { .. } => {
+                    let live = s
+                        .net
+                        .iter()
+                        .any(|p| usize::from(p.worker) == w && !p.orphan);
+                    if !live || s.budget.0 > 0 {
+                        let mut n = s.clone();
+                        if live {
+                            n.budget.0 -= 1;
+                        }
+                        Self::orphan(&mut n, w);
+                        self.handle(&mut n, w, None);
+                        push(Action::Timeout(w as u8), n);
+                    }
+                }
+                Job::Running {
+                    msg,
+                    deadline,
+                    token,
+                } => {
+                    let mut n = s.clone();
+                    let now = self.clock(s, w);
+                    let req = Req::Complete(msg, token, Self::ttl(now, c.done_ttl));
+                    Self::send(&mut n, w, req);
+                    n.workers[w] = Job::Waiting {
+                        msg,
+                        deadline,
+                        req,
+                        retried: false,
+                    };
+                    push(Action::HandlerDone(w as u8), n);
+                    if deadline - TICK <= s.now {
+                        let mut n = s.clone();
+                        let req = Req::Release(msg, token);
+                        Self::send(&mut n, w, req);
+                        n.workers[w] = Job::Waiting {
+                            msg,
+                            deadline,
+                            req,
+                            retried: true,
+                        };
+                        push(Action::OutOfTime(w as u8), n);
+                    }
+                }
+            }
+            if s.workers[w] != Job::Idle && s.budget.1 > 0 {
+                let mut n = s.clone();
+                n.budget.1 -= 1;
+                n.workers[w] = Job::Idle;
+                Self::orphan(&mut n, w);
+                push(Action::Crash(w as u8), n);
+            }
+        }
+        let mut n = s.clone();
+        self.tick(&mut n);
+        push(Action::Tick, n);
+    }
+
+    fn invariants(&self) -> Vec<Property<State>> {
+        vec![
+            (property::NO_EFFECT_TWICE, |s| !s.broken.effect_twice),
+            (property::NO_MESSAGE_LOST, |s| !s.broken.lost),
+            (property::STALE_NEVER_WRITES, |s| !s.broken.stale),
+            (property::NOT_OVERWRITTEN, |s| !s.broken.overwritten),
+            (property::DUPLICATE_NEVER_RUNS, |s| !s.broken.duplicate_ran),
+        ]
+    }
+
+    fn goals(&self) -> Vec<Property<State>> {
+        vec![(property::EVENTUALLY_DONE, |s| {
+            s.queue.iter().all(|m| matches!(m, Msg::Deleted | Msg::Dlq))
+        })]
+    }
+}
