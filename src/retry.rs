@@ -67,10 +67,7 @@ impl RetryPolicy {
             .first
             .saturating_mul(2u32.saturating_pow(retry.min(31)))
             .min(self.cap);
-        // Equal jitter: at least half the step, so a retry never comes back at once.
-        let half = step / 2;
-        let nanos = u64::try_from((step - half).as_nanos()).unwrap_or(u64::MAX);
-        half + Duration::from_nanos(fastrand::u64(0..=nanos))
+        equal_jitter(step, fastrand::f64())
     }
 
     /// Runs `op` until it succeeds, fails with an error `retryable` refuses, runs out of
@@ -108,6 +105,14 @@ impl RetryPolicy {
             }
         }
     }
+}
+
+/// Equal jitter, the one rule both [`RetryPolicy`] and [`Backoff`] draw with: at least half of
+/// `step`, plus `unit` (in `[0, 1]`) of the other half, so a retry never comes back at once and
+/// callers that failed together spread out.
+fn equal_jitter(step: Duration, unit: f64) -> Duration {
+    let half = step / 2;
+    half + (step - half).mul_f64(unit.clamp(0.0, 1.0))
 }
 
 impl Default for RetryPolicy {
@@ -229,8 +234,7 @@ impl Backoff {
         message_id.hash(&mut h);
         receive_count.hash(&mut h);
         let unit = (h.finish() >> 11) as f64 / (1u64 << 53) as f64;
-        let half = step / 2;
-        half + (step - half).mul_f64(unit)
+        equal_jitter(step, unit)
     }
 
     /// The first receive count whose step is the cap: a queue whose `maxReceiveCount` is

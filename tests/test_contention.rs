@@ -176,6 +176,28 @@ async fn two_step_completions_on_one_item_take_turns() {
     assert_hot_batch_taken_in_turns(&ledger, &report);
 }
 
+/// A memory store, the balance a one-shot processor on it credits, where its metrics go, and
+/// the processor (with `retry` as its contention retries, if given).
+type CreditRig = (
+    MemoryStore,
+    Arc<AtomicI64>,
+    Arc<Mutex<Vec<BatchMetrics>>>,
+    Processor<MemoryStore, sqs_claim::OneShot<CreditFn, MemoryEffect>>,
+);
+
+fn credit_rig(retry: Option<RetryPolicy>) -> CreditRig {
+    let store = MemoryStore::new();
+    let balance = Arc::new(AtomicI64::new(0));
+    let metrics = Arc::default();
+    let p = credit_processor(
+        store.clone(),
+        Arc::clone(&balance),
+        Arc::clone(&metrics),
+        retry,
+    );
+    (store, balance, metrics, p)
+}
+
 /// A one-shot processor on a memory store crediting `balance`, its metrics into `metrics`.
 /// The one-shot handler `credit_processor` builds on.
 type CreditFn = Box<dyn Fn(&Message) -> Result<Effects<MemoryEffect>, BoxError> + Send + Sync>;
@@ -203,15 +225,7 @@ fn credit_processor(
 
 #[tokio::test(start_paused = true)]
 async fn a_one_shot_write_cancelled_on_contention_is_sent_again() {
-    let store = MemoryStore::new();
-    let balance = Arc::new(AtomicI64::new(0));
-    let metrics = Arc::default();
-    let p = credit_processor(
-        store.clone(),
-        Arc::clone(&balance),
-        Arc::clone(&metrics),
-        None,
-    );
+    let (store, balance, metrics, p) = credit_rig(None);
     store.contend_next_writes(3);
     let report = p.process(event(&[rec("m1", "{}")])).await.unwrap();
     assert_eq!(outcome_names(&report), ["processed"]);
@@ -222,15 +236,8 @@ async fn a_one_shot_write_cancelled_on_contention_is_sent_again() {
 
 #[tokio::test(start_paused = true)]
 async fn contention_past_the_retries_fails_the_message_as_contention_and_writes_nothing() {
-    let store = MemoryStore::new();
-    let balance = Arc::new(AtomicI64::new(0));
-    let metrics = Arc::default();
-    let p = credit_processor(
-        store.clone(),
-        Arc::clone(&balance),
-        Arc::clone(&metrics),
-        Some(RetryPolicy::new(2, Duration::from_millis(1))),
-    );
+    let (store, balance, metrics, p) =
+        credit_rig(Some(RetryPolicy::new(2, Duration::from_millis(1))));
     store.contend_next_writes(100);
     let report = p.process(event(&[rec("m1", "{}")])).await.unwrap();
     let f = failure_of(&report, "m1");

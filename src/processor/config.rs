@@ -286,7 +286,9 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// How many messages of a standard-queue batch run at once. Default: what the store can
+    /// The most messages of a standard-queue batch that run at once; the in-flight limit adapts
+    /// below it (cut on contention and store timeouts, grown back on success: `InFlightLimit`
+    /// in the metrics). Default: what the store can
     /// carry ([`Capabilities::max_in_flight`](crate::store::Capabilities::max_in_flight): 256 for
     /// DynamoDB, Redis and SQLite, the pool size for PostgreSQL), so a batch of up to that
     /// many takes the round trips of one message. Lower it when the handler calls a service

@@ -580,8 +580,8 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-/// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit). Used by the store
-/// adapters only: a build with none of them (`--no-default-features`) has no caller.
+/// Conversions the store adapters share: a build with none of them (`--no-default-features`)
+/// has no caller.
 #[cfg_attr(
     not(any(
         feature = "dynamodb",
@@ -592,36 +592,24 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
     )),
     allow(dead_code)
 )]
-pub(crate) fn epoch_seconds(t: SystemTime) -> i64 {
-    epoch_millis(t).div_euclid(1000)
-}
+mod epoch {
+    use super::*;
 
-/// The time `millis` after the Unix epoch (negative values clamp to the epoch).
-#[cfg_attr(
-    not(any(
-        feature = "dynamodb",
-        feature = "sqlite",
-        feature = "redis",
-        feature = "postgres",
-        feature = "conformance"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn from_epoch_millis(millis: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
-}
+    /// Seconds since the Unix epoch, rounded down (the DynamoDB TTL unit).
+    pub(crate) fn epoch_seconds(t: SystemTime) -> i64 {
+        epoch_millis(t).div_euclid(1000)
+    }
 
-/// The time `secs` after the Unix epoch (negative values clamp to the epoch).
-#[cfg_attr(
-    not(any(
-        feature = "dynamodb",
-        feature = "sqlite",
-        feature = "redis",
-        feature = "postgres",
-        feature = "conformance"
-    )),
-    allow(dead_code)
-)]
-pub(crate) fn from_epoch_seconds(secs: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    /// The time `millis` after the Unix epoch (negative values clamp to the epoch).
+    pub(crate) fn from_epoch_millis(millis: i64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(u64::try_from(millis).unwrap_or(0))
+    }
+
+    /// The time `secs` after the Unix epoch (negative values clamp to the epoch).
+    pub(crate) fn from_epoch_seconds(secs: i64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    }
 }
+// Unused without a store adapter, as the module above says.
+#[allow(unused_imports)]
+pub(crate) use epoch::{epoch_seconds, from_epoch_millis, from_epoch_seconds};
