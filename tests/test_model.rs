@@ -1,4 +1,4 @@
-//! The model tied to the code: random operation sequences against the model's store and the
+//! The model tied to the code: random operation sequences against the protocol model's store (`model/`) and the
 //! library's `MemoryStore` and `SqliteStore`, compared answer by answer.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
