@@ -173,20 +173,30 @@ fn clock_jumps_hold() {
     }
 }
 
+/// Three workers whose clocks differ by 500 ms each; three keys, packed in batches of two.
 #[test]
 fn three_workers_and_three_keys_hold() {
-    holds(Config {
-        drifts: vec![0, 500, 0],
-        ..safety(Mode::OneShot, Mutant::None)
-    });
+    for mode in [Mode::Claimed, Mode::OneShot] {
+        holds(Config {
+            drifts: vec![-500, 0, 500],
+            ..safety(mode, Mutant::None)
+        });
+    }
     holds(Config {
         messages: 3,
-        max_receives: Some(1),
-        ..safety(Mode::OneShot, Mutant::None)
+        contention: 0,
+        ..packed(Mutant::None)
     });
+}
+
+/// One of each: a network fault, a crash, an SQS duplicate, a contention, a clock jump.
+#[test]
+fn every_fault_at_once_holds() {
     holds(Config {
-        drifts: vec![0, 500, 0],
-        ..safety(Mode::Claimed, Mutant::None)
+        duplicates: 1,
+        contention: 1,
+        clock_jumps: 1,
+        ..safety(Mode::OneShot, Mutant::None)
     });
 }
 
