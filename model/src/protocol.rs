@@ -714,6 +714,15 @@ impl Protocol {
                 Job::Idle => continue,
             };
             if deadline <= s.now {
+                // The invocation answers with what it has: the steps cut off fail, a batch's
+                // messages processed before are reported (deleted).
+                if let Job::Batch { msgs, .. } = s.workers[w] {
+                    for (msg, slot) in msgs {
+                        if slot == Slot::Processed {
+                            Self::delete(s, msg);
+                        }
+                    }
+                }
                 s.workers[w] = Job::Idle;
                 Self::orphan(s, w);
             }
