@@ -130,6 +130,7 @@ fn packed_writes_hold() {
     });
     holds(Config {
         messages: 2,
+        contention: 1,
         ..liveness(Mode::Packed, Mutant::None)
     });
 }
@@ -147,10 +148,6 @@ fn contention_retries_hold() {
             ..safety(mode, Mutant::None)
         });
     }
-    holds(Config {
-        contention: 1,
-        ..liveness(Mode::Claimed, Mutant::None)
-    });
 }
 
 #[test]
@@ -189,7 +186,8 @@ fn three_workers_and_three_keys_hold() {
     });
 }
 
-/// One of each: a network fault, a crash, an SQS duplicate, a contention, a clock jump.
+/// One of each: a network fault (safety only), a crash, an SQS duplicate, a contention, a
+/// clock jump.
 #[test]
 fn every_fault_at_once_holds() {
     holds(Config {
@@ -198,6 +196,14 @@ fn every_fault_at_once_holds() {
         clock_jumps: 1,
         ..safety(Mode::OneShot, Mutant::None)
     });
+    for mode in [Mode::Claimed, Mode::OneShot] {
+        holds(Config {
+            duplicates: 1,
+            contention: 1,
+            clock_jumps: 1,
+            ..liveness(mode, Mutant::None)
+        });
+    }
 }
 
 fn caught(config: Config, property: &str) {
