@@ -1,6 +1,16 @@
 //! The whole protocol as a transition system: SQS, workers with drifting clocks and a
 //! deadline, a network that delays, drops and duplicates, and the store (plain or tiered).
 //!
+//! A store write may be cancelled on contention (DynamoDB's `TransactionConflict`: nothing
+//! written), from a bounded budget; the worker sends it again, a claim or a one-shot write as a
+//! new request at its clock's time, a completion or a release as it was (same token), as the
+//! library's contention retries do, until the retries run out (a nondeterministic choice): then
+//! a claim or a one-shot write fails its message, a completion releases the claim. In
+//! [`Mode::Packed`] a batch of two messages sends one packed one-shot request; a write the
+//! store left unsent goes again with the next request, alone or with the other write's
+//! contention retry (the library may have both in flight at once; here a worker has one
+//! request on the wire).
+//!
 //! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
 //! second, and every stored time is shifted back a second when a second passes, clamped at
 //! [`FLOOR`] (long past for every clock). That keeps the state space finite while time runs
