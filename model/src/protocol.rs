@@ -454,16 +454,32 @@ impl Protocol {
         }
     }
 
-    /// The answers of `req` cancelled on contention: for a pack, one write is blamed and the
-    /// other is unsent.
-    fn contended(req: Req) -> Vec<Ans> {
-        match req {
-            Req::Pack(..) => vec![
-                Ans::Pack(Part::Contention, Part::Unsent),
-                Ans::Pack(Part::Unsent, Part::Contention),
-            ],
-            _ => vec![Ans::Contention],
-        }
+    /// The answers of `req` cancelled on contention. For a pack, DynamoDB gives a reason per
+    /// write: one write or both met contention, and the other is answered as the store would
+    /// answer it (refused: its own answer; else unsent).
+    fn contended(&self, s: &State, req: Req) -> Vec<Ans> {
+        let Req::Pack(a, b) = req else {
+            return vec![Ans::Contention];
+        };
+        // What each write would find (the store left as it was).
+        let found = |w: Write| {
+            let request = Request {
+                key: w.key,
+                now: w.now,
+                lease_until: w.now,
+                expires_at: w.expires_at,
+            };
+            match s.store.clone().claim_completed(request, self.0.mutant).0 {
+                OneShotAnswer::Committed => Part::Unsent,
+                OneShotAnswer::Completed { .. } => Part::Done,
+                OneShotAnswer::HeldElsewhere { .. } => Part::Held,
+            }
+        };
+        vec![
+            Ans::Pack(Part::Contention, found(b)),
+            Ans::Pack(found(a), Part::Contention),
+            Ans::Pack(Part::Contention, Part::Contention),
+        ]
     }
 
     /// `req` made again for a contention retry: a claim or a one-shot write is a new request
@@ -958,7 +974,7 @@ impl Model for Protocol {
                     }
                     push(Action::Apply(*p), n);
                     if s.budget.contention > 0 {
-                        for ans in Self::contended(p.req) {
+                        for ans in self.contended(s, p.req) {
                             let mut n = s.clone();
                             n.budget.contention -= 1;
                             if p.orphan {

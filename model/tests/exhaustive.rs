@@ -128,6 +128,12 @@ fn packed_writes_hold() {
         contention: 0,
         ..packed(Mutant::None)
     });
+    // A contention in a pack whose other write is refused (completed before a crash).
+    holds(Config {
+        max_receives: Some(2),
+        faults: 0,
+        ..packed(Mutant::None)
+    });
     holds(Config {
         messages: 2,
         contention: 1,
