@@ -3,12 +3,12 @@
 //! | file          | what it holds                                                          |
 //! |---------------|------------------------------------------------------------------------|
 //! | `store.rs`    | the store contract as a value: claim, complete, release, one-shot, packed |
-//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, the network, the tiered store |
+//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, the network, contention, packed batches, the tiered store |
 //! | `checker.rs`  | the exhaustive breadth-first checker, invariants and liveness          |
 //!
 //! `tests/exhaustive.rs` checks the properties for the bounds in `docs/testing.md` and that
-//! every [`Mutant`] is caught; `tests/model_based.rs` drives the same random operations
-//! against [`store::Store`] and the real stores and compares their answers.
+//! every [`Mutant`] is caught; the library's `tests/test_model.rs` drives the same random
+//! operations against [`store::Store`] and the real stores and compares their answers.
 
 pub mod checker;
 pub mod protocol;
@@ -37,4 +37,10 @@ pub enum Mutant {
     HeldAcked,
     /// The tiered store writes its marker even when the durable completion was refused.
     TieredMarkerOnLostClaim,
+    /// A write of a pack left unsent (another write of the pack was refused) counted as
+    /// committed: its message reported processed.
+    UnsentAcked,
+    /// A one-shot write cancelled on contention (nothing written) counted as committed: its
+    /// message reported processed.
+    ContentionAcked,
 }

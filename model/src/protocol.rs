@@ -1,6 +1,16 @@
 //! The whole protocol as a transition system: SQS, workers with drifting clocks and a
 //! deadline, a network that delays, drops and duplicates, and the store (plain or tiered).
 //!
+//! A store write may be cancelled on contention (DynamoDB's `TransactionConflict`: nothing
+//! written), from a bounded budget; the worker sends it again, a claim or a one-shot write as a
+//! new request at its clock's time, a completion or a release as it was (same token), as the
+//! library's contention retries do, until the retries run out (a nondeterministic choice): then
+//! a claim or a one-shot write fails its message, a completion releases the claim. In
+//! [`Mode::Packed`] a batch of two messages sends one packed one-shot request; a write the
+//! store left unsent goes again with the next request, alone or with the other write's
+//! contention retry (the library may have both in flight at once; here a worker has one
+//! request on the wire).
+//!
 //! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
 //! second, and every stored time is shifted back a second when a second passes, clamped at
 //! [`FLOOR`] (long past for every clock). That keeps the state space finite while time runs
@@ -9,7 +19,8 @@
 use crate::Mutant;
 use crate::checker::{Model, Property};
 use crate::store::{
-    ClaimAnswer, ExpiryUnit, Fenced, Millis, NEVER, Observed, OneShotAnswer, Request, Store, Token,
+    ClaimAnswer, ExpiryUnit, Fenced, Millis, NEVER, Observed, OneShotAnswer, PackedAnswer, Request,
+    Store, Token,
 };
 
 /// One tick of the clock.
@@ -32,6 +43,10 @@ pub enum Mode {
     /// Claimed, on the tiered store: a Redis marker of completed keys before the durable
     /// store.
     Tiered,
+    /// One-shot, packed: a worker may receive a batch of two messages and send their writes
+    /// in one packed request (all or nothing); a write the store left unsent goes again, in
+    /// a smaller pack or alone. A batch of one is a plain one-shot write.
+    Packed,
 }
 
 /// The bounds of one check.
@@ -50,6 +65,11 @@ pub struct Config {
     pub crashes: u8,
     /// SQS deliveries of a message already in flight (at-least-once).
     pub duplicates: u8,
+    /// Store writes cancelled on contention (DynamoDB's `TransactionConflict`: nothing
+    /// written, the answer says so at once).
+    pub contention: u8,
+    /// Clock jumps: a worker's clock error changing by a tick, up or down, during the run.
+    pub clock_jumps: u8,
     /// The redrive policy's maxReceiveCount (`None`: no failure destination).
     pub max_receives: Option<u8>,
     /// The TTL of a claim (NEVER: beyond the horizon, as 24 hours is).
@@ -94,6 +114,32 @@ pub enum Req {
     Release(u8, Token),
     /// claim_completed(key, now, expires_at)
     OneShot(u8, Millis, Millis),
+    /// claim_completed_packed of two writes, on distinct keys
+    Pack(Write, Write),
+}
+
+/// One write of a packed one-shot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Write {
+    /// The key.
+    pub key: u8,
+    /// The caller's clock when the write was made.
+    pub now: Millis,
+    /// When the completed record stops counting.
+    pub expires_at: Millis,
+}
+
+/// One write's answer in a packed request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Part {
+    /// Committed, or completed already.
+    Done,
+    /// Held elsewhere.
+    Held,
+    /// Not written because another write of the pack was refused: to send again.
+    Unsent,
+    /// Cancelled on contention: to send again, with backoff.
+    Contention,
 }
 
 /// An answer on the wire.
@@ -109,6 +155,10 @@ pub enum Ans {
     Ok,
     /// Fenced write refused.
     Lost,
+    /// Cancelled on contention: nothing written.
+    Contention,
+    /// A packed request's answers, one per write.
+    Pack(Part, Part),
 }
 
 /// A request, who sent it, and its answer once the store applied it.
@@ -149,6 +199,42 @@ pub enum Job {
         /// The claim's token.
         token: Token,
     },
+    /// A batch of two messages, their one-shot writes packed ([`Mode::Packed`]).
+    Batch {
+        /// The invocation's deadline.
+        deadline: Millis,
+        /// The batch's messages (in order) and where each stands.
+        msgs: [(u8, Slot); 2],
+        /// The request on the wire: the writes of the messages still [`Slot::Sent`], a pack
+        /// of two or a one-shot write.
+        req: Req,
+    },
+}
+
+/// Where one message of a batch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    /// Its write is in the request on the wire.
+    Sent,
+    /// Processed: deleted when the invocation ends.
+    Processed,
+    /// Failed: left for redelivery.
+    Failed,
+}
+
+/// What the environment may still do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Budget {
+    /// Network faults left.
+    pub faults: u8,
+    /// Worker crashes left.
+    pub crashes: u8,
+    /// SQS duplicate deliveries left.
+    pub duplicates: u8,
+    /// Writes cancelled on contention left.
+    pub contention: u8,
+    /// Clock jumps left.
+    pub clock_jumps: u8,
 }
 
 /// Properties broken so far (sticky).
@@ -179,10 +265,16 @@ pub struct State {
     pub queue: Vec<Msg>,
     /// The workers.
     pub workers: Vec<Job>,
+    /// Each worker's clock error now (ms, ahead if positive).
+    pub drifts: Vec<Millis>,
+    /// The largest clock error any worker has had so far (ghost): "an earlier completion
+    /// still counts" is judged by the clock furthest ahead, as a worker judged the record
+    /// expired by its own clock when it claimed, whatever its clock did afterwards.
+    pub drift_high: Millis,
     /// The wire (sorted).
     pub net: Vec<Packet>,
-    /// Faults, crashes and duplicate deliveries left.
-    pub budget: (u8, u8, u8),
+    /// What the environment may still do.
+    pub budget: Budget,
     /// Per key: the asked expiry of its latest committed completion (ghost).
     pub live_effect: Vec<Option<Millis>>,
     /// Per key: whether an effect was ever committed (ghost).
@@ -216,6 +308,8 @@ pub mod property {
 pub enum Action {
     /// Worker receives a message (a duplicate delivery if it is in flight).
     Receive(u8, u8),
+    /// Worker receives a batch of two messages ([`Mode::Packed`]).
+    ReceiveBatch(u8, u8, u8),
     /// The failure destination takes a message received too often.
     Redrive(u8),
     /// The store applies packet `i`.
@@ -224,8 +318,12 @@ pub enum Action {
     Duplicate(Packet),
     /// Packet dropped.
     Drop(Packet),
+    /// The store cancels the packet's write on contention: nothing applied.
+    Contend(Packet),
     /// Answer delivered to its worker.
     Deliver(Packet),
+    /// A contention answer delivered, and the worker's contention retries run out.
+    GiveUp(Packet),
     /// Worker's client times out.
     Timeout(u8),
     /// Handler done: complete.
@@ -234,13 +332,15 @@ pub enum Action {
     OutOfTime(u8),
     /// Worker crashes.
     Crash(u8),
+    /// Worker's clock jumps by some ms.
+    ClockJump(u8, Millis),
     /// 500 ms pass.
     Tick,
 }
 
 impl Protocol {
     fn clock(&self, s: &State, w: usize) -> Millis {
-        s.now + self.0.drifts[w]
+        s.now + s.drifts[w]
     }
 
     fn ttl(now: Millis, ttl: Millis) -> Millis {
@@ -249,7 +349,7 @@ impl Protocol {
 
     fn note(&self, s: &mut State, key: u8, obs: Observed) {
         let k = usize::from(key);
-        let max_drift = self.0.drifts.iter().copied().max().unwrap_or(0);
+        let max_drift = s.drift_high;
         if obs.effects_applied {
             if s.live_effect[k].is_some_and(|e| e > s.now + max_drift) {
                 s.broken.effect_twice = true;
@@ -330,6 +430,68 @@ impl Protocol {
                     OneShotAnswer::HeldElsewhere { .. } => Ans::Held,
                 }
             }
+            Req::Pack(a, b) => {
+                let request = |w: Write| Request {
+                    key: w.key,
+                    now: w.now,
+                    lease_until: w.now,
+                    expires_at: w.expires_at,
+                };
+                let (answers, obs) = s
+                    .store
+                    .claim_completed_packed(&[request(a), request(b)], mutant);
+                self.note(s, a.key, obs[0]);
+                self.note(s, b.key, obs[1]);
+                let part = |p: PackedAnswer| match p {
+                    PackedAnswer::Answered(
+                        OneShotAnswer::Committed | OneShotAnswer::Completed { .. },
+                    ) => Part::Done,
+                    PackedAnswer::Answered(OneShotAnswer::HeldElsewhere { .. }) => Part::Held,
+                    PackedAnswer::Unsent => Part::Unsent,
+                };
+                Ans::Pack(part(answers[0]), part(answers[1]))
+            }
+        }
+    }
+
+    /// The answers of `req` cancelled on contention. For a pack, DynamoDB gives a reason per
+    /// write: one write or both met contention, and the other is answered as the store would
+    /// answer it (refused: its own answer; else unsent).
+    fn contended(&self, s: &State, req: Req) -> Vec<Ans> {
+        let Req::Pack(a, b) = req else {
+            return vec![Ans::Contention];
+        };
+        // What each write would find (the store left as it was).
+        let found = |w: Write| {
+            let request = Request {
+                key: w.key,
+                now: w.now,
+                lease_until: w.now,
+                expires_at: w.expires_at,
+            };
+            match s.store.clone().claim_completed(request, self.0.mutant).0 {
+                OneShotAnswer::Committed => Part::Unsent,
+                OneShotAnswer::Completed { .. } => Part::Done,
+                OneShotAnswer::HeldElsewhere { .. } => Part::Held,
+            }
+        };
+        vec![
+            Ans::Pack(Part::Contention, found(b)),
+            Ans::Pack(found(a), Part::Contention),
+            Ans::Pack(Part::Contention, Part::Contention),
+        ]
+    }
+
+    /// `req` made again for a contention retry: a claim or a one-shot write is a new request
+    /// at the worker's clock now; a completion or a release is sent as it was (same token).
+    fn again(&self, s: &State, w: usize, req: Req) -> Req {
+        let now = self.clock(s, w);
+        match req {
+            Req::Claim(key, _, lease_until, _) => {
+                Req::Claim(key, now, lease_until, Self::ttl(now, self.0.claim_ttl))
+            }
+            Req::OneShot(key, ..) => Req::OneShot(key, now, Self::ttl(now, self.0.done_ttl)),
+            Req::Pack(..) | Req::Complete(..) | Req::Release(..) => req,
         }
     }
 
@@ -358,18 +520,27 @@ impl Protocol {
     fn finish(s: &mut State, w: usize, msg: u8, processed: bool) {
         s.workers[w] = Job::Idle;
         if processed {
-            let m = usize::from(msg);
-            if !matches!(s.queue[m], Msg::Deleted | Msg::Dlq) {
-                s.queue[m] = Msg::Deleted;
-            }
-            if !s.ever_applied[m] {
-                s.broken.lost = true;
-            }
+            Self::delete(s, msg);
         }
     }
 
-    /// The worker reads an answer (`None`: its client timed out).
-    fn handle(&self, s: &mut State, w: usize, answer: Option<Ans>) {
+    /// The message reported processed: deleted.
+    fn delete(s: &mut State, msg: u8) {
+        let m = usize::from(msg);
+        if !matches!(s.queue[m], Msg::Deleted | Msg::Dlq) {
+            s.queue[m] = Msg::Deleted;
+        }
+        if !s.ever_applied[m] {
+            s.broken.lost = true;
+        }
+    }
+
+    /// The worker reads an answer (`None`: its client timed out). `give_up`: a write
+    /// cancelled on contention is not sent again (the contention retries ran out).
+    fn handle(&self, s: &mut State, w: usize, answer: Option<Ans>, give_up: bool) {
+        if let Job::Batch { .. } = s.workers[w] {
+            return self.handle_batch(s, w, answer, give_up);
+        }
         let Job::Waiting {
             msg,
             deadline,
@@ -380,6 +551,33 @@ impl Protocol {
             return;
         };
         match (req, answer) {
+            (Req::OneShot(..), Some(Ans::Contention))
+                if self.0.mutant == Mutant::ContentionAcked =>
+            {
+                Self::finish(s, w, msg, true)
+            }
+            (_, Some(Ans::Contention)) if !give_up => {
+                let req = self.again(s, w, req);
+                Self::send(s, w, req);
+                s.workers[w] = Job::Waiting {
+                    msg,
+                    deadline,
+                    req,
+                    retried,
+                };
+            }
+            (Req::Complete(key, token, _), Some(Ans::Contention)) => {
+                // The completion failed with effects: the claim is released (the library's
+                // `Recorded::Failed`), and the message fails.
+                let req = Req::Release(key, token);
+                Self::send(s, w, req);
+                s.workers[w] = Job::Waiting {
+                    msg,
+                    deadline,
+                    req,
+                    retried: true,
+                };
+            }
             (Req::Claim(..), Some(Ans::Acquired(token))) => {
                 s.workers[w] = Job::Running {
                     msg,
@@ -406,6 +604,88 @@ impl Protocol {
         }
     }
 
+    /// A batch's worker reads the answer to its pack (or to the one write left of it).
+    fn handle_batch(&self, s: &mut State, w: usize, answer: Option<Ans>, give_up: bool) {
+        let Job::Batch {
+            deadline,
+            mut msgs,
+            req,
+        } = s.workers[w]
+        else {
+            return;
+        };
+        let writes: Vec<Write> = match req {
+            Req::Pack(a, b) => vec![a, b],
+            Req::OneShot(key, now, expires_at) => vec![Write {
+                key,
+                now,
+                expires_at,
+            }],
+            _ => unreachable!("a batch sends one-shot writes only"),
+        };
+        let parts: Vec<Option<Part>> = match answer {
+            Some(Ans::Pack(a, b)) => vec![Some(a), Some(b)],
+            Some(Ans::Done) => vec![Some(Part::Done)],
+            Some(Ans::Held) => vec![Some(Part::Held)],
+            Some(Ans::Contention) => vec![Some(Part::Contention)],
+            // Timed out: the outcome is unknown, the writes fail.
+            _ => vec![None; writes.len()],
+        };
+        let mutant = self.0.mutant;
+        let mut next = Vec::new();
+        for (write, part) in writes.into_iter().zip(parts) {
+            let slot = msgs
+                .iter_mut()
+                .find(|(m, _)| *m == write.key)
+                .map(|(_, slot)| slot)
+                .expect("a write of the batch");
+            *slot = match part {
+                Some(Part::Done) => Slot::Processed,
+                Some(Part::Held) if mutant == Mutant::HeldAcked => Slot::Processed,
+                Some(Part::Unsent) if mutant == Mutant::UnsentAcked => Slot::Processed,
+                Some(Part::Unsent) => {
+                    // Sent again as it was, in the next pack.
+                    next.push(write);
+                    Slot::Sent
+                }
+                Some(Part::Contention) if mutant == Mutant::ContentionAcked => Slot::Processed,
+                Some(Part::Contention) if !give_up => {
+                    // Sent again: a new request at the clock's time.
+                    let now = self.clock(s, w);
+                    next.push(Write {
+                        key: write.key,
+                        now,
+                        expires_at: Self::ttl(now, self.0.done_ttl),
+                    });
+                    Slot::Sent
+                }
+                Some(Part::Held | Part::Contention) | None => Slot::Failed,
+            };
+        }
+        next.sort();
+        let req = match next[..] {
+            [] => {
+                // The invocation ends: the processed messages are deleted, the others left.
+                s.workers[w] = Job::Idle;
+                for (msg, slot) in msgs {
+                    if slot == Slot::Processed {
+                        Self::delete(s, msg);
+                    }
+                }
+                return;
+            }
+            [a] => Req::OneShot(a.key, a.now, a.expires_at),
+            [a, b] => Req::Pack(a, b),
+            _ => unreachable!("a batch holds two messages"),
+        };
+        Self::send(s, w, req);
+        s.workers[w] = Job::Batch {
+            deadline,
+            msgs,
+            req,
+        };
+    }
+
     fn tick(&self, s: &mut State) {
         s.now += TICK;
         if s.now == 1000 {
@@ -430,6 +710,10 @@ impl Protocol {
                         shift_req(req, shift);
                     }
                     Job::Running { deadline, .. } => *deadline = shift(*deadline),
+                    Job::Batch { deadline, req, .. } => {
+                        *deadline = shift(*deadline);
+                        shift_req(req, shift);
+                    }
                     Job::Idle => {}
                 }
             }
@@ -450,10 +734,21 @@ impl Protocol {
         // The deadline's hard stop.
         for w in 0..s.workers.len() {
             let deadline = match s.workers[w] {
-                Job::Waiting { deadline, .. } | Job::Running { deadline, .. } => deadline,
+                Job::Waiting { deadline, .. }
+                | Job::Running { deadline, .. }
+                | Job::Batch { deadline, .. } => deadline,
                 Job::Idle => continue,
             };
             if deadline <= s.now {
+                // The invocation answers with what it has: the steps cut off fail, a batch's
+                // messages processed before are reported (deleted).
+                if let Job::Batch { msgs, .. } = s.workers[w] {
+                    for (msg, slot) in msgs {
+                        if slot == Slot::Processed {
+                            Self::delete(s, msg);
+                        }
+                    }
+                }
                 s.workers[w] = Job::Idle;
                 Self::orphan(s, w);
             }
@@ -477,7 +772,7 @@ impl Protocol {
         for job in s.workers.iter_mut() {
             match job {
                 Job::Running { token, .. } => *token = rename(*token),
-                Job::Waiting { req, .. } => rename_req(req, &mut rename),
+                Job::Waiting { req, .. } | Job::Batch { req, .. } => rename_req(req, &mut rename),
                 Job::Idle => {}
             }
         }
@@ -490,6 +785,59 @@ impl Protocol {
         s.net.sort();
         s.store.next_token = seen.len() as Token + 1;
         s
+    }
+}
+
+impl Protocol {
+    /// [`Mode::Packed`]: an idle worker receives two visible messages in one batch and sends
+    /// their one-shot writes in one pack.
+    fn receive_batches(&self, s: &State, push: &mut impl FnMut(Action, State)) {
+        let c = &self.0;
+        let receivable = |m: usize| match s.queue[m] {
+            Msg::Visible { receives } => c.max_receives.is_none_or(|max| receives < max),
+            _ => false,
+        };
+        for a in 0..s.queue.len() {
+            for b in a + 1..s.queue.len() {
+                if !receivable(a) || !receivable(b) {
+                    continue;
+                }
+                for w in 0..s.workers.len() {
+                    if s.workers[w] != Job::Idle || s.net.iter().any(|p| usize::from(p.worker) == w)
+                    {
+                        continue;
+                    }
+                    let mut n = s.clone();
+                    for m in [a, b] {
+                        let Msg::Visible { receives } = s.queue[m] else {
+                            unreachable!("receivable")
+                        };
+                        n.queue[m] = Msg::InFlight {
+                            visible_at: s.now + VISIBILITY,
+                            receives: if c.max_receives.is_some() {
+                                receives.saturating_add(1)
+                            } else {
+                                0
+                            },
+                        };
+                    }
+                    let now = self.clock(s, w);
+                    let write = |key: usize| Write {
+                        key: key as u8,
+                        now,
+                        expires_at: Self::ttl(now, c.done_ttl),
+                    };
+                    let req = Req::Pack(write(a), write(b));
+                    Self::send(&mut n, w, req);
+                    n.workers[w] = Job::Batch {
+                        deadline: s.now + DEADLINE,
+                        msgs: [(a as u8, Slot::Sent), (b as u8, Slot::Sent)],
+                        req,
+                    };
+                    push(Action::ReceiveBatch(w as u8, a as u8, b as u8), n);
+                }
+            }
+        }
     }
 }
 
@@ -506,13 +854,19 @@ fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
             *now = shift(*now);
             *exp = shift(*exp);
         }
+        Req::Pack(a, b) => {
+            for w in [a, b] {
+                w.now = shift(w.now);
+                w.expires_at = shift(w.expires_at);
+            }
+        }
     }
 }
 
 fn rename_req(req: &mut Req, rename: &mut impl FnMut(Token) -> Token) {
     match req {
         Req::Complete(_, t, _) | Req::Release(_, t) => *t = rename(*t),
-        Req::Claim(..) | Req::OneShot(..) => {}
+        Req::Claim(..) | Req::OneShot(..) | Req::Pack(..) => {}
     }
 }
 
@@ -529,8 +883,16 @@ impl Model for Protocol {
             markers: vec![None; keys],
             queue: vec![Msg::Visible { receives: 0 }; keys],
             workers: vec![Job::Idle; c.drifts.len()],
+            drifts: c.drifts.clone(),
+            drift_high: c.drifts.iter().copied().max().unwrap_or(0),
             net: Vec::new(),
-            budget: (c.faults, c.crashes, c.duplicates),
+            budget: Budget {
+                faults: c.faults,
+                crashes: c.crashes,
+                duplicates: c.duplicates,
+                contention: c.contention,
+                clock_jumps: c.clock_jumps,
+            },
             live_effect: vec![None; keys],
             ever_applied: vec![false; keys],
             broken: Broken::default(),
@@ -544,7 +906,7 @@ impl Model for Protocol {
         for (m, msg) in s.queue.iter().enumerate() {
             let (receives, duplicate) = match *msg {
                 Msg::Visible { receives } => (receives, false),
-                Msg::InFlight { receives, .. } if s.budget.2 > 0 => (receives, true),
+                Msg::InFlight { receives, .. } if s.budget.duplicates > 0 => (receives, true),
                 _ => continue,
             };
             if !duplicate && c.max_receives.is_some_and(|max| receives >= max) {
@@ -562,7 +924,7 @@ impl Model for Protocol {
                 }
                 let mut n = s.clone();
                 if duplicate {
-                    n.budget.2 -= 1;
+                    n.budget.duplicates -= 1;
                 }
                 let receives = if c.max_receives.is_some() {
                     receives.saturating_add(1)
@@ -576,7 +938,9 @@ impl Model for Protocol {
                 let deadline = s.now + DEADLINE;
                 let now = self.clock(s, w);
                 let req = match c.mode {
-                    Mode::OneShot => Req::OneShot(m as u8, now, Self::ttl(now, c.done_ttl)),
+                    Mode::OneShot | Mode::Packed => {
+                        Req::OneShot(m as u8, now, Self::ttl(now, c.done_ttl))
+                    }
                     Mode::Claimed | Mode::Tiered => {
                         Req::Claim(m as u8, now, deadline, Self::ttl(now, c.claim_ttl))
                     }
@@ -589,8 +953,10 @@ impl Model for Protocol {
                     retried: false,
                 };
                 push(Action::Receive(w as u8, m as u8), n);
-                // Workers are alike but for their clocks: one idle worker per clock is enough.
             }
+        }
+        if c.mode == Mode::Packed {
+            self.receive_batches(s, &mut push);
         }
         // The wire.
         for (i, p) in s.net.iter().enumerate() {
@@ -607,23 +973,50 @@ impl Model for Protocol {
                         n.net[i].answer = Some(ans);
                     }
                     push(Action::Apply(*p), n);
+                    if s.budget.contention > 0 {
+                        for ans in self.contended(s, p.req) {
+                            let mut n = s.clone();
+                            n.budget.contention -= 1;
+                            if p.orphan {
+                                n.net.remove(i);
+                            } else {
+                                n.net[i].answer = Some(ans);
+                            }
+                            push(Action::Contend(*p), n);
+                        }
+                    }
                 }
                 Some(ans) => {
+                    let w = usize::from(p.worker);
                     let mut n = s.clone();
                     n.net.remove(i);
-                    self.handle(&mut n, usize::from(p.worker), Some(ans));
+                    self.handle(&mut n, w, Some(ans), false);
                     push(Action::Deliver(*p), n);
-                    if s.budget.0 > 0 {
+                    let contended = matches!(
+                        ans,
+                        Ans::Contention
+                            | Ans::Pack(Part::Contention, _)
+                            | Ans::Pack(_, Part::Contention)
+                    );
+                    if contended {
                         let mut n = s.clone();
-                        n.budget.0 -= 1;
+                        n.net.remove(i);
+                        self.handle(&mut n, w, Some(ans), true);
+                        push(Action::GiveUp(*p), n);
+                    }
+                    // A cancelled write wrote nothing: its duplicate on the wire is a second
+                    // request, like any other.
+                    if s.budget.faults > 0 {
+                        let mut n = s.clone();
+                        n.budget.faults -= 1;
                         self.apply(&mut n, p.req);
                         push(Action::Duplicate(*p), n);
                     }
                 }
             }
-            if s.budget.0 > 0 {
+            if s.budget.faults > 0 {
                 let mut n = s.clone();
-                n.budget.0 -= 1;
+                n.budget.faults -= 1;
                 n.net.remove(i);
                 push(Action::Drop(*p), n);
             }
@@ -632,21 +1025,22 @@ impl Model for Protocol {
         for w in 0..s.workers.len() {
             match s.workers[w] {
                 Job::Idle => {}
-                Job::Waiting { .. } => {
+                Job::Waiting { .. } | Job::Batch { .. } => {
                     let live = s
                         .net
                         .iter()
                         .any(|p| usize::from(p.worker) == w && !p.orphan);
-                    if !live || s.budget.0 > 0 {
+                    if !live || s.budget.faults > 0 {
                         let mut n = s.clone();
                         if live {
-                            n.budget.0 -= 1;
+                            n.budget.faults -= 1;
                         }
                         Self::orphan(&mut n, w);
-                        self.handle(&mut n, w, None);
+                        self.handle(&mut n, w, None, false);
                         push(Action::Timeout(w as u8), n);
                     }
                 }
+
                 Job::Running {
                     msg,
                     deadline,
@@ -677,12 +1071,21 @@ impl Model for Protocol {
                     }
                 }
             }
-            if s.workers[w] != Job::Idle && s.budget.1 > 0 {
+            if s.workers[w] != Job::Idle && s.budget.crashes > 0 {
                 let mut n = s.clone();
-                n.budget.1 -= 1;
+                n.budget.crashes -= 1;
                 n.workers[w] = Job::Idle;
                 Self::orphan(&mut n, w);
                 push(Action::Crash(w as u8), n);
+            }
+            if s.budget.clock_jumps > 0 {
+                for by in [-TICK, TICK] {
+                    let mut n = s.clone();
+                    n.budget.clock_jumps -= 1;
+                    n.drifts[w] += by;
+                    n.drift_high = n.drift_high.max(n.drifts[w]);
+                    push(Action::ClockJump(w as u8, by), n);
+                }
             }
         }
         let mut n = s.clone();

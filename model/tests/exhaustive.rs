@@ -20,6 +20,8 @@ fn safety(mode: Mode, mutant: Mutant) -> Config {
         faults: 1,
         crashes: 1,
         duplicates: 0,
+        contention: 0,
+        clock_jumps: 0,
         max_receives: Some(2),
         claim_ttl: 1500,
         done_ttl: 1500,
@@ -45,12 +47,15 @@ fn run(name: &str, config: Config) -> Report<Protocol> {
     let report = check(&Protocol(config.clone()), MAX_STATES);
     println!(
         "{name}: {:?} workers (clock drift ms) x {} messages, faults {} crashes {} duplicates {} \
-         maxReceive {:?}, {:?}, mutant {:?}: {} states, {} transitions, depth {}, {:.2?}; violated: {:?}",
+         contention {} clock jumps {} maxReceive {:?}, {:?}, mutant {:?}: {} states, {} transitions, \
+         depth {}, {:.2?}; violated: {:?}",
         config.drifts,
         config.messages,
         config.faults,
         config.crashes,
         config.duplicates,
+        config.contention,
+        config.clock_jumps,
         config.max_receives,
         config.mode,
         config.mutant,
@@ -86,16 +91,124 @@ fn every_property_holds_for_the_bounds() {
             ..safety(mode, Mutant::None)
         };
         for config in [two_keys, safety(mode, Mutant::None)] {
-            let report = run("correct", config);
-            if let Some(v) = report.violations.first() {
-                let steps: Vec<_> = v.trace.iter().map(|(a, _)| a).collect();
-                panic!(
-                    "{} violated: {steps:#?}\nlast state: {:#?}",
-                    v.property,
-                    v.trace.last()
-                );
-            }
+            holds(config);
         }
+    }
+}
+
+/// Runs a check of the correct model and fails with the first counterexample.
+fn holds(config: Config) {
+    let report = run("correct", config);
+    if let Some(v) = report.violations.first() {
+        let steps: Vec<_> = v.trace.iter().map(|(a, _)| a).collect();
+        panic!(
+            "{} violated: {steps:#?}\nlast state: {:#?}",
+            v.property,
+            v.trace.last()
+        );
+    }
+}
+
+/// Packed one-shot writes: two messages, received one at a time or as a batch of two whose
+/// writes go in one pack; one write cancelled on contention.
+fn packed(mutant: Mutant) -> Config {
+    Config {
+        messages: 2,
+        max_receives: Some(1),
+        contention: 1,
+        ..safety(Mode::Packed, mutant)
+    }
+}
+
+#[test]
+fn packed_writes_hold() {
+    holds(packed(Mutant::None));
+    holds(Config {
+        max_receives: Some(2),
+        contention: 0,
+        ..packed(Mutant::None)
+    });
+    // A contention in a pack whose other write is refused (completed before a crash).
+    holds(Config {
+        max_receives: Some(2),
+        faults: 0,
+        ..packed(Mutant::None)
+    });
+    holds(Config {
+        messages: 2,
+        contention: 1,
+        ..liveness(Mode::Packed, Mutant::None)
+    });
+}
+
+#[test]
+fn contention_retries_hold() {
+    for mode in [Mode::Claimed, Mode::OneShot, Mode::Tiered] {
+        holds(Config {
+            contention: 1,
+            ..safety(mode, Mutant::None)
+        });
+        holds(Config {
+            contention: 2,
+            faults: 0,
+            ..safety(mode, Mutant::None)
+        });
+    }
+}
+
+#[test]
+fn sqs_duplicates_hold() {
+    for mode in [Mode::Claimed, Mode::OneShot, Mode::Tiered] {
+        holds(Config {
+            duplicates: 1,
+            ..safety(mode, Mutant::None)
+        });
+    }
+}
+
+#[test]
+fn clock_jumps_hold() {
+    for mode in [Mode::Claimed, Mode::OneShot] {
+        holds(Config {
+            clock_jumps: 1,
+            ..safety(mode, Mutant::None)
+        });
+    }
+}
+
+/// Three workers whose clocks differ by 500 ms each; three keys, packed in batches of two.
+#[test]
+fn three_workers_and_three_keys_hold() {
+    for mode in [Mode::Claimed, Mode::OneShot] {
+        holds(Config {
+            drifts: vec![-500, 0, 500],
+            ..safety(mode, Mutant::None)
+        });
+    }
+    holds(Config {
+        messages: 3,
+        contention: 0,
+        ..packed(Mutant::None)
+    });
+}
+
+/// One of each: a network fault (safety only), a crash, an SQS duplicate, a contention, a
+/// clock jump.
+#[test]
+fn every_fault_at_once_holds() {
+    holds(Config {
+        duplicates: 1,
+        contention: 1,
+        clock_jumps: 1,
+        ..safety(Mode::OneShot, Mutant::None)
+    });
+    for mode in [Mode::Claimed, Mode::OneShot] {
+        holds(Config {
+            duplicates: 1,
+            contention: 1,
+            clock_jumps: 1,
+            ..liveness(mode, Mutant::None)
+        });
     }
 }
 
@@ -178,5 +291,30 @@ fn a_claim_that_ignores_the_lease_is_caught() {
     caught(
         liveness(Mode::Claimed, Mutant::ClaimIgnoresLease),
         property::EVENTUALLY_DONE,
+    );
+}
+
+#[test]
+fn an_unsent_write_counted_as_committed_is_caught() {
+    caught(
+        // A write refused because its key was completed before: the first message processed
+        // alone, its answer lost, then redelivered in a batch with the second.
+        Config {
+            contention: 0,
+            max_receives: Some(2),
+            ..packed(Mutant::UnsentAcked)
+        },
+        property::NO_MESSAGE_LOST,
+    );
+}
+
+#[test]
+fn a_contended_write_counted_as_committed_is_caught() {
+    caught(
+        Config {
+            contention: 1,
+            ..safety(Mode::OneShot, Mutant::ContentionAcked)
+        },
+        property::NO_MESSAGE_LOST,
     );
 }
