@@ -537,11 +537,12 @@ where
             now += rng.i32(0..=3) * 250;
             tally.steps += 1;
             let (ops, gots, stagger) = if rng.u8(0..4) == 0 {
-                // Two at once (at most one pack: a store that does not pack sends a pack's
-                // writes one by one, and two such packs on the same keys need not be
-                // serializable as wholes).
+                // Two at once (two packs only where a pack is one atomic request: a store
+                // that does not pack sends a pack's writes one by one, and two such packs on
+                // the same keys need not be serializable as wholes).
                 let a = random_op(&mut rng, now, tokens.len(), true);
-                let b = random_op(&mut rng, now, tokens.len(), !matches!(a, Op::Packed(_)));
+                let two_packs = shape.packs || !matches!(a, Op::Packed(_));
+                let b = random_op(&mut rng, now, tokens.len(), two_packs);
                 let stagger = Duration::from_millis(rng.u64(0..=20));
                 let (got_a, got_b) = tokio::join!(ask_store(&store, &names, &a, &tokens), async {
                     tokio::time::sleep(stagger).await;
