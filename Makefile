@@ -16,7 +16,7 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        bench bench-quick check-model watch standins-up standins-down services deploy clean-state fuzz fuzz-check
+        bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ test: standins-up services ## Run the whole test suite against the real servers
 
 check-model: ## Model-check the claim protocol exhaustively (model/: every interleaving for small bounds, and every mutant caught)
 	$(CARGO) test -p sqs-claim-model --test exhaustive -- --nocapture --test-threads 2
+
+check-model-stores: standins-up services ## The model-based test: every real store answers as the model's store (tests/test_model.rs)
+	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test -p sqs-claim --all-features --test test_model -- --nocapture
 
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher, the CLIs' parsers, the test kit)
 	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \
