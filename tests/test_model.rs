@@ -46,6 +46,9 @@ const LOCAL_SEQUENCES: u64 = 300;
 /// Sequences on a store behind a network (each a fresh set of keys on one table or prefix).
 const SERVER_SEQUENCES: u64 = 100;
 
+/// The tokens handed out in a sequence: the model's, paired with the store's.
+type Tokens = Vec<(Token, ClaimToken)>;
+
 /// One operation of the contract, in the model's terms.
 #[derive(Debug, Clone)]
 enum Op {
@@ -454,7 +457,7 @@ fn follow(
     tokens: &[(Token, ClaimToken)],
     shape: Shape,
     names: &Names,
-) -> Result<(Store, Vec<(Token, ClaimToken)>), Vec<String>> {
+) -> Result<(Store, Tokens), Vec<String>> {
     let cancelled: Vec<bool> = gots.iter().map(Got::contended).collect();
     let mut failures = Vec::new();
     'candidates: for (end, wants) in interleavings(model, ops, &cancelled, tokens, shape) {
