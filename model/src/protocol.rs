@@ -20,7 +20,7 @@ use crate::Mutant;
 use crate::checker::{Model, Property};
 use crate::store::{
     ClaimAnswer, ExpiryUnit, Fenced, Millis, NEVER, Observed, OneShotAnswer, PackedAnswer, Request,
-    Store, Token,
+    Status, Store, Token,
 };
 
 /// One tick of the clock.
@@ -108,8 +108,9 @@ pub enum Msg {
 pub enum Req {
     /// claim
     Claim(u8, Millis, Millis, Millis),
-    /// complete(key, token, expires_at)
-    Complete(u8, Token, Millis),
+    /// complete(key, token, expires_at, judged_at): `judged_at` is a ghost, the `now` of the
+    /// claim the token came from (by which the claimant judged any earlier completion expired)
+    Complete(u8, Token, Millis, Millis),
     /// release(key, token)
     Release(u8, Token),
     /// claim_completed(key, now, expires_at)
@@ -198,6 +199,8 @@ pub enum Job {
         deadline: Millis,
         /// The claim's token.
         token: Token,
+        /// The claim's `now` (ghost): what its completion is judged by.
+        judged_at: Millis,
     },
     /// A batch of two messages, their one-shot writes packed ([`Mode::Packed`]).
     Batch {
@@ -267,10 +270,6 @@ pub struct State {
     pub workers: Vec<Job>,
     /// Each worker's clock error now (ms, ahead if positive).
     pub drifts: Vec<Millis>,
-    /// The largest clock error any worker has had so far (ghost): "an earlier completion
-    /// still counts" is judged by the clock furthest ahead, as a worker judged the record
-    /// expired by its own clock when it claimed, whatever its clock did afterwards.
-    pub drift_high: Millis,
     /// The wire (sorted).
     pub net: Vec<Packet>,
     /// What the environment may still do.
@@ -347,11 +346,13 @@ impl Protocol {
         if ttl == NEVER { NEVER } else { now + ttl }
     }
 
-    fn note(&self, s: &mut State, key: u8, obs: Observed) {
+    /// Records what a step did. `judged_at`: the `now` by which the write that applies effects
+    /// judged any earlier completion expired (a one-shot write's own `now`, a completion's
+    /// claim's `now`): an earlier completion asked to count past it is an effect twice.
+    fn note(&self, s: &mut State, key: u8, judged_at: Millis, obs: Observed) {
         let k = usize::from(key);
-        let max_drift = s.drift_high;
         if obs.effects_applied {
-            if s.live_effect[k].is_some_and(|e| e > s.now + max_drift) {
+            if s.live_effect[k].is_some_and(|e| e > judged_at) {
                 s.broken.effect_twice = true;
             }
             s.live_effect[k] = obs.completion_expires_at;
@@ -378,8 +379,17 @@ impl Protocol {
                     lease_until,
                     expires_at,
                 };
+                let before = s.store.records[k];
                 let (answer, obs) = s.store.claim(request, mutant);
-                self.note(s, key, obs);
+                self.note(s, key, now, obs);
+                // A claim that took over a completed record judged it expired by its own clock:
+                // that completion counts no more (a later write judges what it finds).
+                if let (ClaimAnswer::Acquired(_), Some(old)) = (answer, before)
+                    && old.status == Status::Completed
+                    && old.asked_expires_at <= now
+                {
+                    s.live_effect[k] = None;
+                }
                 match answer {
                     ClaimAnswer::Acquired(t) => Ans::Acquired(t),
                     ClaimAnswer::Completed { expires_at } => {
@@ -391,10 +401,10 @@ impl Protocol {
                     ClaimAnswer::HeldElsewhere { .. } => Ans::Held,
                 }
             }
-            Req::Complete(key, token, expires_at) => {
+            Req::Complete(key, token, expires_at, judged_at) => {
                 let (answer, obs) = s.store.complete(key, token, expires_at, mutant);
                 let fresh = obs.effects_applied;
-                self.note(s, key, obs);
+                self.note(s, key, judged_at, obs);
                 let k = usize::from(key);
                 if tiered
                     && (fresh
@@ -410,7 +420,8 @@ impl Protocol {
             }
             Req::Release(key, token) => {
                 let (answer, obs) = s.store.release(key, token, mutant);
-                self.note(s, key, obs);
+                // A release commits no effects: nothing is judged by its time.
+                self.note(s, key, Millis::MIN, obs);
                 match answer {
                     Fenced::Ok => Ans::Ok,
                     Fenced::LostClaim => Ans::Lost,
@@ -424,7 +435,7 @@ impl Protocol {
                     expires_at,
                 };
                 let (answer, obs) = s.store.claim_completed(request, mutant);
-                self.note(s, key, obs);
+                self.note(s, key, now, obs);
                 match answer {
                     OneShotAnswer::Committed | OneShotAnswer::Completed { .. } => Ans::Done,
                     OneShotAnswer::HeldElsewhere { .. } => Ans::Held,
@@ -440,8 +451,8 @@ impl Protocol {
                 let (answers, obs) = s
                     .store
                     .claim_completed_packed(&[request(a), request(b)], mutant);
-                self.note(s, a.key, obs[0]);
-                self.note(s, b.key, obs[1]);
+                self.note(s, a.key, a.now, obs[0]);
+                self.note(s, b.key, b.now, obs[1]);
                 let part = |p: PackedAnswer| match p {
                     PackedAnswer::Answered(
                         OneShotAnswer::Committed | OneShotAnswer::Completed { .. },
@@ -566,7 +577,7 @@ impl Protocol {
                     retried,
                 };
             }
-            (Req::Complete(key, token, _), Some(Ans::Contention)) => {
+            (Req::Complete(key, token, ..), Some(Ans::Contention)) => {
                 // The completion failed with effects: the claim is released (the library's
                 // `Recorded::Failed`), and the message fails.
                 let req = Req::Release(key, token);
@@ -578,11 +589,12 @@ impl Protocol {
                     retried: true,
                 };
             }
-            (Req::Claim(..), Some(Ans::Acquired(token))) => {
+            (Req::Claim(_, judged_at, ..), Some(Ans::Acquired(token))) => {
                 s.workers[w] = Job::Running {
                     msg,
                     deadline,
                     token,
+                    judged_at,
                 };
             }
             (Req::Claim(..) | Req::OneShot(..), Some(Ans::Done)) => Self::finish(s, w, msg, true),
@@ -709,7 +721,14 @@ impl Protocol {
                         *deadline = shift(*deadline);
                         shift_req(req, shift);
                     }
-                    Job::Running { deadline, .. } => *deadline = shift(*deadline),
+                    Job::Running {
+                        deadline,
+                        judged_at,
+                        ..
+                    } => {
+                        *deadline = shift(*deadline);
+                        *judged_at = shift(*judged_at);
+                    }
                     Job::Batch { deadline, req, .. } => {
                         *deadline = shift(*deadline);
                         shift_req(req, shift);
@@ -848,7 +867,10 @@ fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
             *lease = shift(*lease);
             *exp = shift(*exp);
         }
-        Req::Complete(_, _, exp) => *exp = shift(*exp),
+        Req::Complete(_, _, exp, judged_at) => {
+            *exp = shift(*exp);
+            *judged_at = shift(*judged_at);
+        }
         Req::Release(..) => {}
         Req::OneShot(_, now, exp) => {
             *now = shift(*now);
@@ -865,7 +887,7 @@ fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
 
 fn rename_req(req: &mut Req, rename: &mut impl FnMut(Token) -> Token) {
     match req {
-        Req::Complete(_, t, _) | Req::Release(_, t) => *t = rename(*t),
+        Req::Complete(_, t, ..) | Req::Release(_, t) => *t = rename(*t),
         Req::Claim(..) | Req::OneShot(..) | Req::Pack(..) => {}
     }
 }
@@ -884,7 +906,6 @@ impl Model for Protocol {
             queue: vec![Msg::Visible { receives: 0 }; keys],
             workers: vec![Job::Idle; c.drifts.len()],
             drifts: c.drifts.clone(),
-            drift_high: c.drifts.iter().copied().max().unwrap_or(0),
             net: Vec::new(),
             budget: Budget {
                 faults: c.faults,
@@ -1045,10 +1066,11 @@ impl Model for Protocol {
                     msg,
                     deadline,
                     token,
+                    judged_at,
                 } => {
                     let mut n = s.clone();
                     let now = self.clock(s, w);
-                    let req = Req::Complete(msg, token, Self::ttl(now, c.done_ttl));
+                    let req = Req::Complete(msg, token, Self::ttl(now, c.done_ttl), judged_at);
                     Self::send(&mut n, w, req);
                     n.workers[w] = Job::Waiting {
                         msg,
@@ -1083,7 +1105,6 @@ impl Model for Protocol {
                     let mut n = s.clone();
                     n.budget.clock_jumps -= 1;
                     n.drifts[w] += by;
-                    n.drift_high = n.drift_high.max(n.drifts[w]);
                     push(Action::ClockJump(w as u8, by), n);
                 }
             }

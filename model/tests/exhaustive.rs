@@ -249,6 +249,16 @@ fn a_retry_without_the_same_token_rule_is_caught() {
         safety(Mode::Claimed, Mutant::RetryReappliesEffects),
         property::NO_EFFECT_TWICE,
     );
+    // Under a clock jump too: an effect twice is judged by the claim's own `now`, not by the
+    // clock furthest ahead so far.
+    caught(
+        Config {
+            clock_jumps: 1,
+            crashes: 0,
+            ..safety(Mode::Claimed, Mutant::RetryReappliesEffects)
+        },
+        property::NO_EFFECT_TWICE,
+    );
 }
 
 #[test]
