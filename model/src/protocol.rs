@@ -327,8 +327,8 @@ pub enum Action {
     Timeout(u8),
     /// Handler done: complete.
     HandlerDone(u8),
-    /// Out of time before the deadline: release.
-    OutOfTime(u8),
+    /// The handler returned an error: release, the message failed.
+    HandlerFailed(u8),
     /// Worker crashes.
     Crash(u8),
     /// Worker's clock jumps by some ms.
@@ -604,6 +604,19 @@ impl Protocol {
             (Req::Complete(..), Some(Ans::Ok)) => Self::finish(s, w, msg, true),
             (Req::Complete(..), None) if !retried => {
                 // An ambiguous failure: the same completion again, same token.
+                Self::send(s, w, req);
+                s.workers[w] = Job::Waiting {
+                    msg,
+                    deadline,
+                    req,
+                    retried: true,
+                };
+            }
+            (Req::Complete(key, token, ..), None) => {
+                // Failed again, the retries spent: with effects, the claim is released (the
+                // library's completion failing with anything but `LostClaim`), the message
+                // fails.
+                let req = Req::Release(key, token);
                 Self::send(s, w, req);
                 s.workers[w] = Job::Waiting {
                     msg,
@@ -1079,18 +1092,19 @@ impl Model for Protocol {
                         retried: false,
                     };
                     push(Action::HandlerDone(w as u8), n);
-                    if deadline - TICK <= s.now {
-                        let mut n = s.clone();
-                        let req = Req::Release(msg, token);
-                        Self::send(&mut n, w, req);
-                        n.workers[w] = Job::Waiting {
-                            msg,
-                            deadline,
-                            req,
-                            retried: true,
-                        };
-                        push(Action::OutOfTime(w as u8), n);
-                    }
+                    // A handler error, at any time: the claim released, the message failed
+                    // (the library's `HandlerCall::Returned(Err(..))`). A handler cut off at
+                    // the deadline keeps its claim until the lease lapses (the hard stop).
+                    let mut n = s.clone();
+                    let req = Req::Release(msg, token);
+                    Self::send(&mut n, w, req);
+                    n.workers[w] = Job::Waiting {
+                        msg,
+                        deadline,
+                        req,
+                        retried: true,
+                    };
+                    push(Action::HandlerFailed(w as u8), n);
                 }
             }
             if s.workers[w] != Job::Idle && s.budget.crashes > 0 {
