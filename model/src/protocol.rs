@@ -467,7 +467,9 @@ impl Protocol {
 
     /// The answers of `req` cancelled on contention. For a pack, DynamoDB gives a reason per
     /// write: one write or both met contention, and the other is answered as the store would
-    /// answer it (refused: its own answer; else unsent).
+    /// answer it (refused: its own answer; else unsent), or unsent whatever it would find
+    /// (DynamoDB's reason `None` for an item whose condition it never evaluated, which the
+    /// library reads as `Unsent`).
     fn contended(&self, s: &State, req: Req) -> Vec<Ans> {
         let Req::Pack(a, b) = req else {
             return vec![Ans::Contention];
@@ -486,11 +488,16 @@ impl Protocol {
                 OneShotAnswer::HeldElsewhere { .. } => Part::Held,
             }
         };
-        vec![
+        let mut answers = vec![
             Ans::Pack(Part::Contention, found(b)),
             Ans::Pack(found(a), Part::Contention),
             Ans::Pack(Part::Contention, Part::Contention),
-        ]
+            Ans::Pack(Part::Contention, Part::Unsent),
+            Ans::Pack(Part::Unsent, Part::Contention),
+        ];
+        answers.sort();
+        answers.dedup();
+        answers
     }
 
     /// `req` made again for a contention retry: a claim or a one-shot write is a new request
