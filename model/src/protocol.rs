@@ -13,7 +13,7 @@
 //!
 //! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
 //! second, and every stored time is shifted back a second when a second passes, clamped at
-//! [`FLOOR`] (long past for every clock). That keeps the state space finite while time runs
+//! [`Protocol::floor`] (past for every live request). That keeps the state space finite while time runs
 //! for ever, and keeps the phase within the second, which whole-second expiries depend on.
 
 use crate::Mutant;
@@ -30,8 +30,6 @@ pub const TICK: Millis = 500;
 pub const DEADLINE: Millis = 1500;
 /// The queue's visibility timeout.
 pub const VISIBILITY: Millis = 2000;
-/// Every time further back than this is as good as this one.
-pub const FLOOR: Millis = -1000;
 
 /// How the workers write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -338,6 +336,25 @@ pub enum Action {
 }
 
 impl Protocol {
+    /// Every time further back than this is as good as this one (a time is clamped to it when
+    /// a second passes): at or before the `now` of any request whose sender still waits for it
+    /// (sent less than a deadline ago, by a clock at most as far behind as the bounds allow:
+    /// the furthest clock error below zero, less a tick per clock jump), so no live request's
+    /// time is clamped (asserted when time moves). A request that outlived its sender may land
+    /// with its times clamped, later than they were: an over-approximation (it may find more
+    /// expired, never less).
+    pub fn floor(&self) -> Millis {
+        let c = &self.0;
+        let behind = c
+            .drifts
+            .iter()
+            .map(|&d| Millis::from(c.clock_jumps) * TICK - d)
+            .max()
+            .unwrap_or(0)
+            .max(0);
+        -(DEADLINE - TICK + behind)
+    }
+
     fn clock(&self, s: &State, w: usize) -> Millis {
         s.now + s.drifts[w]
     }
@@ -720,46 +737,6 @@ impl Protocol {
 
     fn tick(&self, s: &mut State) {
         s.now += TICK;
-        if s.now == 1000 {
-            s.now = 0;
-            let shift = |t: Millis| if t == NEVER { t } else { (t - 1000).max(FLOOR) };
-            s.store.shift(1000, FLOOR);
-            for m in s.markers.iter_mut() {
-                *m = m.map(shift).filter(|&e| e > FLOOR);
-            }
-            for e in s.live_effect.iter_mut() {
-                *e = e.map(shift).filter(|&e| e > FLOOR);
-            }
-            for msg in s.queue.iter_mut() {
-                if let Msg::InFlight { visible_at, .. } = msg {
-                    *visible_at = shift(*visible_at);
-                }
-            }
-            for job in s.workers.iter_mut() {
-                match job {
-                    Job::Waiting { deadline, req, .. } => {
-                        *deadline = shift(*deadline);
-                        shift_req(req, shift);
-                    }
-                    Job::Running {
-                        deadline,
-                        judged_at,
-                        ..
-                    } => {
-                        *deadline = shift(*deadline);
-                        *judged_at = shift(*judged_at);
-                    }
-                    Job::Batch { deadline, req, .. } => {
-                        *deadline = shift(*deadline);
-                        shift_req(req, shift);
-                    }
-                    Job::Idle => {}
-                }
-            }
-            for p in s.net.iter_mut() {
-                shift_req(&mut p.req, shift);
-            }
-        }
         for msg in s.queue.iter_mut() {
             if let Msg::InFlight {
                 visible_at,
@@ -790,6 +767,54 @@ impl Protocol {
                 }
                 s.workers[w] = Job::Idle;
                 Self::orphan(s, w);
+            }
+        }
+        if s.now == 1000 {
+            s.now = 0;
+            let floor = self.floor();
+            // No live request's time is clamped (the hard stop orphaned those of invocations
+            // that end now).
+            for p in s.net.iter().filter(|p| !p.orphan) {
+                for now in req_nows(&p.req).into_iter().flatten() {
+                    assert!(now - 1000 >= floor, "a live request's now clamped: {p:?}");
+                }
+            }
+            let shift = |t: Millis| if t == NEVER { t } else { (t - 1000).max(floor) };
+            s.store.shift(1000, floor);
+            for m in s.markers.iter_mut() {
+                *m = m.map(shift).filter(|&e| e > floor);
+            }
+            for e in s.live_effect.iter_mut() {
+                *e = e.map(shift).filter(|&e| e > floor);
+            }
+            for msg in s.queue.iter_mut() {
+                if let Msg::InFlight { visible_at, .. } = msg {
+                    *visible_at = shift(*visible_at);
+                }
+            }
+            for job in s.workers.iter_mut() {
+                match job {
+                    Job::Waiting { deadline, req, .. } => {
+                        *deadline = shift(*deadline);
+                        shift_req(req, shift);
+                    }
+                    Job::Running {
+                        deadline,
+                        judged_at,
+                        ..
+                    } => {
+                        *deadline = shift(*deadline);
+                        *judged_at = shift(*judged_at);
+                    }
+                    Job::Batch { deadline, req, .. } => {
+                        *deadline = shift(*deadline);
+                        shift_req(req, shift);
+                    }
+                    Job::Idle => {}
+                }
+            }
+            for p in s.net.iter_mut() {
+                shift_req(&mut p.req, shift);
             }
         }
     }
@@ -905,6 +930,15 @@ fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
     }
 }
 
+/// The callers' times (`now`) in a request.
+fn req_nows(req: &Req) -> [Option<Millis>; 2] {
+    match *req {
+        Req::Claim(_, now, ..) | Req::OneShot(_, now, _) => [Some(now), None],
+        Req::Pack(a, b) => [Some(a.now), Some(b.now)],
+        Req::Complete(..) | Req::Release(..) => [None, None],
+    }
+}
+
 fn rename_req(req: &mut Req, rename: &mut impl FnMut(Token) -> Token) {
     match req {
         Req::Complete(_, t, ..) | Req::Release(_, t) => *t = rename(*t),
@@ -918,6 +952,7 @@ impl Model for Protocol {
 
     fn init_states(&self) -> Vec<State> {
         let c = &self.0;
+
         let keys = usize::from(c.messages);
         vec![State {
             now: 0,
