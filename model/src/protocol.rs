@@ -757,8 +757,13 @@ impl Protocol {
             };
             if deadline <= s.now {
                 // The invocation answers with what it has: the steps cut off fail, a batch's
-                // messages processed before are reported (deleted).
-                if let Job::Batch { msgs, .. } = s.workers[w] {
+                // messages processed before are reported (deleted). Not a worker whose clock
+                // is behind: it computes its hard stop from its own clock (the library's
+                // `Budget::new`), after the true deadline, where Lambda freezes it first: a
+                // crash, no partial batch response.
+                if let Job::Batch { msgs, .. } = s.workers[w]
+                    && s.drifts[w] >= 0
+                {
                     for (msg, slot) in msgs {
                         if slot == Slot::Processed {
                             Self::delete(s, msg);

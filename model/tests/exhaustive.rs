@@ -139,6 +139,12 @@ fn packed_writes_hold() {
         contention: 1,
         ..liveness(Mode::Packed, Mutant::None)
     });
+    // A clock 500 ms behind: its hard stop after the true deadline, where Lambda freezes the
+    // invocation (no partial batch response).
+    holds(Config {
+        drifts: vec![-500, 0],
+        ..packed(Mutant::None)
+    });
 }
 
 #[test]
