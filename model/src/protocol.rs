@@ -68,6 +68,9 @@ pub struct Config {
     pub contention: u8,
     /// Clock jumps: a worker's clock error changing by a tick, up or down, during the run.
     pub clock_jumps: u8,
+    /// Early redeliveries: a message reported failed made visible again before its visibility
+    /// timeout (the library's redelivery backoff, or "after the other lease").
+    pub early_redeliveries: u8,
     /// The redrive policy's maxReceiveCount (`None`: no failure destination).
     pub max_receives: Option<u8>,
     /// The TTL of a claim (NEVER: beyond the horizon, as 24 hours is).
@@ -94,6 +97,9 @@ pub enum Msg {
         visible_at: Millis,
         /// Receives so far.
         receives: u8,
+        /// Reported failed by its invocation, which set its redelivery: it may show again
+        /// at any time before `visible_at` (kept only while early redeliveries are left).
+        failed: bool,
     },
     /// Deleted: reported processed.
     Deleted,
@@ -236,6 +242,8 @@ pub struct Budget {
     pub contention: u8,
     /// Clock jumps left.
     pub clock_jumps: u8,
+    /// Early redeliveries left.
+    pub early_redeliveries: u8,
 }
 
 /// Properties broken so far (sticky).
@@ -331,6 +339,8 @@ pub enum Action {
     Crash(u8),
     /// Worker's clock jumps by some ms.
     ClockJump(u8, Millis),
+    /// A message reported failed shows again before its visibility timeout.
+    EarlyRedelivery(u8),
     /// 500 ms pass.
     Tick,
 }
@@ -556,6 +566,18 @@ impl Protocol {
         s.workers[w] = Job::Idle;
         if processed {
             Self::delete(s, msg);
+        } else {
+            Self::failed(s, msg);
+        }
+    }
+
+    /// The message reported failed: its redelivery set by the library, possibly early.
+    fn failed(s: &mut State, msg: u8) {
+        if s.budget.early_redeliveries == 0 {
+            return;
+        }
+        if let Msg::InFlight { failed, .. } = &mut s.queue[usize::from(msg)] {
+            *failed = true;
         }
     }
 
@@ -714,11 +736,13 @@ impl Protocol {
         next.sort();
         let req = match next[..] {
             [] => {
-                // The invocation ends: the processed messages are deleted, the others left.
+                // The invocation ends: the processed messages are deleted, the others failed.
                 s.workers[w] = Job::Idle;
                 for (msg, slot) in msgs {
                     if slot == Slot::Processed {
                         Self::delete(s, msg);
+                    } else {
+                        Self::failed(s, msg);
                     }
                 }
                 return;
@@ -741,6 +765,7 @@ impl Protocol {
             if let Msg::InFlight {
                 visible_at,
                 receives,
+                ..
             } = *msg
                 && visible_at <= s.now
             {
@@ -761,13 +786,21 @@ impl Protocol {
                 // is behind: it computes its hard stop from its own clock (the library's
                 // `Budget::new`), after the true deadline, where Lambda freezes it first: a
                 // crash, no partial batch response.
-                if let Job::Batch { msgs, .. } = s.workers[w]
-                    && s.drifts[w] >= 0
-                {
-                    for (msg, slot) in msgs {
-                        if slot == Slot::Processed {
-                            Self::delete(s, msg);
+                if s.drifts[w] >= 0 {
+                    match s.workers[w] {
+                        Job::Batch { msgs, .. } => {
+                            for (msg, slot) in msgs {
+                                if slot == Slot::Processed {
+                                    Self::delete(s, msg);
+                                } else {
+                                    Self::failed(s, msg);
+                                }
+                            }
                         }
+                        Job::Waiting { msg, .. } | Job::Running { msg, .. } => {
+                            Self::failed(s, msg);
+                        }
+                        Job::Idle => {}
                     }
                 }
                 s.workers[w] = Job::Idle;
@@ -888,6 +921,7 @@ impl Protocol {
                             } else {
                                 0
                             },
+                            failed: false,
                         };
                     }
                     let now = self.clock(s, w);
@@ -973,6 +1007,7 @@ impl Model for Protocol {
                 duplicates: c.duplicates,
                 contention: c.contention,
                 clock_jumps: c.clock_jumps,
+                early_redeliveries: c.early_redeliveries,
             },
             live_effect: vec![None; keys],
             ever_applied: vec![false; keys],
@@ -1015,6 +1050,7 @@ impl Model for Protocol {
                 n.queue[m] = Msg::InFlight {
                     visible_at: s.now + VISIBILITY,
                     receives,
+                    failed: false,
                 };
                 let deadline = s.now + DEADLINE;
                 let now = self.clock(s, w);
@@ -1168,6 +1204,29 @@ impl Model for Protocol {
                     n.drifts[w] += by;
                     push(Action::ClockJump(w as u8, by), n);
                 }
+            }
+        }
+        // SQS: a message reported failed shows again early (the library's backoff).
+        for (m, msg) in s.queue.iter().enumerate() {
+            if let Msg::InFlight {
+                receives,
+                failed: true,
+                ..
+            } = *msg
+                && s.budget.early_redeliveries > 0
+            {
+                let mut n = s.clone();
+                n.queue[m] = Msg::Visible { receives };
+                n.budget.early_redeliveries -= 1;
+                if n.budget.early_redeliveries == 0 {
+                    // No longer told apart: one state, one spelling.
+                    for msg in n.queue.iter_mut() {
+                        if let Msg::InFlight { failed, .. } = msg {
+                            *failed = false;
+                        }
+                    }
+                }
+                push(Action::EarlyRedelivery(m as u8), n);
             }
         }
         let mut n = s.clone();

@@ -22,6 +22,7 @@ fn safety(mode: Mode, mutant: Mutant) -> Config {
         duplicates: 0,
         contention: 0,
         clock_jumps: 0,
+        early_redeliveries: 0,
         max_receives: Some(2),
         claim_ttl: 1500,
         done_ttl: 1500,
@@ -47,7 +48,8 @@ fn run(name: &str, config: Config) -> Report<Protocol> {
     let report = check(&Protocol(config.clone()), MAX_STATES);
     println!(
         "{name}: {:?} workers (clock drift ms) x {} messages, faults {} crashes {} duplicates {} \
-         contention {} clock jumps {} maxReceive {:?}, {:?}, mutant {:?}: {} states, {} transitions, \
+         contention {} clock jumps {} early redeliveries {} maxReceive {:?}, {:?}, mutant {:?}: {} \
+         states, {} transitions, \
          depth {}, {:.2?}; violated: {:?}",
         config.drifts,
         config.messages,
@@ -56,6 +58,7 @@ fn run(name: &str, config: Config) -> Report<Protocol> {
         config.duplicates,
         config.contention,
         config.clock_jumps,
+        config.early_redeliveries,
         config.max_receives,
         config.mode,
         config.mutant,
@@ -168,6 +171,30 @@ fn sqs_duplicates_hold() {
         holds(Config {
             duplicates: 1,
             ..safety(mode, Mutant::None)
+        });
+    }
+}
+
+/// A message reported failed shown again early (the library's redelivery backoff).
+#[test]
+fn early_redeliveries_hold() {
+    for mode in [Mode::Claimed, Mode::OneShot, Mode::Tiered] {
+        holds(Config {
+            early_redeliveries: 1,
+            ..safety(mode, Mutant::None)
+        });
+    }
+    holds(Config {
+        early_redeliveries: 1,
+        max_receives: Some(2),
+        faults: 0,
+        contention: 0,
+        ..packed(Mutant::None)
+    });
+    for mode in [Mode::Claimed, Mode::OneShot] {
+        holds(Config {
+            early_redeliveries: 1,
+            ..liveness(mode, Mutant::None)
         });
     }
 }
