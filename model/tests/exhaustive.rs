@@ -288,6 +288,7 @@ fn a_retry_without_the_same_token_rule_is_caught() {
         Config {
             clock_jumps: 1,
             crashes: 0,
+            max_receives: Some(1),
             ..safety(Mode::Claimed, Mutant::RetryReappliesEffects)
         },
         property::NO_EFFECT_TWICE,
