@@ -13,8 +13,9 @@
 //!
 //! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
 //! second, and every stored time is shifted back a second when a second passes, clamped at
-//! [`Protocol::floor`] (past for every live request). That keeps the state space finite while time runs
-//! for ever, and keeps the phase within the second, which whole-second expiries depend on.
+//! [`Protocol::floor`] (past for every live request). That keeps the state space finite while
+//! time runs for ever, and keeps the phase within the second, which whole-second expiries
+//! depend on.
 
 use crate::Mutant;
 use crate::checker::{Model, Property};
