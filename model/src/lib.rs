@@ -3,7 +3,7 @@
 //! | file          | what it holds                                                          |
 //! |---------------|------------------------------------------------------------------------|
 //! | `store.rs`    | the store contract as a value: claim, complete, release, one-shot, packed |
-//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, the network, contention, packed batches, the tiered store |
+//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, the network, contention, packed batches, the tiered store, the two-step one-shot |
 //! | `checker.rs`  | the exhaustive breadth-first checker, invariants and liveness          |
 //!
 //! `tests/exhaustive.rs` checks the properties for the bounds in `docs/testing.md` and that

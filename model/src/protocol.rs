@@ -9,7 +9,10 @@
 //! [`Mode::Packed`] a batch of two messages sends one packed one-shot request; a write the
 //! store left unsent goes again with the next request, alone or with the other write's
 //! contention retry (the library may have both in flight at once; here a worker has one
-//! request on the wire).
+//! request on the wire). In [`Mode::TwoStepOneShot`] a one-shot is the default
+//! `claim_completed` of a store without an atomic one-shot: a claim, then its completion; a
+//! completion cancelled on contention releases the claim and the whole one-shot goes again, a
+//! new claim.
 //!
 //! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
 //! second, and every stored time is shifted back a second when a second passes, clamped at
@@ -46,6 +49,14 @@ pub enum Mode {
     /// in one packed request (all or nothing); a write the store left unsent goes again, in
     /// a smaller pack or alone. A batch of one is a plain one-shot write.
     Packed,
+    /// One-shot on a store without an atomic one-shot (Redis, the tiered store's default
+    /// `claim_completed`): a claim, then at once (no handler between) a completion with the
+    /// effects, expiring when the claim asked its record to; no completion retry. A completion
+    /// cancelled on contention releases the claim (the answer ignored, a lost one too), then the
+    /// one-shot is sent again as a new claim at the clock's time, or fails its message if the
+    /// contention retries ran out; any other failure of the completion (refused, timed out)
+    /// fails the message and leaves the claim to lapse.
+    TwoStepOneShot,
 }
 
 /// The bounds of one check.
@@ -534,7 +545,11 @@ impl Protocol {
         let now = self.clock(s, w);
         match req {
             Req::Claim(key, _, lease_until, _) => {
-                Req::Claim(key, now, lease_until, Self::ttl(now, self.0.claim_ttl))
+                let ttl = match self.0.mode {
+                    Mode::TwoStepOneShot => self.0.done_ttl,
+                    _ => self.0.claim_ttl,
+                };
+                Req::Claim(key, now, lease_until, Self::ttl(now, ttl))
             }
             Req::OneShot(key, ..) => Req::OneShot(key, now, Self::ttl(now, self.0.done_ttl)),
             Req::Pack(..) | Req::Complete(..) | Req::Release(..) => req,
@@ -608,6 +623,9 @@ impl Protocol {
         else {
             return;
         };
+        if self.0.mode == Mode::TwoStepOneShot {
+            return self.handle_two_step(s, w, answer, give_up);
+        }
         match (req, answer) {
             (Req::OneShot(..), Some(Ans::Contention))
                 if self.0.mutant == Mutant::ContentionAcked =>
@@ -672,6 +690,70 @@ impl Protocol {
                     retried: true,
                 };
             }
+            _ => Self::finish(s, w, msg, false),
+        }
+    }
+
+    /// [`Mode::TwoStepOneShot`]: the worker reads the answer to one of the one-shot's steps
+    /// (the library's default `ClaimStore::claim_completed` under the claim core's contention
+    /// retries).
+    fn handle_two_step(&self, s: &mut State, w: usize, answer: Option<Ans>, give_up: bool) {
+        let Job::Waiting {
+            msg,
+            deadline,
+            req,
+            retried,
+        } = s.workers[w]
+        else {
+            return;
+        };
+        let mutant = self.0.mutant;
+        let wait = |s: &mut State, req: Req, retried: bool| {
+            Self::send(s, w, req);
+            s.workers[w] = Job::Waiting {
+                msg,
+                deadline,
+                req,
+                retried,
+            };
+        };
+        match (req, answer) {
+            // Cancelled on contention, the claim or the completion: counted as committed.
+            (Req::Claim(..) | Req::Complete(..), Some(Ans::Contention))
+                if mutant == Mutant::ContentionAcked =>
+            {
+                Self::finish(s, w, msg, true)
+            }
+            // The claim cancelled (nothing written): sent again as a new claim, or the
+            // message fails.
+            (Req::Claim(..), Some(Ans::Contention)) if !give_up => {
+                wait(s, self.again(s, w, req), false)
+            }
+            (Req::Claim(key, judged_at, _, expires_at), Some(Ans::Acquired(token))) => {
+                // No handler between: the completion with the effects, expiring when the claim
+                // asked its record to.
+                wait(s, Req::Complete(key, token, expires_at, judged_at), false)
+            }
+            (Req::Claim(..), Some(Ans::Done)) => Self::finish(s, w, msg, true),
+            (Req::Claim(..), Some(Ans::Held)) => {
+                Self::finish(s, w, msg, mutant == Mutant::HeldAcked)
+            }
+            (Req::Complete(..), Some(Ans::Ok)) => Self::finish(s, w, msg, true),
+            // The completion cancelled on contention: the claim released, then (`retried`
+            // false) the one-shot sent again, or (`retried` true: the retries ran out) the
+            // message failed.
+            (Req::Complete(key, token, ..), Some(Ans::Contention)) => {
+                wait(s, Req::Release(key, token), give_up)
+            }
+            // The release's answer is ignored, whatever it is.
+            (Req::Release(key, _), _) if !retried => {
+                let now = self.clock(s, w);
+                let req = Req::Claim(key, now, deadline, Self::ttl(now, self.0.done_ttl));
+                wait(s, req, false)
+            }
+            // The claim failed (timed out, retries spent), the completion refused or timed out
+            // (the claim left to lapse), or the release done after the last contention: the
+            // message fails.
             _ => Self::finish(s, w, msg, false),
         }
     }
@@ -1061,6 +1143,9 @@ impl Model for Protocol {
                     }
                     Mode::Claimed | Mode::Tiered => {
                         Req::Claim(m as u8, now, deadline, Self::ttl(now, c.claim_ttl))
+                    }
+                    Mode::TwoStepOneShot => {
+                        Req::Claim(m as u8, now, deadline, Self::ttl(now, c.done_ttl))
                     }
                 };
                 Self::send(&mut n, w, req);

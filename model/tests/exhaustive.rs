@@ -377,3 +377,102 @@ fn a_contended_write_counted_as_committed_is_caught() {
     );
 }
 
+/// The two-step one-shot of a store without an atomic one-shot (Redis, tiered): a claim, then a
+/// completion with the effects, released if cancelled on contention and sent again as a new
+/// claim.
+#[test]
+fn two_step_one_shot_holds() {
+    let mode = Mode::TwoStepOneShot;
+    holds(safety(mode, Mutant::None));
+    holds(Config {
+        duplicates: 1,
+        ..safety(mode, Mutant::None)
+    });
+    holds(Config {
+        contention: 1,
+        ..safety(mode, Mutant::None)
+    });
+    holds(Config {
+        contention: 2,
+        faults: 0,
+        ..safety(mode, Mutant::None)
+    });
+    holds(Config {
+        messages: 2,
+        max_receives: Some(1),
+        ..safety(mode, Mutant::None)
+    });
+    holds(Config {
+        early_redeliveries: 1,
+        ..safety(mode, Mutant::None)
+    });
+    holds(Config {
+        clock_jumps: 1,
+        ..safety(mode, Mutant::None)
+    });
+    holds(liveness(mode, Mutant::None));
+    holds(Config {
+        early_redeliveries: 1,
+        ..liveness(mode, Mutant::None)
+    });
+    holds(Config {
+        duplicates: 1,
+        contention: 1,
+        clock_jumps: 1,
+        ..liveness(mode, Mutant::None)
+    });
+}
+
+/// The mutants that apply to the two-step one-shot, each caught in that mode (not
+/// `TieredMarkerOnLostClaim`, `UnsentAcked`: the plain store, no pack).
+#[test]
+fn mutants_are_caught_in_the_two_step_one_shot() {
+    let mode = Mode::TwoStepOneShot;
+    // A completion that lands after its lease lapsed and another worker took the key over.
+    caught(
+        safety(mode, Mutant::UnfencedComplete),
+        property::STALE_NEVER_WRITES,
+    );
+    // The release after a completion cancelled on contention, landing late.
+    caught(
+        Config {
+            contention: 1,
+            ..safety(mode, Mutant::UnfencedRelease)
+        },
+        property::STALE_NEVER_WRITES,
+    );
+    // The completion applied twice on the wire.
+    caught(
+        safety(mode, Mutant::RetryReappliesEffects),
+        property::NO_EFFECT_TWICE,
+    );
+    caught(
+        safety(mode, Mutant::ClaimIgnoresStatus),
+        property::DUPLICATE_NEVER_RUNS,
+    );
+    caught(
+        Config {
+            duplicates: 1,
+            ..safety(mode, Mutant::ExpirySecondsRoundedDown)
+        },
+        property::NOT_OVERWRITTEN,
+    );
+    caught(
+        Config {
+            duplicates: 1,
+            ..safety(mode, Mutant::HeldAcked)
+        },
+        property::NO_MESSAGE_LOST,
+    );
+    caught(
+        Config {
+            contention: 1,
+            ..safety(mode, Mutant::ContentionAcked)
+        },
+        property::NO_MESSAGE_LOST,
+    );
+    caught(
+        liveness(mode, Mutant::ClaimIgnoresLease),
+        property::EVENTUALLY_DONE,
+    );
+}
