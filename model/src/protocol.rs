@@ -57,6 +57,21 @@ pub enum Mode {
     /// contention retries ran out; any other failure of the completion (refused, timed out)
     /// fails the message and leaves the claim to lapse.
     TwoStepOneShot,
+    /// [`Mode::TwoStepOneShot`] on the tiered store (which has no atomic one-shot either): its
+    /// claim answers from a Redis marker first, its completion writes the marker.
+    TieredTwoStepOneShot,
+}
+
+impl Mode {
+    /// A one-shot as a claim then a completion.
+    pub fn two_step(self) -> bool {
+        matches!(self, Mode::TwoStepOneShot | Mode::TieredTwoStepOneShot)
+    }
+
+    /// On the tiered store.
+    pub fn tiered(self) -> bool {
+        matches!(self, Mode::Tiered | Mode::TieredTwoStepOneShot)
+    }
 }
 
 /// The bounds of one check.
@@ -405,7 +420,7 @@ impl Protocol {
     /// The store applies `req`: the answer.
     fn apply(&self, s: &mut State, req: Req) -> Ans {
         let mutant = self.0.mutant;
-        let tiered = self.0.mode == Mode::Tiered;
+        let tiered = self.0.mode.tiered();
         match req {
             Req::Claim(key, now, lease_until, expires_at) => {
                 let k = usize::from(key);
@@ -545,9 +560,10 @@ impl Protocol {
         let now = self.clock(s, w);
         match req {
             Req::Claim(key, _, lease_until, _) => {
-                let ttl = match self.0.mode {
-                    Mode::TwoStepOneShot => self.0.done_ttl,
-                    _ => self.0.claim_ttl,
+                let ttl = if self.0.mode.two_step() {
+                    self.0.done_ttl
+                } else {
+                    self.0.claim_ttl
                 };
                 Req::Claim(key, now, lease_until, Self::ttl(now, ttl))
             }
@@ -623,7 +639,7 @@ impl Protocol {
         else {
             return;
         };
-        if self.0.mode == Mode::TwoStepOneShot {
+        if self.0.mode.two_step() {
             return self.handle_two_step(s, w, answer, give_up);
         }
         match (req, answer) {
@@ -1144,7 +1160,7 @@ impl Model for Protocol {
                     Mode::Claimed | Mode::Tiered => {
                         Req::Claim(m as u8, now, deadline, Self::ttl(now, c.claim_ttl))
                     }
-                    Mode::TwoStepOneShot => {
+                    Mode::TwoStepOneShot | Mode::TieredTwoStepOneShot => {
                         Req::Claim(m as u8, now, deadline, Self::ttl(now, c.done_ttl))
                     }
                 };

@@ -382,21 +382,24 @@ fn a_contended_write_counted_as_committed_is_caught() {
 /// claim.
 #[test]
 fn two_step_one_shot_holds() {
+    for mode in [Mode::TwoStepOneShot, Mode::TieredTwoStepOneShot] {
+        holds(safety(mode, Mutant::None));
+        holds(Config {
+            duplicates: 1,
+            ..safety(mode, Mutant::None)
+        });
+        holds(Config {
+            contention: 1,
+            ..safety(mode, Mutant::None)
+        });
+        holds(Config {
+            contention: 2,
+            faults: 0,
+            ..safety(mode, Mutant::None)
+        });
+        holds(liveness(mode, Mutant::None));
+    }
     let mode = Mode::TwoStepOneShot;
-    holds(safety(mode, Mutant::None));
-    holds(Config {
-        duplicates: 1,
-        ..safety(mode, Mutant::None)
-    });
-    holds(Config {
-        contention: 1,
-        ..safety(mode, Mutant::None)
-    });
-    holds(Config {
-        contention: 2,
-        faults: 0,
-        ..safety(mode, Mutant::None)
-    });
     holds(Config {
         messages: 2,
         max_receives: Some(1),
@@ -410,7 +413,6 @@ fn two_step_one_shot_holds() {
         clock_jumps: 1,
         ..safety(mode, Mutant::None)
     });
-    holds(liveness(mode, Mutant::None));
     holds(Config {
         early_redeliveries: 1,
         ..liveness(mode, Mutant::None)
@@ -418,13 +420,12 @@ fn two_step_one_shot_holds() {
     holds(Config {
         duplicates: 1,
         contention: 1,
-        clock_jumps: 1,
         ..liveness(mode, Mutant::None)
     });
 }
 
-/// The mutants that apply to the two-step one-shot, each caught in that mode (not
-/// `TieredMarkerOnLostClaim`, `UnsentAcked`: the plain store, no pack).
+/// The mutants that apply to the two-step one-shot, each caught in that mode (`UnsentAcked`
+/// does not: no pack).
 #[test]
 fn mutants_are_caught_in_the_two_step_one_shot() {
     let mode = Mode::TwoStepOneShot;
@@ -474,5 +475,17 @@ fn mutants_are_caught_in_the_two_step_one_shot() {
     caught(
         liveness(mode, Mutant::ClaimIgnoresLease),
         property::EVENTUALLY_DONE,
+    ); // A completion that lands after its lease lapsed and the redelivery's claim took the key
+    // over: refused, its marker written anyway, and an SQS duplicate finds the key "completed"
+    // with no effect committed. The completion expires when its claim asked (no handler
+    // between), before the redelivery with the TTL of the other checks: a TTL longer than the
+    // visibility timeout here, as a real one is.
+    caught(
+        Config {
+            duplicates: 1,
+            done_ttl: 3000,
+            ..safety(Mode::TieredTwoStepOneShot, Mutant::TieredMarkerOnLostClaim)
+        },
+        property::NO_MESSAGE_LOST,
     );
 }
