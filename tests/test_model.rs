@@ -642,11 +642,7 @@ async fn the_postgres_store_answers_as_the_model() {
         async |_| store.clone(),
     )
     .await;
-    servers::sql(
-        &store,
-        &format!("DROP TABLE IF EXISTS {0}, {0}_effects", store.table()),
-    )
-    .await;
+    servers::drop_pg_store(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -658,11 +654,7 @@ async fn the_tiered_store_answers_as_the_model() {
         store.clone()
     })
     .await;
-    servers::sql(
-        &durable,
-        &format!("DROP TABLE IF EXISTS {0}, {0}_effects", durable.table()),
-    )
-    .await;
+    servers::drop_pg_store(&durable).await;
     servers::cleanup(cache.connection(), cache.prefix()).await;
 }
 
@@ -676,14 +668,7 @@ async fn the_dynamodb_store_behind_the_conflict_model_answers_as_the_model() {
         .expect("conflict proxy");
     // A transaction lasts a few milliseconds at DynamoDB; the pairs are 0-20 ms apart.
     proxy.hold(Duration::from_millis(10));
-    let table = local::unique_name("model");
-    let store = sqs_claim::DynamoDbStore::new(local::dynamodb_client(&proxy.endpoint()), table);
-    if let Err(e) = sqs_claim::store::StoreAdmin::init(&store).await {
-        panic!(
-            "cannot create a table on DynamoDB Local behind the conflict proxy: {e}\n\
-             run `make test`, or `scripts/standins.sh up` first"
-        );
-    }
+    let store = support::dynamodb::dynamodb_store_at(&proxy.endpoint(), "model").await;
     let tally = compare(
         "dynamodb",
         SERVER_SEQUENCES,

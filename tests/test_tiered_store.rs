@@ -26,11 +26,6 @@ fn dead_cache() -> RedisStore {
     RedisStore::connect_lazy("redis://127.0.0.1:1/").expect("lazy connect never fails")
 }
 
-async fn drop_tables(store: &PostgresStore) {
-    let t = store.table();
-    sql(store, &format!("DROP TABLE IF EXISTS {t}, {t}_effects")).await;
-}
-
 fn request(key: &str, now: SystemTime) -> ClaimRequest<'_> {
     ClaimRequest {
         key,
@@ -51,7 +46,7 @@ async fn conformance_redis_and_postgres() {
         "tiered(redis+postgres): conformance::run_all took {:?}",
         started.elapsed()
     );
-    drop_tables(&pg).await;
+    servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
 
@@ -65,7 +60,7 @@ async fn init_creates_the_durable_table() {
     let store = TieredStore::new(cache().await, pg.clone());
     store.check_ready().await.expect_err("no durable table yet");
     conformance::init_is_idempotent(&store).await;
-    drop_tables(&pg).await;
+    servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
 
@@ -74,7 +69,7 @@ async fn conformance_admin_operations() {
     let pg = postgres().await;
     let store = TieredStore::new(cache().await, pg.clone());
     conformance::admin_operations(&store).await;
-    drop_tables(&pg).await;
+    servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
 
@@ -153,7 +148,7 @@ async fn race_timings() {
         "tiered(redis+postgres): race(200 keys x 32 claimers) {race:?}, takeover_race(50 x 32) {:?}",
         started.elapsed()
     );
-    drop_tables(&pg).await;
+    servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
 
@@ -167,7 +162,7 @@ async fn conformance_with_redis_down() {
         "tiered(redis down+postgres): conformance::run_all took {:?}",
         started.elapsed()
     );
-    drop_tables(&pg).await;
+    servers::drop_pg_store(&pg).await;
 }
 
 /// With no cool-down, every single call meets the dead cache and must still be decided by the
@@ -204,7 +199,7 @@ async fn conformance_atomic_effects_through_the_tier() {
     .await;
     let store = TieredStore::new(cache().await, pg.clone());
     conformance::atomic_effects(&store, &Probe(pg.clone())).await;
-    drop_tables(&pg).await;
+    servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
 

@@ -59,6 +59,13 @@ pub(crate) async fn pg_store(prefix: &str) -> sqs_claim::PostgresStore {
     store
 }
 
+/// Drops a store's table and its effects table (what `pg_store` created).
+#[cfg(feature = "postgres")]
+pub(crate) async fn drop_pg_store(store: &sqs_claim::PostgresStore) {
+    let t = store.table();
+    sql(store, &format!("DROP TABLE IF EXISTS {t}, {t}_effects")).await;
+}
+
 /// Runs SQL statements on the store's pool.
 #[cfg(feature = "postgres")]
 pub(crate) async fn sql(store: &sqs_claim::PostgresStore, statement: &str) {
