@@ -221,20 +221,22 @@ impl crate::claim::KeyFormat for PowertoolsFormat {
         self.hash(request)
     }
 
-    /// [`PowertoolsFormat::record_key`]: the namespace does not enter it.
+    /// [`PowertoolsFormat::record_key`] of a record whose body is `payload`: the namespace
+    /// does not enter it.
     fn record_key(
         &self,
         _namespace: &str,
         source: &KeySource,
         record: &SqsMessage,
+        payload: &str,
     ) -> Result<Option<String>, Error> {
-        PowertoolsFormat::record_key(self, source, record)
+        self.payload_key(source, record, payload)
     }
 
-    /// [`PowertoolsFormat::record_fingerprint`]: none without
-    /// [`with_record_validation`](PowertoolsFormat::with_record_validation).
-    fn record_fingerprint(&self, record: &SqsMessage) -> Option<String> {
-        PowertoolsFormat::record_fingerprint(self, record)
+    /// [`PowertoolsFormat::record_fingerprint`] of a record whose body is `payload`: none
+    /// without [`with_record_validation`](PowertoolsFormat::with_record_validation).
+    fn record_fingerprint(&self, _record: &SqsMessage, payload: &str) -> Option<String> {
+        self.payload_fingerprint(payload)
     }
 }
 
@@ -275,17 +277,29 @@ impl PowertoolsFormat {
     /// | `BodySha256` | `body` | the body, a JSON string (identical bodies, one key) |
     /// | `EnvelopeId` | `powertools_json(body).MessageId` (SNS), `powertools_json(body).id` (EventBridge) | the id, a JSON string |
     ///
-    /// With an [`Envelope`](crate::Envelope) on the processor, the processor gives this
-    /// method the payload in the body's place, so `JsonPointer("/a")` under SNS is
-    /// `powertools_json(powertools_json(body).Message).a`, and keys `EnvelopeId` itself
-    /// ([`PowertoolsFormat::key`] of the id): called on a record alone, this method finds no
-    /// envelope id.
+    /// With an [`Envelope`](crate::Envelope) on the processor, the processor reads the key
+    /// from the payload as this method reads it from the body
+    /// ([`KeyFormat::record_key`](crate::claim::KeyFormat::record_key)), so `JsonPointer("/a")`
+    /// under SNS is `powertools_json(powertools_json(body).Message).a`, and keys `EnvelopeId`
+    /// itself ([`PowertoolsFormat::key`] of the id): called on a record alone, this method
+    /// finds no envelope id.
     ///
     /// Errors (kind `MissingKey`) when the pointer's body is not JSON, never naming the body.
     pub fn record_key(
         &self,
         source: &KeySource,
         msg: &SqsMessage,
+    ) -> Result<Option<String>, Error> {
+        self.payload_key(source, msg, msg.body.as_deref().unwrap_or(""))
+    }
+
+    /// [`record_key`](Self::record_key) of `msg` whose body (or the payload an envelope in
+    /// it wraps) is `payload`.
+    fn payload_key(
+        &self,
+        source: &KeySource,
+        msg: &SqsMessage,
+        payload: &str,
     ) -> Result<Option<String>, Error> {
         let string_key = |s: Option<&String>| {
             s.filter(|s| !s.is_empty())
@@ -300,8 +314,10 @@ impl PowertoolsFormat {
             ),
             KeySource::DeduplicationId => string_key(msg.attributes.get("MessageDeduplicationId")),
             KeySource::EnvelopeId => None,
-            KeySource::BodySha256 => string_key(msg.body.as_ref()),
-            KeySource::JsonPointer(ptr) => match body_json_at(msg, ptr).map_err(|e| {
+            KeySource::BodySha256 => {
+                (!payload.is_empty()).then(|| self.key(&Value::String(payload.to_owned())))
+            }
+            KeySource::JsonPointer(ptr) => match body_json_at(payload, ptr).map_err(|e| {
                 Error::new(
                     ErrorKind::MissingKey,
                     format!("cannot read key {ptr:?}: {}", e.message()),
@@ -318,28 +334,26 @@ impl PowertoolsFormat {
     ///
     /// [`with_record_validation`]: Self::with_record_validation
     pub fn record_fingerprint(&self, msg: &SqsMessage) -> Option<String> {
+        self.payload_fingerprint(msg.body.as_deref().unwrap_or(""))
+    }
+
+    /// [`record_fingerprint`](Self::record_fingerprint) of a record whose body (or the
+    /// payload an envelope in it wraps) is `payload`.
+    fn payload_fingerprint(&self, payload: &str) -> Option<String> {
         match self.validation.as_ref()? {
-            RecordPayload::Body => {
-                Some(self.hash(&Value::String(msg.body.clone().unwrap_or_default())))
-            }
+            RecordPayload::Body => Some(self.hash(&Value::String(payload.to_owned()))),
             // Powertools hashes what JMESPath finds, `null` for nothing.
-            RecordPayload::BodyJson(ptr) => {
-                match crate::pointer::find_raw(msg.body.as_deref().unwrap_or(""), ptr).ok()? {
-                    Some(raw) => self.hash_text(&raw).ok(),
-                    None => Some(self.hash(&Value::Null)),
-                }
-            }
+            RecordPayload::BodyJson(ptr) => match crate::pointer::find_raw(payload, ptr).ok()? {
+                Some(raw) => self.hash_text(&raw).ok(),
+                None => Some(self.hash(&Value::Null)),
+            },
         }
     }
 }
 
-/// The raw text of the JSON value at `ptr` in `msg`'s body, `None` if there is nothing there
-/// or Powertools would count it as no key.
-fn body_json_at<'m>(
-    msg: &'m SqsMessage,
-    ptr: &str,
-) -> Result<Option<std::borrow::Cow<'m, str>>, Error> {
-    let body = msg.body.as_deref().unwrap_or("");
+/// The raw text of the JSON value at `ptr` in `body`, `None` if there is nothing there or
+/// Powertools would count it as no key.
+fn body_json_at<'b>(body: &'b str, ptr: &str) -> Result<Option<std::borrow::Cow<'b, str>>, Error> {
     let raw = crate::pointer::find_raw(body, ptr).map_err(not_json)?;
     Ok(match raw {
         Some(raw) => {
@@ -692,23 +706,28 @@ mod tests {
         record.body = Some(r#"{"order_id": 42}"#.into());
         let source = KeySource::JsonPointer("/order_id".into());
         let plain = PowertoolsFormat::new("fn", "app.handler");
+        let body = record.body.as_deref().unwrap_or_default();
         let format: &dyn KeyFormat = &plain;
         assert_eq!(
-            format.record_key("ignored", &source, &record).unwrap(),
+            format
+                .record_key("ignored", &source, &record, body)
+                .unwrap(),
             plain.record_key(&source, &record).unwrap(),
         );
         assert_eq!(
-            format.record_key("ignored", &source, &record).unwrap(),
+            format
+                .record_key("ignored", &source, &record, body)
+                .unwrap(),
             Some(plain.key(&json!(42)))
         );
-        assert_eq!(format.record_fingerprint(&record), None);
+        assert_eq!(format.record_fingerprint(&record, body), None);
         let validating = plain.with_record_validation(RecordPayload::Body);
         let format: &dyn KeyFormat = &validating;
         assert_eq!(
-            format.record_fingerprint(&record),
+            format.record_fingerprint(&record, body),
             validating.record_fingerprint(&record)
         );
-        assert!(format.record_fingerprint(&record).is_some());
+        assert!(format.record_fingerprint(&record, body).is_some());
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod common;
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
@@ -20,11 +20,13 @@ use sqs_claim::store::{
 };
 use sqs_claim::{Error, MemoryStore, Message, Processor};
 
-/// A store that counts the requests that reach it.
+/// A store that counts the requests that reach it, and can lose the answer of its next
+/// completion (commit it, then report a transient error).
 #[derive(Clone)]
 struct Counting<S> {
     inner: S,
     calls: Arc<AtomicUsize>,
+    lose_next_answer: Arc<AtomicBool>,
 }
 
 impl<S> Counting<S> {
@@ -32,6 +34,7 @@ impl<S> Counting<S> {
         Counting {
             inner,
             calls: Arc::default(),
+            lose_next_answer: Arc::default(),
         }
     }
     fn calls(&self) -> usize {
@@ -59,7 +62,14 @@ impl<S: ClaimStore> ClaimStore for Counting<S> {
         completion: Completion<S::Effect>,
     ) -> Result<(), Error> {
         self.count();
-        self.inner.complete_with(key, token, completion).await
+        self.inner.complete_with(key, token, completion).await?;
+        if self.lose_next_answer.swap(false, Ordering::SeqCst) {
+            return Err(Error::new(
+                sqs_claim::ErrorKind::StoreUnavailable,
+                "the answer was lost (committed)",
+            ));
+        }
+        Ok(())
     }
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         self.count();
@@ -427,4 +437,41 @@ async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
         OneShotWrite::Committed,
         "the refused key was not cached"
     );
+}
+
+/// A completion whose answer was lost, retried with another response: the inner store kept the
+/// first, and so must every duplicate; nothing is cached from the retry (which could carry the
+/// second), the inner record is cached at the next duplicate instead.
+#[tokio::test]
+async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
+    let inner = Counting::new(MemoryStore::new());
+    let store = CachedStore::new(inner.clone());
+    let now = at(0);
+    let Ok(Claim::Acquired(token)) = store.claim(claim_at("k", now, Some("fp"))).await else {
+        panic!("fresh key");
+    };
+    let completion = |r: &str| {
+        Completion::new(now + Duration::from_secs(600)).with_response(StoredResponse::new(r))
+    };
+    inner.lose_next_answer.store(true, Ordering::SeqCst);
+    let err = store
+        .complete_with("k", &token, completion("\"first\""))
+        .await
+        .expect_err("the lost answer");
+    assert!(err.is_transient());
+    store
+        .complete_with("k", &token, completion("\"second\""))
+        .await
+        .expect("the retry is a no-op success");
+    for _ in 0..2 {
+        match store.claim(claim_at("k", now, Some("fp"))).await {
+            Ok(Claim::Completed(rec)) => assert_eq!(
+                rec.response.as_ref().map(StoredResponse::as_str),
+                Some("\"first\""),
+                "the inner record's response, from the store or the cache"
+            ),
+            other => panic!("expected Completed, got {other:?}"),
+        }
+    }
+    assert_eq!(store.hits(), 1, "the first duplicate asks the inner store");
 }

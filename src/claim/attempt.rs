@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
 use super::locks::{Held, ItemLocks, claim_item};
-use super::pack::Packer;
 use super::{Lease, PayloadCheck, PayloadVerdict};
 use crate::deadline::{self, Budget, OutOfTime};
 use crate::metrics::StoreCall;
@@ -75,9 +75,24 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     /// The process's item locks, when writes on one item must take turns.
     locks: Option<&'a ItemLocks>,
     /// The batch's packer, when one-shot writes with effects go several per request.
-    packer: Option<&'a Packer<'a, S>>,
+    packer: Option<&'a dyn OneShotSink<S::Effect>>,
     /// Writes of this attempt cancelled on contention so far.
     conflicts: AtomicU32,
+}
+
+/// Where an attempt sends its one-shot write with effects instead of the store's own
+/// [`claim_completed`](ClaimStore::claim_completed): the processor's packer
+/// (`processor/pack.rs`), which sends it with other writes of the batch in one request and
+/// answers each on its own. A trait, so the claim does not depend on the front door that packs.
+pub(crate) trait OneShotSink<E>: Send + Sync {
+    /// Sends one write and waits for its answer, as
+    /// [`ClaimStore::claim_completed`] would give it. Boxed to be object-safe: one allocation
+    /// beside the queued write's own, on a path that waits for a round trip.
+    fn write<'f>(
+        &'f self,
+        request: ClaimRequest<'f>,
+        effects: Effects<E>,
+    ) -> BoxFuture<'f, Result<OneShotWrite, Error>>;
 }
 
 /// What a claim (or a one-shot write) found.
@@ -154,8 +169,8 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
 
     /// The same attempt, its one-shot write with effects sent through `packer` (with others
     /// of the batch, in one request) when there is one.
-    pub(crate) fn with_packer(mut self, packer: Option<&'a Packer<'a, S>>) -> Self {
-        self.packer = packer;
+    pub(crate) fn with_packer(mut self, packer: Option<&'a impl OneShotSink<S::Effect>>) -> Self {
+        self.packer = packer.map(|p| p as &'a dyn OneShotSink<S::Effect>);
         self
     }
 

@@ -22,7 +22,13 @@ use crate::key::{KeySource, sha256_hex};
 ///
 /// Only [`stored_key`](Self::stored_key) and [`fingerprint`](Self::fingerprint) must be
 /// written; the record methods default to the same key and fingerprint of the record's raw key
-/// and body.
+/// and payload.
+///
+/// The record methods are given the record's **payload**: its body, or, with an
+/// [`Envelope`](crate::envelope::Envelope) on the processor, what the envelope wraps (the SNS
+/// `Message`, the EventBridge `detail`), opened once by the processor. A format reads keys and
+/// fingerprints from it as it would from a body, so every format keys the same payload the same
+/// way whether it came wrapped or not.
 pub trait KeyFormat: fmt::Debug + Send + Sync + 'static {
     /// The stored key for `datum` under `namespace`.
     fn stored_key(&self, namespace: &str, datum: &Value) -> String;
@@ -44,23 +50,27 @@ pub trait KeyFormat: fmt::Debug + Send + Sync + 'static {
     }
 
     /// The stored key of an SQS record whose key comes from `source` under `namespace`, `None`
-    /// when the record carries none. Default: [`stored_key`](Self::stored_key) of the raw key
-    /// [`KeySource::extract`] reads, as a JSON string. An `Err` must not quote the body.
+    /// when the record carries none; a key read from the body (a JSON pointer, the body's hash)
+    /// is read from `payload` (see the trait's documentation). Default:
+    /// [`stored_key`](Self::stored_key) of the raw key [`KeySource::extract`] would read from
+    /// a body that is `payload`, as a JSON string. An `Err` must not quote the payload.
     fn record_key(
         &self,
         namespace: &str,
         source: &KeySource,
         record: &SqsMessage,
+        payload: &str,
     ) -> Result<Option<String>, Error> {
         Ok(source
-            .extract(record)?
+            .extract_opened(record, payload, None)?
             .map(|raw| self.stored_key(namespace, &Value::String(raw))))
     }
 
-    /// The payload fingerprint of an SQS record, `None` for none. Default:
-    /// [`fingerprint`](Self::fingerprint) of the body, as a JSON string.
-    fn record_fingerprint(&self, record: &SqsMessage) -> Option<String> {
-        Some(self.fingerprint(&Value::String(record.body.clone().unwrap_or_default())))
+    /// The fingerprint of an SQS record whose payload is `payload`, `None` for none. Default:
+    /// [`fingerprint`](Self::fingerprint) of the payload, as a JSON string.
+    fn record_fingerprint(&self, record: &SqsMessage, payload: &str) -> Option<String> {
+        let _ = record;
+        Some(self.fingerprint(&Value::String(payload.to_owned())))
     }
 }
 
@@ -99,14 +109,15 @@ impl KeyFormat for NativeFormat {
         namespace: &str,
         source: &KeySource,
         record: &SqsMessage,
+        payload: &str,
     ) -> Result<Option<String>, Error> {
         Ok(source
-            .extract(record)?
+            .extract_opened(record, payload, None)?
             .map(|raw| namespaced(namespace, &raw)))
     }
 
-    fn record_fingerprint(&self, record: &SqsMessage) -> Option<String> {
-        Some(sha256_hex(record.body.as_deref().unwrap_or("").as_bytes()))
+    fn record_fingerprint(&self, _record: &SqsMessage, payload: &str) -> Option<String> {
+        Some(sha256_hex(payload.as_bytes()))
     }
 }
 
@@ -206,27 +217,43 @@ mod tests {
         }
         let mut record = SqsMessage::default();
         record.message_id = Some("m-1".into());
-        record.body = Some(r#"{"order_id":"o-1"}"#.into());
+        let body = r#"{"order_id":"o-1"}"#;
+        record.body = Some(body.into());
         for source in [
             KeySource::MessageId,
             KeySource::BodySha256,
             KeySource::JsonPointer("/order_id".into()),
         ] {
+            let native = NativeFormat
+                .record_key("ns", &source, &record, body)
+                .unwrap();
             assert_eq!(
-                NativeFormat.record_key("ns", &source, &record).unwrap(),
-                Defaults.record_key("ns", &source, &record).unwrap(),
+                native,
+                Defaults.record_key("ns", &source, &record, body).unwrap()
+            );
+            // The key of a record as it is: what `KeySource::extract` reads from its body.
+            assert_eq!(
+                native,
+                source
+                    .extract(&record)
+                    .unwrap()
+                    .map(|raw| format!("ns#{raw}"))
             );
         }
         assert_eq!(
             NativeFormat
-                .record_key("ns", &KeySource::MessageId, &record)
+                .record_key("ns", &KeySource::MessageId, &record, body)
                 .unwrap()
                 .as_deref(),
             Some("ns#m-1")
         );
         assert_eq!(
-            NativeFormat.record_fingerprint(&record),
-            Defaults.record_fingerprint(&record)
+            NativeFormat.record_fingerprint(&record, body),
+            Defaults.record_fingerprint(&record, body)
+        );
+        assert_eq!(
+            NativeFormat.record_fingerprint(&record, body),
+            Some(sha256_hex(body.as_bytes()))
         );
     }
 }

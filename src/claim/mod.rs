@@ -21,7 +21,6 @@
 //! | `policy.rs` | [`PayloadCheck`], [`MissingKey`], and the namespace rule (below) |
 //! | `format.rs` | [`KeyFormat`], [`NativeFormat`]: how a key becomes the stored key, a payload its fingerprint (`PowertoolsFormat`, feature `powertools`, is another) |
 //! | `attempt.rs` | the steps of one attempt: the claim request, the claim and the judgement of a stored record, the guarded handler call (panic, timeout, budget), the completion retried under the one [`RetryPolicy`](crate::RetryPolicy), the release; every write sent again while it is cancelled on contention |
-//! | `pack.rs` | the packer: a one-shot batch's writes with effects sent several per request where the store packs them (DynamoDB: 100 actions per `TransactWriteItems`), each write answered on its own |
 //! | `locks.rs` | item locks: writes of one process on one item take turns, so a batch never cancels its own transactions on a hot item |
 //!
 //! # The namespace rule
@@ -43,15 +42,13 @@ mod attempt;
 mod format;
 mod lease;
 mod locks;
-mod pack;
 mod policy;
 
 pub use format::{KeyFormat, NativeFormat};
 pub use lease::Lease;
 pub use policy::{MissingKey, PayloadCheck};
 
-pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, Recorded, Terms, guarded};
+pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, OneShotSink, Recorded, Terms, guarded};
 pub(crate) use format::text;
 pub(crate) use locks::ItemLocks;
-pub(crate) use pack::Packer;
 pub(crate) use policy::{Namespace, PayloadVerdict, differs};

@@ -73,15 +73,17 @@ pub(crate) struct Config {
 impl Config {
     /// Reads `record` through the envelope: its stored key under the key format (`None` if
     /// it has none), its payload fingerprint under the payload check (when it has a key), and
-    /// what the envelope holds, for the handler. The envelope is opened once, here.
+    /// what the envelope holds, for the handler. The envelope is opened once, here, and the
+    /// key format reads the payload it holds as it would a body.
     pub(super) fn read(
         &self,
-        record: &mut aws_lambda_events::sqs::SqsMessage,
+        record: &aws_lambda_events::sqs::SqsMessage,
         namespace: &str,
     ) -> Read {
-        let mut payload = match self.envelope {
+        let body = record.body.as_deref().unwrap_or("");
+        let payload = match self.envelope {
             Envelope::None => Payload::Body,
-            envelope => match envelope.open(record.body.as_deref().unwrap_or("")) {
+            envelope => match envelope.open(body) {
                 Ok(opened) => {
                     let (text, id) = opened.into_owned();
                     Payload::Opened { text, id }
@@ -89,34 +91,28 @@ impl Config {
                 Err(e) => Payload::Unopened(e.message().to_owned()),
             },
         };
-        let (key, fingerprint) = match &mut payload {
-            Payload::Body => self.key_and_fingerprint(record, namespace),
+        let (key, fingerprint) = match &payload {
             Payload::Unopened(why) if self.key.reads_body() => (
                 Err(self
                     .key
                     .unopened(&crate::Error::new(crate::ErrorKind::BadBody, why.clone()))),
                 None,
             ),
-            Payload::Unopened(_) => self.key_and_fingerprint(record, namespace),
-            Payload::Opened { text, id } => {
-                // The key format reads a record's body: it is given the payload in its place
-                // (and the body put back after), so every format, Powertools' included, keys
-                // and fingerprints the payload as it would a body.
-                let raw = record.body.replace(std::mem::take(text));
-                let (key, fingerprint) = match (&self.key, id.as_deref()) {
-                    (KeySource::EnvelopeId, id) => {
-                        let key = id.map(|id| {
-                            self.format
-                                .stored_key(namespace, &serde_json::Value::String(id.to_owned()))
-                        });
-                        let fingerprint = key.as_ref().and_then(|_| self.fingerprint(record));
-                        (Ok(key), fingerprint)
-                    }
-                    _ => self.key_and_fingerprint(record, namespace),
-                };
-                *text = std::mem::replace(&mut record.body, raw).unwrap_or_default();
-                (key, fingerprint)
+            // A key from the record itself (its id, an attribute), and the body as it is.
+            Payload::Body | Payload::Unopened(_) => {
+                self.key_and_fingerprint(record, body, namespace)
             }
+            Payload::Opened { text, id } => match (&self.key, id.as_deref()) {
+                (KeySource::EnvelopeId, id) => {
+                    let key = id.map(|id| {
+                        self.format
+                            .stored_key(namespace, &serde_json::Value::String(id.to_owned()))
+                    });
+                    let fingerprint = key.as_ref().and_then(|_| self.fingerprint(record, text));
+                    (Ok(key), fingerprint)
+                }
+                _ => self.key_and_fingerprint(record, text, namespace),
+            },
         };
         Read {
             key,
@@ -125,26 +121,33 @@ impl Config {
         }
     }
 
-    /// The stored key and the fingerprint of `record` as it is.
+    /// The stored key and the fingerprint of `record`, whose payload is `payload`.
     fn key_and_fingerprint(
         &self,
         record: &aws_lambda_events::sqs::SqsMessage,
+        payload: &str,
         namespace: &str,
     ) -> (Result<Option<String>, crate::Error>, Option<String>) {
-        let key = self.format.record_key(namespace, &self.key, record);
+        let key = self
+            .format
+            .record_key(namespace, &self.key, record, payload);
         let fingerprint = match key {
-            Ok(Some(_)) => self.fingerprint(record),
+            Ok(Some(_)) => self.fingerprint(record, payload),
             _ => None,
         };
         (key, fingerprint)
     }
 
-    /// The payload fingerprint of `record` under the payload check, `None` when it is off.
-    fn fingerprint(&self, record: &aws_lambda_events::sqs::SqsMessage) -> Option<String> {
+    /// The fingerprint of `record`'s payload under the payload check, `None` when it is off.
+    fn fingerprint(
+        &self,
+        record: &aws_lambda_events::sqs::SqsMessage,
+        payload: &str,
+    ) -> Option<String> {
         if !self.terms.payload_check.fingerprints() {
             return None;
         }
-        self.format.record_fingerprint(record)
+        self.format.record_fingerprint(record, payload)
     }
 }
 

@@ -14,6 +14,7 @@
 //! | `config.rs` | the processor's own policies ([`StoreUnavailable`], [`FifoMode`]) and [`ProcessorBuilder`]; the claim's ([`PayloadCheck`](crate::PayloadCheck), [`Lease`](crate::Lease), [`MissingKey`](crate::MissingKey), the key format) are in [`claim`](crate::claim) |
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
 //! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
+//! | `pack.rs` | the packer: a one-shot batch's writes with effects sent several per request where the store packs them (DynamoDB: 100 actions per `TransactWriteItems`), each write answered on its own |
 //! | `limit.rs` | the in-flight limit of a standard-queue batch, adapted to what the store answers: cut on contention and timeouts, grown back on success (AIMD) |
 //! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive, or for good (`Permanent`), sent with their reason to a failure queue (feature `sqs`) |
 //! | `redelivery.rs` | after that: each message reported for retry given its own visibility timeout (backoff, the handler's delay, a claim's lease end) with `ChangeMessageVisibilityBatch` (feature `sqs`) |
@@ -31,6 +32,7 @@ mod config;
 mod failure_destination;
 mod limit;
 mod one_shot;
+mod pack;
 mod plan;
 #[cfg(feature = "sqs")]
 mod redelivery;

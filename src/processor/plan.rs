@@ -99,10 +99,10 @@ impl Plan {
         let mut leaders: HashMap<String, (usize, Option<String>)> = HashMap::new();
         let mut metas: Vec<Meta> = Vec::with_capacity(records.len());
         let mut actions = Vec::with_capacity(records.len());
-        for (i, mut record) in records.into_iter().enumerate() {
+        for (i, record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
             let trace_header = record.attributes.get("AWSTraceHeader").cloned();
-            let read = config.read(&mut record, namespace);
+            let read = config.read(&record, namespace);
             let payload = read.payload;
             let (key, action) = match read.key {
                 Ok(Some(key)) => {

@@ -24,10 +24,9 @@ use tracing::{Instrument, error, warn};
 use super::Inner;
 use super::config::{FifoMode, StoreUnavailable};
 use super::limit::Limit;
+use super::pack::Packer;
 use super::plan::{Action, Meta, Plan, Work};
-use crate::claim::{
-    Attempt, Claimed, HandlerEnd, Packer, PayloadCheck, PayloadVerdict, Recorded, guarded,
-};
+use crate::claim::{Attempt, Claimed, HandlerEnd, PayloadCheck, PayloadVerdict, Recorded, guarded};
 use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;

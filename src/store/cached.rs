@@ -46,6 +46,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
+use super::remember::{Pending, response_fits};
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
     Inspected, OneShotWrite, Packed, Status, StoreAdmin,
@@ -60,13 +61,6 @@ pub const DEFAULT_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// How long an entry is kept by default, at most (less if its record expires sooner).
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(15 * 60);
-
-/// The longest response cached; a key with a longer one is not cached.
-const MAX_CACHED_RESPONSE: usize = 64 * 1024;
-
-/// At most this many claims in flight remember their fingerprint for the entry; beyond it,
-/// a completion caches nothing (its next duplicate asks the inner store, and caches then).
-const MAX_PENDING: usize = 100_000;
 
 /// A store with a bounded in-process cache of completed keys in front. See the
 /// [module documentation](self). Cloning it shares the cache.
@@ -87,10 +81,9 @@ struct Limits {
 #[derive(Default)]
 struct State {
     cache: Mutex<Cache>,
-    /// Claims acquired through this store, by owner token, until completed or released: the
-    /// claim's fingerprint (the completion is not told it, and an entry must carry it) and the
-    /// claim's `now` (where the entry's `max_age` counts from: a store never reads a clock).
-    pending: Mutex<HashMap<ClaimToken, (Option<String>, SystemTime)>>,
+    /// Claims acquired through this store, until completed or released: an entry's `max_age`
+    /// counts from its claim's `now`.
+    pending: Pending,
     hits: std::sync::atomic::AtomicU64,
 }
 
@@ -262,10 +255,6 @@ impl<S> CachedStore<S> {
         self.state.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn pending(&self) -> MutexGuard<'_, HashMap<ClaimToken, (Option<String>, SystemTime)>> {
-        self.state.pending.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     fn cached(&self, key: &str, now: SystemTime) -> Option<ClaimRecord> {
         let record = self.cache().get(key, now)?;
         self.state
@@ -277,12 +266,7 @@ impl<S> CachedStore<S> {
     /// Caches `record` (completed, with a response small enough) for at most `max_age` after
     /// `now`.
     fn remember(&self, key: &str, record: &ClaimRecord, now: SystemTime) {
-        if record.status != Status::Completed
-            || record
-                .response
-                .as_ref()
-                .is_some_and(|r| r.len() > MAX_CACHED_RESPONSE)
-        {
+        if record.status != Status::Completed || !response_fits(record) {
             return;
         }
         let until = now
@@ -309,15 +293,8 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
             return Ok(Claim::Completed(record));
         }
         let claim = self.inner.claim(req).await?;
-        match &claim {
-            Claim::Completed(record) => self.remember(req.key, record, req.now),
-            Claim::Acquired(token) => {
-                let mut pending = self.pending();
-                if pending.len() < MAX_PENDING {
-                    pending.insert(token.clone(), (req.fingerprint.map(str::to_owned), req.now));
-                }
-            }
-            Claim::HeldElsewhere { .. } => {}
+        if let Some(record) = self.state.pending.claimed(&req, &claim) {
+            self.remember(req.key, record, req.now);
         }
         Ok(claim)
     }
@@ -328,34 +305,24 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
         token: &ClaimToken,
         completion: Completion<S::Effect>,
     ) -> Result<(), Error> {
-        let expires_at = completion.expires_at;
-        let response = completion.response.clone();
-        let result = self.inner.complete_with(key, token, completion).await;
-        // Taken whatever the outcome, as the tiered store does: after an ambiguous failure the
-        // first attempt may have landed, and a retry (a no-op then) would cache its own
-        // response and expiry, not the stored ones. Without the pending entry nothing is
-        // cached, and the next duplicate caches the inner store's record instead.
-        let pending = self.pending().remove(token);
-        result?;
-        if let Some((fingerprint, claimed_at)) = pending {
-            let record = ClaimRecord {
-                status: Status::Completed,
-                expires_at,
-                lease_until: None,
-                fingerprint,
-                response,
-            };
-            self.remember(key, &record, claimed_at);
+        let committed = self
+            .state
+            .pending
+            .complete(token, completion, |completion| {
+                self.inner.complete_with(key, token, completion)
+            })
+            .await?;
+        if let Some(committed) = committed {
+            self.remember(key, &committed.record, committed.claimed_at);
         }
         Ok(())
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        let result = self.inner.release(key, token).await;
-        if !result.as_ref().is_err_and(Error::is_transient) {
-            self.pending().remove(token);
-        }
-        result
+        self.state
+            .pending
+            .release(token, self.inner.release(key, token))
+            .await
     }
 
     async fn claim_completed(

@@ -95,6 +95,7 @@ pub mod dynamodb;
 pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
+mod remember;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "redis")]

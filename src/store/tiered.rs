@@ -69,7 +69,6 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -77,6 +76,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::AsyncCommands;
 
 use super::redis::RedisStore;
+use super::remember::{Pending, response_fits};
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected,
     Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
@@ -85,14 +85,6 @@ use crate::Error;
 
 /// How long the cache is skipped after a Redis error, by default.
 pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(1);
-
-/// At most this many claims in flight remember their fingerprint for the marker (see
-/// [`TieredStore`]); beyond it, completions skip the marker and the next duplicate backfills it.
-const MAX_PENDING: usize = 100_000;
-
-/// The longest response copied into a marker (see "The stored response" in the module docs);
-/// a key with a longer one gets no marker, and its duplicates read the durable store.
-const MAX_CACHED_RESPONSE: usize = 64 * 1024;
 
 /// The start of a marker in the current format ([`encode_marker`]). An older marker
 /// (`{expires_at_ms}` or `{expires_at_ms}:{fingerprint}`) cannot start with it, and the older
@@ -115,10 +107,10 @@ pub struct TieredStore<D> {
 struct State {
     /// While set and in the future, the cache is skipped (see `with_cooldown`).
     skip_until: Mutex<Option<Instant>>,
-    /// Fingerprints of claims acquired through this store, by owner token, until they are
-    /// completed or released: `complete` is not told the fingerprint, and a marker must carry
-    /// it to answer exactly what the durable store would.
-    pending: Mutex<HashMap<ClaimToken, Option<String>>>,
+    /// Claims acquired through this store, until completed or released: `complete` is not
+    /// told the fingerprint, and a marker must carry it to answer exactly what the durable
+    /// store would.
+    pending: Pending,
 }
 
 impl<D: ClaimStore> TieredStore<D> {
@@ -158,12 +150,6 @@ impl<D: ClaimStore> TieredStore<D> {
     /// The Redis key of `key`'s completion marker.
     pub fn marker_key(&self, key: &str) -> String {
         format!("{}done:{key}", self.cache.prefix())
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<ClaimToken, Option<String>>> {
-        // Every write under this lock is a single insert or remove: a poisoned lock is still
-        // consistent.
-        self.state.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn cache_usable(&self) -> bool {
@@ -217,12 +203,9 @@ impl<D: ClaimStore> TieredStore<D> {
             return;
         }
         let expires_ms = epoch_millis(record.expires_at);
-        if expires_ms <= 0
-            || record
-                .response
-                .as_ref()
-                .is_some_and(|r| r.len() > MAX_CACHED_RESPONSE)
-        {
+        // A response over 64 KiB gets no marker (see "The stored response" in the module
+        // docs): its duplicates read the durable store.
+        if expires_ms <= 0 || !response_fits(record) {
             return;
         }
         let mut cmd = redis::cmd("SET");
@@ -311,18 +294,9 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
             return Ok(Claim::Completed(record));
         }
         let claim = self.durable.claim(req).await?;
-        match &claim {
-            Claim::Completed(record) => {
-                // The durable record is the authority on the expiry: overwrite.
-                self.remember(req.key, record, false).await;
-            }
-            Claim::Acquired(token) => {
-                let mut pending = self.pending();
-                if pending.len() < MAX_PENDING {
-                    pending.insert(token.clone(), req.fingerprint.map(str::to_owned));
-                }
-            }
-            Claim::HeldElsewhere { .. } => {}
+        if let Some(record) = self.state.pending.claimed(&req, &claim) {
+            // The durable record is the authority on the expiry: overwrite.
+            self.remember(req.key, record, false).await;
         }
         Ok(claim)
     }
@@ -333,40 +307,29 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
         token: &ClaimToken,
         completion: Completion<D::Effect>,
     ) -> Result<(), Error> {
-        let expires_at = completion.expires_at;
-        // The marker's copy of the response; a completion with none caches "none".
-        let response = completion.response.clone();
-        let result = self.durable.complete_with(key, token, completion).await;
-        // Why the fingerprint goes whatever the outcome, a transient error included: after an
-        // ambiguous failure the first attempt may have landed, and a retry is then a no-op on
-        // the durable store, which keeps the first attempt's response and expiry. A marker
-        // written from the retry's could differ from the durable record (and replay another
-        // response); without the fingerprint no marker is written, and the next duplicate
-        // backfills one from the durable record instead.
-        let fingerprint = self.pending().remove(token);
-        result?;
+        // The marker carries the completion's response (a completion with none caches
+        // "none"), and nothing after a failure, even one a retry follows (see the module docs).
+        let committed = self
+            .state
+            .pending
+            .complete(token, completion, |completion| {
+                self.durable.complete_with(key, token, completion)
+            })
+            .await?;
         // Only claims acquired through this instance have a known fingerprint; for others the
         // next duplicate's claim backfills the marker from the durable record.
-        if let Some(fingerprint) = fingerprint {
-            let record = ClaimRecord {
-                status: Status::Completed,
-                expires_at,
-                lease_until: None,
-                fingerprint,
-                response,
-            };
+        if let Some(committed) = committed {
             // `NX`: a marker already there came from the durable record; keep its expiry.
-            self.remember(key, &record, true).await;
+            self.remember(key, &committed.record, true).await;
         }
         Ok(())
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        let result = self.durable.release(key, token).await;
-        if !result.as_ref().is_err_and(Error::is_transient) {
-            self.pending().remove(token);
-        }
-        result
+        self.state
+            .pending
+            .release(token, self.durable.release(key, token))
+            .await
     }
 }
 

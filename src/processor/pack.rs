@@ -14,15 +14,21 @@
 //! The packer lives for one batch: [`Packer::run`] runs beside the batch's messages and is
 //! dropped with them. A message cut off by the time budget while its write waits takes the
 //! write out of the queue with it (a waiting write whose message is gone is never sent).
+//!
+//! Only the processor packs (the idempotency layer answers one event at a time), so the packer
+//! is the processor's; the claim's attempt sends its write through it as a [`OneShotSink`],
+//! the one thing the claim knows of it.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, oneshot};
 
+use crate::claim::OneShotSink;
 use crate::store::{ClaimRequest, ClaimStore, Effects, OneShotWrite, Packed};
 use crate::{Error, ErrorKind};
 
@@ -45,6 +51,17 @@ impl Request {
             expires_at: self.expires_at,
             fingerprint: self.fingerprint.as_deref(),
         }
+    }
+}
+
+/// The attempt's side: a write goes into the queue, its answer comes back from its pack.
+impl<S: ClaimStore> OneShotSink<S::Effect> for Packer<'_, S> {
+    fn write<'f>(
+        &'f self,
+        request: ClaimRequest<'f>,
+        effects: Effects<S::Effect>,
+    ) -> BoxFuture<'f, Result<OneShotWrite, Error>> {
+        Box::pin(self.queued(request, effects))
     }
 }
 
@@ -90,7 +107,7 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
 
     /// Hands one write to the packer and waits for its answer, as
     /// [`ClaimStore::claim_completed`] would give it.
-    pub(crate) async fn write(
+    async fn queued(
         &self,
         request: ClaimRequest<'_>,
         effects: Effects<S::Effect>,
@@ -199,5 +216,91 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
             }
         }
         unsent
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use futures::future::{Either, join, select};
+
+    use super::*;
+    use crate::store::{Capabilities, Claim, ClaimToken, Completion, MemoryStore};
+
+    /// A memory store that says it packs, and counts its packs.
+    struct Packing {
+        inner: MemoryStore,
+        packs: AtomicUsize,
+    }
+
+    impl ClaimStore for Packing {
+        type Effect = <MemoryStore as ClaimStore>::Effect;
+
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities().with_max_pack_actions(100)
+        }
+        async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+            self.inner.claim(req).await
+        }
+        async fn complete_with(
+            &self,
+            key: &str,
+            token: &ClaimToken,
+            completion: Completion<Self::Effect>,
+        ) -> Result<(), Error> {
+            self.inner.complete_with(key, token, completion).await
+        }
+        async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+            self.inner.release(key, token).await
+        }
+        async fn claim_completed_packed(
+            &self,
+            writes: Vec<(ClaimRequest<'_>, Effects<Self::Effect>)>,
+        ) -> Vec<Packed> {
+            self.packs.fetch_add(1, Ordering::SeqCst);
+            self.inner.claim_completed_packed(writes).await
+        }
+    }
+
+    /// What the claim's attempt sees of the packer: a sink whose writes wait, go in one pack,
+    /// and are answered each on its own.
+    #[tokio::test]
+    async fn writes_through_the_sink_go_in_one_pack_and_are_answered_each() {
+        let store = Packing {
+            inner: MemoryStore::new(),
+            packs: AtomicUsize::new(0),
+        };
+        let packer = Packer::for_store(&store).expect("the store packs");
+        let sink: &dyn OneShotSink<_> = &packer;
+        let now = SystemTime::now();
+        let request = |key| ClaimRequest {
+            key,
+            now,
+            lease_until: now + Duration::from_secs(60),
+            expires_at: now + Duration::from_secs(3600),
+            fingerprint: None,
+        };
+        let writes = join(
+            sink.write(request("a"), Effects::none()),
+            sink.write(request("b"), Effects::none()),
+        );
+        let run = packer.run();
+        tokio::pin!(writes, run);
+        let (a, b) = match select(writes, run).await {
+            Either::Left((answers, _)) => answers,
+            Either::Right(((), _)) => panic!("the packer never ends by itself"),
+        };
+        assert!(matches!(a, Ok(OneShotWrite::Committed)), "{a:?}");
+        assert!(matches!(b, Ok(OneShotWrite::Committed)), "{b:?}");
+        assert_eq!(store.packs.load(Ordering::SeqCst), 1);
+        let again = sink.write(request("a"), Effects::none());
+        let run = packer.run();
+        tokio::pin!(again, run);
+        let Either::Left((again, _)) = select(again, run).await else {
+            panic!("the packer never ends by itself");
+        };
+        assert!(matches!(again, Ok(OneShotWrite::Completed(_))), "{again:?}");
     }
 }
