@@ -31,6 +31,7 @@ use crate::claim::{
 use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;
+use crate::metrics::BatchStats;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::store::{ClaimStore, ClaimToken, Effects};
 use crate::{BoxError, Error, ErrorKind};
@@ -63,16 +64,22 @@ where
     H::Response: Into<Effects<S::Effect>>,
     H::Error: Into<BoxError>,
 {
-    /// Runs every item of `plan` and reports them in batch order.
-    pub(super) async fn run(&self, plan: Plan, budget: &Budget) -> Vec<ItemReport> {
+    /// Runs every item of `plan` and reports them in batch order, counting the store calls
+    /// in `stats`.
+    pub(super) async fn run(
+        &self,
+        plan: Plan,
+        budget: &Budget,
+        stats: &BatchStats,
+    ) -> Vec<ItemReport> {
         let Plan {
             metas,
             actions,
             lanes,
         } = plan;
         let outcomes = match lanes {
-            None => self.run_standard(&metas, actions, budget).await,
-            Some(lanes) => self.run_fifo(&metas, actions, &lanes, budget).await,
+            None => self.run_standard(&metas, actions, budget, stats).await,
+            Some(lanes) => self.run_fifo(&metas, actions, &lanes, budget, stats).await,
         };
         metas
             .into_iter()
@@ -96,6 +103,7 @@ where
         metas: &[Meta],
         actions: Vec<Action>,
         budget: &Budget,
+        stats: &BatchStats,
     ) -> Vec<Outcome> {
         struct Copy {
             index: usize,
@@ -157,6 +165,7 @@ where
                         group.work,
                         &metas[group.index].id,
                         budget,
+                        stats,
                         &conflicts,
                         packer,
                     )
@@ -218,6 +227,7 @@ where
         actions: Vec<Action>,
         lanes: &[Vec<usize>],
         budget: &Budget,
+        stats: &BatchStats,
     ) -> Vec<Outcome> {
         let mut previous = vec![None; actions.len()];
         for lane in lanes {
@@ -237,7 +247,7 @@ where
             let outcome: BoxFuture<'_, Outcome> = match action {
                 // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
                 Action::Do(work) => async move {
-                    self.execute(work, id, budget, &AtomicU32::new(0), None)
+                    self.execute(work, id, budget, stats, &AtomicU32::new(0), None)
                         .await
                 }
                 .boxed(),
@@ -322,6 +332,7 @@ where
         work: Work,
         id: &'a str,
         budget: &'a Budget,
+        stats: &'a BatchStats,
         conflicts: &'a AtomicU32,
         packer: Option<&'a Packer<'a, S>>,
     ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
@@ -329,7 +340,7 @@ where
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, budget, conflicts, packer)
+        self.execute_work(work, id, budget, stats, conflicts, packer)
             .instrument(span)
     }
 
@@ -338,6 +349,7 @@ where
         work: Work,
         id: &str,
         budget: &Budget,
+        stats: &BatchStats,
         conflicts: &AtomicU32,
         packer: Option<&Packer<'_, S>>,
     ) -> Outcome {
@@ -369,6 +381,7 @@ where
                     fingerprint.as_deref(),
                 )
                 .for_message(id)
+                .with_stats(stats)
                 .with_locks(&self.locks)
                 .with_packer(packer);
                 let outcome = self.run_claimed(message, id, &attempt, budget).await;
