@@ -416,33 +416,29 @@ where
             Claimed::HeldElsewhere { lease_until } => {
                 return Outcome::HeldElsewhere { lease_until };
             }
-            Claimed::Failed(e) if e.kind() == ErrorKind::StoreUnavailable => {
-                if config.on_store_unavailable == StoreUnavailable::FailOpen {
-                    warn!(message_id = %id, key, error = %format_args!("{e:#}"), "store unavailable: fail-open, running without a claim");
-                    return Box::pin(self.run_unclaimed(
-                        message,
-                        budget,
-                        FailureKind::StoreUnavailable,
-                        "the store was unavailable and the message ran without a claim \
-                         (StoreUnavailable::FailOpen)",
-                    ))
-                    .await;
-                }
-                return Outcome::Failed(Failure::new(
-                    FailureKind::StoreUnavailable,
-                    format!("claim failed, nothing ran: {e:#}"),
-                ));
-            }
-            Claimed::Failed(e) if e.kind() == ErrorKind::Contention => {
-                return Outcome::Failed(Failure::new(
-                    FailureKind::Contention,
-                    format!("claim not written, nothing ran: {e:#}"),
-                ));
+            Claimed::Failed(e)
+                if e.kind() == ErrorKind::StoreUnavailable
+                    && config.on_store_unavailable == StoreUnavailable::FailOpen =>
+            {
+                warn!(message_id = %id, key, error = %format_args!("{e:#}"), "store unavailable: fail-open, running without a claim");
+                return Box::pin(self.run_unclaimed(
+                    message,
+                    budget,
+                    FailureKind::from(e.kind()),
+                    "the store was unavailable and the message ran without a claim \
+                     (StoreUnavailable::FailOpen)",
+                ))
+                .await;
             }
             Claimed::Failed(e) => {
+                let what = match e.kind() {
+                    ErrorKind::StoreUnavailable => "claim failed, nothing ran",
+                    ErrorKind::Contention => "claim not written, nothing ran",
+                    _ => "claim refused by the store, nothing ran",
+                };
                 return Outcome::Failed(Failure::new(
-                    FailureKind::StoreRejected,
-                    format!("claim refused by the store, nothing ran: {e:#}"),
+                    FailureKind::from(e.kind()),
+                    format!("{what}: {e:#}"),
                 ));
             }
         };
@@ -501,7 +497,7 @@ where
                     "one-shot write failed, nothing was committed"
                 };
                 Outcome::Failed(Failure::new(
-                    FailureKind::of_store_error(e.kind()),
+                    FailureKind::from(e.kind()),
                     format!("{what}: {e:#}"),
                 ))
             }
@@ -612,7 +608,7 @@ where
                     "completion with effects failed, nothing was committed"
                 };
                 Outcome::Failed(Failure::new(
-                    FailureKind::of_store_error(e.kind()),
+                    FailureKind::from(e.kind()),
                     format!("{what}: {e:#}"),
                 ))
             }
