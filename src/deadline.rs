@@ -17,14 +17,11 @@
 //! ```
 //!
 //! `Budget::bounded` races a step against the hard stop; the processor runs every step through
-//! it (claim, handler, completion with its retries, release). When metrics are on, the store
-//! steps go through `Budget::timed`, which also records how long each took.
+//! it (claim, handler, completion with its retries, release, and the steps after the batch).
+//! The budget is time alone: what the steps count (store latencies, conflicts, retries) is the
+//! batch's `BatchStats` (`metrics.rs`), passed beside it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
-
-use crate::metrics::{Latencies, StoreCall};
 
 /// Where the processor reads the time.
 ///
@@ -123,19 +120,6 @@ pub(crate) struct Budget {
     hard_stop: Option<tokio::time::Instant>,
     /// Completes at `hard_stop`.
     stop: Option<Stop>,
-    /// The batch's store latencies, when metrics are on: every store call already goes
-    /// through the budget, so this is where they are timed ([`Budget::timed`]).
-    latencies: Option<Arc<Latencies>>,
-    /// Writes cancelled on contention, and retries of store writes, in this invocation
-    /// (shared by clones).
-    retries: Arc<RetryCounts>,
-}
-
-/// What [`Budget::note_conflict`] and [`Budget::note_retry`] counted.
-#[derive(Debug, Default)]
-pub(crate) struct RetryCounts {
-    conflicts: AtomicUsize,
-    retries: AtomicUsize,
 }
 
 impl std::fmt::Debug for Budget {
@@ -195,64 +179,7 @@ impl Budget {
             cutoff,
             hard_stop,
             stop,
-            latencies: None,
-            retries: Arc::default(),
         }
-    }
-
-    /// Counts a store write cancelled on contention.
-    pub(crate) fn note_conflict(&self) {
-        self.retries.conflicts.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a store write sent again (after contention or a transient error).
-    pub(crate) fn note_retry(&self) {
-        self.retries.retries.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The writes cancelled on contention and the retries counted so far.
-    pub(crate) fn retry_counts(&self) -> (usize, usize) {
-        (
-            self.retries.conflicts.load(Ordering::Relaxed),
-            self.retries.retries.load(Ordering::Relaxed),
-        )
-    }
-
-    /// The same budget, timing the store calls made through [`Budget::timed`].
-    pub(crate) fn measuring(mut self) -> Self {
-        self.latencies = Some(Arc::default());
-        self
-    }
-
-    /// The claim and completion latencies measured so far, taken out (empty unless
-    /// [`Budget::measuring`]).
-    pub(crate) fn take_latencies(&self) -> (Vec<Duration>, Vec<Duration>) {
-        self.latencies
-            .as_ref()
-            .map(|l| l.take())
-            .unwrap_or_default()
-    }
-
-    /// [`Budget::bounded`] for a store call: when measuring, a call that returns in time has
-    /// its duration recorded as `call`. Not an `async fn`, which would hold a second copy of
-    /// `step` in the future: the timing is a `map` on the bounded future.
-    pub(crate) fn timed<'a, F: std::future::Future + 'a>(
-        &'a self,
-        call: StoreCall,
-        step: F,
-    ) -> impl std::future::Future<Output = Result<F::Output, OutOfTime>> + 'a {
-        use futures::FutureExt;
-        // Started where the call is made, which is where it is awaited.
-        let started = self
-            .latencies
-            .as_ref()
-            .map(|latencies| (latencies, tokio::time::Instant::now()));
-        self.bounded(step).map(move |out| {
-            if let (Some((latencies, started)), Ok(_)) = (started, &out) {
-                latencies.push(call, started.elapsed());
-            }
-            out
-        })
     }
 
     /// The instant every step still in flight is cut off (`None`: no deadline).

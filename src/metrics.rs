@@ -50,6 +50,7 @@
 
 use std::fmt;
 use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -208,6 +209,61 @@ pub(crate) struct Sink(pub(crate) Arc<dyn MetricsSink>);
 impl fmt::Debug for Sink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MetricsSink")
+    }
+}
+
+/// What one batch's store calls did, counted as they return: the latencies (when metrics are
+/// on), the writes cancelled on contention and the writes sent again. Passed beside the time
+/// budget (which is time alone) and read once, into [`BatchMetrics`] and the batch's log line,
+/// when the batch is done.
+#[derive(Debug, Default)]
+pub(crate) struct BatchStats {
+    /// `None` unless metrics are on: nothing is timed for nobody.
+    latencies: Option<Latencies>,
+    conflicts: AtomicUsize,
+    retries: AtomicUsize,
+}
+
+impl BatchStats {
+    /// Counters for one batch, timing the store calls if `measuring`.
+    pub(crate) fn new(measuring: bool) -> Self {
+        BatchStats {
+            latencies: measuring.then(Latencies::default),
+            ..BatchStats::default()
+        }
+    }
+
+    /// Counts a store write cancelled on contention.
+    pub(crate) fn note_conflict(&self) {
+        self.conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a store write sent again (after contention or a transient error).
+    pub(crate) fn note_retry(&self) {
+        self.retries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The writes cancelled on contention so far.
+    pub(crate) fn conflicts(&self) -> usize {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+
+    /// The writes sent again so far.
+    pub(crate) fn retries(&self) -> usize {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// The latencies of the store calls, when measuring (where a call's clock starts).
+    pub(crate) fn latencies(&self) -> Option<&Latencies> {
+        self.latencies.as_ref()
+    }
+
+    /// The claim and completion latencies measured so far, taken out (empty unless measuring).
+    pub(crate) fn take_latencies(&self) -> (Vec<Duration>, Vec<Duration>) {
+        self.latencies
+            .as_ref()
+            .map(Latencies::take)
+            .unwrap_or_default()
     }
 }
 

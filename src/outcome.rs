@@ -223,30 +223,40 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
-    /// The failure of a message whose store step failed with an error of `kind`: the one
-    /// mapping from the error taxonomy to this one. A kind both have maps to itself; any other
-    /// store error is the store refusing the request.
-    pub(crate) fn of_store_error(kind: ErrorKind) -> FailureKind {
-        match kind {
-            ErrorKind::StoreUnavailable => FailureKind::StoreUnavailable,
-            ErrorKind::Contention => FailureKind::Contention,
-            ErrorKind::EffectRejected => FailureKind::EffectRejected,
-            ErrorKind::LostClaim => FailureKind::LostClaim,
-            ErrorKind::PayloadMismatch => FailureKind::PayloadMismatch,
-            ErrorKind::MissingKey => FailureKind::MissingKey,
-            ErrorKind::Panicked => FailureKind::Panicked,
-            ErrorKind::StoreRejected
-            | ErrorKind::ResponseTooLarge
-            | ErrorKind::InProgress
-            | ErrorKind::NotReplayable
-            | ErrorKind::OutOfTime
-            | ErrorKind::BadBody
-            | ErrorKind::InvalidEvent
-            | ErrorKind::Config
-            | ErrorKind::Publish
-            | ErrorKind::Other => FailureKind::StoreRejected,
-        }
+    /// The error kind of the same meaning, for the kinds both taxonomies have (see
+    /// [`FailureKind::SHARED`]); `None` for a failure only a message can have (the handler's
+    /// error or timeout).
+    ///
+    /// ```
+    /// use sqs_claim::{ErrorKind, FailureKind};
+    /// assert_eq!(FailureKind::Contention.error_kind(), Some(ErrorKind::Contention));
+    /// assert_eq!(FailureKind::Panicked.error_kind(), Some(ErrorKind::Panicked));
+    /// assert_eq!(FailureKind::HandlerTimeout.error_kind(), None);
+    /// ```
+    pub fn error_kind(self) -> Option<ErrorKind> {
+        FailureKind::SHARED
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map(|(_, e)| *e)
     }
+
+    /// The relation between the two taxonomies, written once: each failure kind that is also
+    /// an [`ErrorKind`], beside it. A message's store step that fails with one of these error
+    /// kinds fails the message with the failure kind beside it; with any other, the store
+    /// refused the request ([`FailureKind::StoreRejected`]): see
+    /// [`From<ErrorKind>`](#impl-From%3CErrorKind%3E-for-FailureKind). The names users see stay
+    /// each taxonomy's own ([`FailureKind::as_str`], [`ErrorKind::as_str`]): they are the same
+    /// but for [`FailureKind::Panicked`], `handler_panic`, which is `panicked` as an error.
+    pub const SHARED: &'static [(FailureKind, ErrorKind)] = &[
+        (FailureKind::Panicked, ErrorKind::Panicked),
+        (FailureKind::MissingKey, ErrorKind::MissingKey),
+        (FailureKind::PayloadMismatch, ErrorKind::PayloadMismatch),
+        (FailureKind::StoreUnavailable, ErrorKind::StoreUnavailable),
+        (FailureKind::StoreRejected, ErrorKind::StoreRejected),
+        (FailureKind::Contention, ErrorKind::Contention),
+        (FailureKind::EffectRejected, ErrorKind::EffectRejected),
+        (FailureKind::LostClaim, ErrorKind::LostClaim),
+    ];
 
     /// Every kind, in the order they are declared.
     pub const ALL: &'static [FailureKind] = &[
@@ -276,6 +286,25 @@ impl FailureKind {
             FailureKind::LostClaim => "lost_claim",
             FailureKind::HandlerTimeout => "handler_timeout",
         }
+    }
+}
+
+impl From<ErrorKind> for FailureKind {
+    /// The failure of a message whose store step (claim, completion, one-shot write) failed
+    /// with an error of `kind`: the failure kind beside it in [`FailureKind::SHARED`], else
+    /// [`FailureKind::StoreRejected`] (the store refused the request for a reason retrying
+    /// will not fix). The processor maps every store error through this, and only this.
+    ///
+    /// ```
+    /// use sqs_claim::{ErrorKind, FailureKind};
+    /// assert_eq!(FailureKind::from(ErrorKind::LostClaim), FailureKind::LostClaim);
+    /// assert_eq!(FailureKind::from(ErrorKind::ResponseTooLarge), FailureKind::StoreRejected);
+    /// ```
+    fn from(kind: ErrorKind) -> FailureKind {
+        FailureKind::SHARED
+            .iter()
+            .find(|(_, e)| *e == kind)
+            .map_or(FailureKind::StoreRejected, |(f, _)| *f)
     }
 }
 
@@ -438,5 +467,38 @@ impl BatchReport {
             "outcomes": self.items,
             "counts": self.counts(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The relation is one table: both directions read it, and the names users see (reports,
+    /// metrics, `SQS_CLAIM_BACKOFF_FOR`, failure queue attributes) stay each taxonomy's own.
+    #[test]
+    fn the_shared_kinds_map_both_ways_and_keep_their_names() {
+        for (failure, error) in FailureKind::SHARED {
+            assert_eq!(FailureKind::from(*error), *failure);
+            assert_eq!(failure.error_kind(), Some(*error));
+            if *failure == FailureKind::Panicked {
+                assert_eq!(
+                    (failure.as_str(), error.as_str()),
+                    ("handler_panic", "panicked")
+                );
+            } else {
+                assert_eq!(failure.as_str(), error.as_str());
+            }
+        }
+        for only in [FailureKind::Handler, FailureKind::HandlerTimeout] {
+            assert_eq!(only.error_kind(), None);
+        }
+        for other in [
+            ErrorKind::ResponseTooLarge,
+            ErrorKind::Other,
+            ErrorKind::OutOfTime,
+        ] {
+            assert_eq!(FailureKind::from(other), FailureKind::StoreRejected);
+        }
     }
 }

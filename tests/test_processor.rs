@@ -1373,3 +1373,61 @@ async fn standard_concurrency_default_is_the_stores_bound() {
 async fn standard_concurrency_is_bounded_on_a_multi_thread_runtime() {
     concurrency_is(3, Some(3)).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// After the batch
+// ---------------------------------------------------------------------------------------------
+
+/// A step registered with `after_batch` runs once per batch on every outcome, sees what it
+/// asked to keep of each record, and what it changes is what the report and the response say.
+#[tokio::test]
+async fn an_after_batch_step_sees_every_outcome_and_its_changes_are_reported() {
+    use futures::future::BoxFuture;
+    use sqs_claim::processor::{AfterBatch, Finished};
+
+    /// Reports a failed message handled when its body says it may be dropped.
+    #[derive(Debug, Default)]
+    struct DropFailed(AtomicUsize);
+
+    impl AfterBatch for DropFailed {
+        fn keeps_body(&self, _receive_count: Option<u32>) -> bool {
+            true
+        }
+
+        fn after<'a>(&'a self, batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
+            Box::pin(async move {
+                self.0.fetch_add(1, Ordering::Relaxed);
+                let drop: Vec<bool> = batch
+                    .received()
+                    .iter()
+                    .map(|r| r.body() == Some("FAIL"))
+                    .collect();
+                // Inside the budget, as a call out would be.
+                assert_eq!(batch.bounded(async { 7 }).await, Some(7));
+                for (item, drop) in batch.items_mut().iter_mut().zip(drop) {
+                    if drop && matches!(item.outcome, Outcome::Failed(_)) {
+                        item.outcome = Outcome::Processed;
+                    }
+                }
+            })
+        }
+    }
+
+    init_logs();
+    let seen = Seen::new();
+    let step = Arc::new(DropFailed::default());
+    let p = Processor::builder(MemoryStore::new(), scripted(&seen))
+        .namespace("t")
+        .after_batch(Arc::clone(&step))
+        .build();
+    let report = p
+        .process(event(&[rec("m1", "a"), rec("m2", "FAIL"), rec("m3", "c")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome_names(&report),
+        ["processed", "processed", "processed"]
+    );
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!(step.0.load(Ordering::Relaxed), 1);
+}

@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 use super::locks::{Held, ItemLocks, claim_item};
 use super::{Lease, PayloadCheck, PayloadVerdict};
 use crate::deadline::{self, Budget, OutOfTime};
-use crate::metrics::StoreCall;
+use crate::metrics::{BatchStats, StoreCall};
 use crate::retry::RetryPolicy;
 use crate::store::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
@@ -76,6 +76,8 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     locks: Option<&'a ItemLocks>,
     /// The batch's packer, when one-shot writes with effects go several per request.
     packer: Option<&'a dyn OneShotSink<S::Effect>>,
+    /// The batch's counters, when the front door keeps them (the SQS processor does).
+    stats: Option<&'a BatchStats>,
     /// Writes of this attempt cancelled on contention so far.
     conflicts: AtomicU32,
 }
@@ -163,8 +165,38 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             message_id: None,
             locks: None,
             packer: None,
+            stats: None,
             conflicts: AtomicU32::new(0),
         }
+    }
+
+    /// The same attempt, counting its conflicts, retries and (when measuring) store latencies
+    /// in the batch's `stats`.
+    pub(crate) fn with_stats(mut self, stats: &'a BatchStats) -> Self {
+        self.stats = Some(stats);
+        self
+    }
+
+    /// [`Budget::bounded`] for a store call: a call that returns in time has its duration
+    /// recorded as `call` when the batch's stats measure. Not an `async fn`, which would hold
+    /// a second copy of `step` in the future: the timing is a `map` on the bounded future.
+    fn timed<F: Future + 'a>(
+        &self,
+        call: StoreCall,
+        step: F,
+    ) -> impl Future<Output = Result<F::Output, OutOfTime>> + 'a {
+        // Started where the call is made, which is where it is awaited.
+        let started = self
+            .stats
+            .and_then(BatchStats::latencies)
+            .map(|latencies| (latencies, tokio::time::Instant::now()));
+        let budget: &'a Budget = self.budget;
+        budget.bounded(step).map(move |out| {
+            if let (Some((latencies, started)), Ok(_)) = (started, &out) {
+                latencies.push(call, started.elapsed());
+            }
+            out
+        })
     }
 
     /// The same attempt, its one-shot write with effects sent through `packer` (with others
@@ -208,14 +240,18 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                             .is_err_and(|e| e.kind() == ErrorKind::Contention)
                         {
                             self.conflicts.fetch_add(1, Ordering::Relaxed);
-                            self.budget.note_conflict();
+                            if let Some(stats) = self.stats {
+                                stats.note_conflict();
+                            }
                         }
                         answer
                     }
                 },
                 |e: &Error| e.kind() == ErrorKind::Contention,
                 |retry, e| {
-                    self.budget.note_retry();
+                    if let Some(stats) = self.stats {
+                        stats.note_retry();
+                    }
                     debug!(
                         message_id = self.message_id,
                         key = self.key,
@@ -290,7 +326,6 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         // Store futures are boxed where they are awaited: an SDK call's future runs to
         // kilobytes, and inline it would grow every message's future.
         let claimed = self
-            .budget
             .timed(
                 StoreCall::Claim,
                 Box::pin(self.contended(|| self.store.claim(self.request()))),
@@ -329,7 +364,6 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             }
         };
         let written = self
-            .budget
             .timed(StoreCall::Completion, Box::pin(self.contended(send)))
             .await;
         match written {
@@ -393,7 +427,9 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             |_| self.contended(&send),
             |e: &Error| e.kind() == ErrorKind::StoreUnavailable,
             |retry, e| {
-                self.budget.note_retry();
+                if let Some(stats) = self.stats {
+                    stats.note_retry();
+                }
                 warn!(
                     message_id = self.message_id,
                     key = self.key,
@@ -403,10 +439,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                 );
             },
         );
-        let timed = self
-            .budget
-            .timed(StoreCall::Completion, Box::pin(retried))
-            .await;
+        let timed = self.timed(StoreCall::Completion, Box::pin(retried)).await;
         // The items are free again before a release goes out.
         drop(turn);
         let e = match timed {

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::after::{AfterBatch, Steps};
 use super::{Inner, Processor};
 use crate::claim::{KeyFormat, Lease, MissingKey, Namespace, NativeFormat, PayloadCheck, Terms};
 use crate::deadline::Clock;
@@ -60,10 +61,9 @@ pub(crate) struct Config {
     pub(super) on_store_unavailable: StoreUnavailable,
     pub(super) fifo: FifoMode,
     pub(super) clock: Clock,
-    #[cfg(feature = "sqs")]
-    pub(super) failure_destination: Option<super::FailureDestination>,
-    #[cfg(feature = "sqs")]
-    pub(super) redelivery: Option<super::Redelivery>,
+    /// What runs after each batch ([`ProcessorBuilder::after_batch`], and the failure
+    /// destination and redelivery of feature `sqs`).
+    pub(super) after: Steps,
     pub(super) metrics: Option<Sink>,
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
@@ -177,10 +177,7 @@ impl Default for Config {
             on_store_unavailable: StoreUnavailable::FailClosed,
             fifo: FifoMode::PerGroup,
             clock: Clock::system(),
-            #[cfg(feature = "sqs")]
-            failure_destination: None,
-            #[cfg(feature = "sqs")]
-            redelivery: None,
+            after: Steps::default(),
             metrics: None,
             one_shot: false,
         }
@@ -409,7 +406,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// *Feature `sqs`.*
     #[cfg(feature = "sqs")]
     pub fn failure_destination(mut self, destination: super::FailureDestination) -> Self {
-        self.config.failure_destination = Some(destination);
+        self.config.after.divert = Some(Arc::new(destination));
         self
     }
 
@@ -422,7 +419,17 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// *Feature `sqs`.*
     #[cfg(feature = "sqs")]
     pub fn redelivery(mut self, redelivery: super::Redelivery) -> Self {
-        self.config.redelivery = Some(redelivery);
+        self.config.after.settle = Some(Arc::new(redelivery));
+        self
+    }
+
+    /// Runs `step` after each batch, once every message has its outcome and before the report
+    /// is made, inside the invocation's time budget (see [`AfterBatch`]). Steps run in the order
+    /// they are added, after the [`failure_destination`](Self::failure_destination) and before
+    /// the [`redelivery`](Self::redelivery) (feature `sqs`), whatever the order of the calls.
+    /// Default: none.
+    pub fn after_batch(mut self, step: impl AfterBatch) -> Self {
+        self.config.after.custom.push(Arc::new(step));
         self
     }
 

@@ -38,11 +38,11 @@
 
 use std::fmt;
 
-use aws_lambda_events::sqs::SqsMessage;
+use futures::future::BoxFuture;
 use tracing::{error, warn};
 
+use super::after::{AfterBatch, Finished, Received};
 use crate::ErrorKind;
-use crate::deadline::Budget;
 use crate::outcome::{Failure, FailureKind, ItemReport, Outcome};
 use crate::publish::{FailedOutput, Outgoing, OutputLabel, PublishFailure, Publisher};
 
@@ -253,6 +253,22 @@ impl fmt::Debug for FailureDestination {
     }
 }
 
+/// The first step after the batch ([`AfterBatch`]): the records that may need sending (on
+/// their last allowed receive, or all while [`at_once`](FailureDestination::at_once) covers
+/// anything) keep their bodies through the run.
+impl AfterBatch for FailureDestination {
+    fn keeps_body(&self, receive_count: Option<u32>) -> bool {
+        self.is_candidate(receive_count)
+    }
+
+    fn after<'a>(&'a self, batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let at_once = self.divert(batch).await;
+            batch.counts.dead_lettered_at_once += at_once;
+        })
+    }
+}
+
 impl FailureDestination {
     /// The SQS queue at `queue_url` (FIFO if it ends in `.fifo`), with the publisher's
     /// defaults. Default maximum: 5 receives.
@@ -316,59 +332,39 @@ impl FailureDestination {
         self.max_receives
     }
 
-    /// Before the batch runs (the records then move into the plan): the records on their last
-    /// allowed receive, and every record while [`at_once`](Self::at_once) covers anything,
-    /// with what their send needs. Without `at_once`: empty, and nothing copied, in a batch
-    /// without records on their last receive, which is nearly every batch.
-    pub(super) fn candidates(&self, records: &[SqsMessage]) -> Vec<Candidate> {
-        let any_receive = !self.at_once.is_none();
-        records
-            .iter()
-            .enumerate()
-            .filter_map(|(index, r)| {
-                let receive_count: Option<u32> = r
-                    .attributes
-                    .get("ApproximateReceiveCount")
-                    .and_then(|c| c.parse().ok());
-                let last = receive_count.is_some_and(|n| n >= self.max_receives);
-                (last || any_receive).then(|| Candidate {
-                    index,
-                    receive_count: receive_count.unwrap_or(1),
-                    last,
-                    body: r.body.clone().unwrap_or_default(),
-                    group_id: r.attributes.get("MessageGroupId").cloned(),
-                })
-            })
-            .collect()
+    /// Whether a record received `receive_count` times is a candidate: on its last allowed
+    /// receive, or any record while [`at_once`](Self::at_once) covers anything.
+    fn is_candidate(&self, receive_count: Option<u32>) -> bool {
+        !self.at_once.is_none() || self.is_last(receive_count)
     }
 
-    /// After the batch ran: sends the candidates that failed on their last allowed receive, or
-    /// with a failure [`at_once`](Self::at_once) covers, and reports those sent as
-    /// [`Outcome::DeadLettered`]; every other item is returned as it was. Also returns how many
-    /// were sent before their last receive (at once).
-    pub(super) async fn divert(
-        &self,
-        mut items: Vec<ItemReport>,
-        candidates: Vec<Candidate>,
-        budget: &Budget,
-    ) -> (Vec<ItemReport>, usize) {
-        let mut batch = self.publisher.batch(DEDUP_KEY);
+    fn is_last(&self, receive_count: Option<u32>) -> bool {
+        receive_count.is_some_and(|n| n >= self.max_receives)
+    }
+
+    /// After the batch ran: sends the candidates (the records whose body was kept) that failed
+    /// on their last allowed receive, or with a failure [`at_once`](Self::at_once) covers, and
+    /// reports those sent as [`Outcome::DeadLettered`]; every other item stays as it was.
+    /// Returns how many were sent before their last receive (at once).
+    async fn divert(&self, batch: &mut Finished<'_>) -> usize {
+        let mut sending = self.publisher.batch(DEDUP_KEY);
         let mut pushed = Vec::new();
-        for c in candidates {
-            let Some(item) = items.get(c.index) else {
+        for (index, (item, received)) in batch.items().iter().zip(batch.received()).enumerate() {
+            let Some(body) = received.body() else {
                 continue;
             };
             let Outcome::Failed(failure) = &item.outcome else {
                 continue;
             };
-            let at_once = !c.last && self.at_once.covers(failure);
-            if !c.last && !at_once {
+            let last = self.is_last(received.receive_count());
+            let at_once = !last && self.at_once.covers(failure);
+            if !last && !at_once {
                 continue;
             }
-            match self.outgoing(item, failure, &c) {
+            match self.outgoing(item, failure, body, received) {
                 Some(out) => {
-                    batch.push(out);
-                    pushed.push((c.index, at_once));
+                    sending.push(out);
+                    pushed.push((index, at_once));
                 }
                 None => warn!(
                     message_id = %item.message_id,
@@ -379,15 +375,16 @@ impl FailureDestination {
             }
         }
         if pushed.is_empty() {
-            return (items, 0);
+            return 0;
         }
-        let sent = match budget.hard_stop() {
-            Some(stop) => budget.bounded(batch.send_by(stop)).await,
-            None => Ok(batch.send().await),
+        // The publisher stops its own retries at the hard stop; the race is the backstop.
+        let sent = match batch.hard_stop() {
+            Some(stop) => batch.bounded(sending.send_by(stop)).await,
+            None => Some(sending.send().await),
         };
         let sent_ids: Vec<String> = match sent {
-            Ok(Ok(sent)) => sent.iter().filter_map(|s| named(&s.output)).collect(),
-            Ok(Err(e)) => {
+            Some(Ok(sent)) => sent.iter().filter_map(|s| named(&s.output)).collect(),
+            Some(Err(e)) => {
                 let (sent, failed): (Vec<String>, &[FailedOutput]) = match PublishFailure::of(&e) {
                     Some(f) => (
                         f.sent().iter().filter_map(|s| named(&s.output)).collect(),
@@ -405,7 +402,7 @@ impl FailureDestination {
                 );
                 sent
             }
-            Err(_) => {
+            None => {
                 error!(
                     queue_url = %self.publisher.queue_url(),
                     messages = pushed.len(),
@@ -416,6 +413,7 @@ impl FailureDestination {
                 Vec::new()
             }
         };
+        let items = batch.items_mut();
         let mut sent_at_once = 0;
         for (index, at_once) in pushed {
             let item = &mut items[index];
@@ -448,28 +446,37 @@ impl FailureDestination {
                 item.outcome = Outcome::DeadLettered(failure);
             }
         }
-        (items, sent_at_once)
+        sent_at_once
     }
 
     /// The message to send, or `None` if it cannot fit (an empty body, or a body that leaves
     /// no room for the attributes).
-    fn outgoing(&self, item: &ItemReport, failure: &Failure, c: &Candidate) -> Option<Outgoing> {
-        if c.body.is_empty() {
+    fn outgoing(
+        &self,
+        item: &ItemReport,
+        failure: &Failure,
+        body: &str,
+        received: &Received,
+    ) -> Option<Outgoing> {
+        if body.is_empty() {
             return None;
         }
-        let group = match (&c.group_id, self.publisher.is_fifo()) {
-            (Some(g), _) => Some(g.clone()),
+        let group = match (received.group_id(), self.publisher.is_fifo()) {
+            (Some(g), _) => Some(g.to_owned()),
             // A FIFO destination requires a group: each message from a standard queue its own.
             (None, true) => Some(item.message_id.clone()),
             (None, false) => None,
         };
-        let mut out = Outgoing::new(c.body.clone()).name(item.message_id.clone());
+        let mut out = Outgoing::new(body.to_owned()).name(item.message_id.clone());
         if let Some(g) = group {
             out = out.group_id(g);
         }
         out = out
             .attribute(KIND, failure.kind.as_str())
-            .attribute(RECEIVE_COUNT, c.receive_count.to_string())
+            .attribute(
+                RECEIVE_COUNT,
+                received.receive_count().unwrap_or(1).to_string(),
+            )
             .attribute(MESSAGE_ID, item.message_id.clone());
         if let Some(kind) = failure.error_kind {
             out = out.attribute(ERROR_KIND, kind.as_str());
@@ -496,30 +503,6 @@ const MAX_REASON_BYTES: usize = 4096;
 
 /// Room kept for the publisher's id attribute (its name, `String` and a 64-character id).
 const ID_ATTRIBUTE_ROOM: usize = 256 + 6 + 64;
-
-/// A record on its last allowed receive, kept from before the batch ran.
-#[derive(Clone)]
-pub(super) struct Candidate {
-    index: usize,
-    receive_count: u32,
-    /// On its last allowed receive (else kept for [`FailureDestination::at_once`]).
-    last: bool,
-    body: String,
-    group_id: Option<String>,
-}
-
-// By hand: the body never goes into `Debug` output.
-impl fmt::Debug for Candidate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Candidate")
-            .field("index", &self.index)
-            .field("receive_count", &self.receive_count)
-            .field("last", &self.last)
-            .field("body_len", &self.body.len())
-            .field("group_id", &self.group_id)
-            .finish()
-    }
-}
 
 fn named(label: &OutputLabel) -> Option<String> {
     match label {

@@ -1,11 +1,12 @@
 //! The batch engine: an SQS event in, a partial batch response out.
 //!
 //! ```text
-//! event ──► plan (plan.rs) ──► run (run.rs) ──► outcome per message ──► response (outcome.rs)
+//! event ──► plan (plan.rs) ──► run (run.rs) ──► after the batch (after.rs) ──► report (outcome.rs)
 //!            records → owned items:   standard: bounded concurrency, batch order kept
 //!            key, fingerprint,        FIFO: one lane per message group, in order
 //!            FIFO lanes, leader/copy  each message: claim ─► handler ─► complete / release,
-//!                                     every step raced against the time budget (deadline.rs)
+//!                                     every step raced against the time budget (deadline.rs),
+//!                                     the steps after the batch too
 //! ```
 //!
 //! | file | what it holds |
@@ -16,8 +17,9 @@
 //! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
 //! | `pack.rs` | the packer: a one-shot batch's writes with effects sent several per request where the store packs them (DynamoDB: 100 actions per `TransactWriteItems`), each write answered on its own |
 //! | `limit.rs` | the in-flight limit of a standard-queue batch, adapted to what the store answers: cut on contention and timeouts, grown back on success (AIMD) |
-//! | `failure_destination.rs` | after the run: messages that failed on their last allowed receive, or for good (`Permanent`), sent with their reason to a failure queue (feature `sqs`) |
-//! | `redelivery.rs` | after that: each message reported for retry given its own visibility timeout (backoff, the handler's delay, a claim's lease end) with `ChangeMessageVisibilityBatch` (feature `sqs`) |
+//! | `after.rs` | after the run: the steps that see every outcome before the report ([`AfterBatch`]), in the builder's order, inside the time budget |
+//! | `failure_destination.rs` | the first step after the run: messages that failed on their last allowed receive, or for good (`Permanent`), sent with their reason to a failure queue (feature `sqs`) |
+//! | `redelivery.rs` | the last step: each message reported for retry given its own visibility timeout (backoff, the handler's delay, a claim's lease end) with `ChangeMessageVisibilityBatch` (feature `sqs`) |
 //!
 //! Where a duplicate is detected: when the claim finds the key completed (`claim/attempt.rs`,
 //! `Claim::Completed`, judged by the [`PayloadCheck`](crate::PayloadCheck); `run.rs` makes it
@@ -27,6 +29,7 @@
 //! (`claim/attempt.rs`) races. Where a failure becomes an `itemIdentifier`:
 //! [`BatchReport::response`](crate::BatchReport::response) (`outcome.rs`).
 
+mod after;
 mod config;
 #[cfg(feature = "sqs")]
 mod failure_destination;
@@ -48,6 +51,7 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::{Instrument, field, info};
 
+pub use after::{AfterBatch, Finished, Received};
 pub(crate) use config::Config;
 pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
@@ -58,7 +62,7 @@ pub use redelivery::Redelivery;
 
 use crate::deadline::Budget;
 use crate::message::Message;
-use crate::metrics::BatchMetrics;
+use crate::metrics::{BatchMetrics, BatchStats};
 use crate::outcome::BatchReport;
 use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error};
@@ -171,6 +175,7 @@ where
             .await
     }
 
+    /// plan → run → the steps after the batch → report, all inside one time budget.
     async fn process_batch(
         &self,
         payload: SqsEvent,
@@ -179,73 +184,61 @@ where
     ) -> Result<BatchReport, Error> {
         let config = &self.inner.config;
         let namespace = config.namespace.resolve(&context);
-        let mut budget = Budget::new(
+        let budget = Budget::new(
             config.clock.clone(),
             context.deadline,
             config.deadline_margin,
             config.answer_reserve,
         );
-        #[cfg(feature = "sqs")]
-        let poison = config
-            .failure_destination
-            .as_ref()
-            .map(|d| (d, d.candidates(&payload.records)));
-        #[cfg(feature = "sqs")]
-        let redelivery = config.redelivery.as_ref().map(|r| {
-            let arn = payload
-                .records
-                .iter()
-                .find_map(|r| r.event_source_arn.clone());
-            (r, r.targets(&payload.records), arn, config.clock.now())
-        });
-        let queue_name = match config.metrics {
-            None => None,
-            Some(_) => {
-                budget = budget.measuring();
+        let stats = BatchStats::new(config.metrics.is_some());
+        // Before the records move into the plan: what the steps after the batch need of them.
+        let kept = config.after.keep(&payload.records, config.clock.now());
+        let source_arn = (config.metrics.is_some() || !config.after.is_empty())
+            .then(|| {
                 payload
                     .records
                     .iter()
-                    .find_map(|r| r.event_source_arn.as_deref())
-                    .and_then(crate::metrics::queue_name)
-                    .map(str::to_owned)
-            }
-        };
+                    .find_map(|r| r.event_source_arn.clone())
+            })
+            .flatten();
         let plan = Plan::new(payload.records, config, &namespace, budget.hard_stop())?;
         let fifo = plan.lanes.is_some();
-        let items = self.inner.run(plan, &budget).await;
-        #[allow(unused_mut)]
-        let (mut dead_lettered_at_once, mut visibility_changed) = (0, 0);
-        #[cfg(feature = "sqs")]
-        let items = match poison {
-            // Boxed: the SDK's send future is large, and rare here; inline it would grow every
-            // invocation's future.
-            Some((destination, candidates)) if !candidates.is_empty() => {
-                let (items, at_once) =
-                    Box::pin(destination.divert(items, candidates, &budget)).await;
-                dead_lettered_at_once = at_once;
-                items
-            }
-            _ => items,
-        };
-        #[cfg(feature = "sqs")]
-        if let Some((redelivery, targets, arn, started)) = redelivery {
-            let now = config.clock.now();
-            let lease_end = config.terms.lease.lease_until(now, budget.deadline());
-            let elapsed = now.duration_since(started).unwrap_or_default();
-            let changes = redelivery.plan(
-                &items,
-                &targets,
-                now,
-                lease_end,
-                redelivery::longest(elapsed),
-            );
-            if !changes.is_empty() {
-                visibility_changed =
-                    Box::pin(redelivery.apply(changes, &items, &targets, arn.as_deref(), &budget))
-                        .await;
-            }
-        }
+        let items = self.inner.run(plan, &budget, &stats).await;
+        let (items, after) = config
+            .after
+            .run(
+                items,
+                kept,
+                source_arn.as_deref(),
+                config.terms.lease,
+                &budget,
+            )
+            .await;
         let report = BatchReport::new(items);
+        self.report(
+            &report,
+            span,
+            Tally {
+                context: &context,
+                fifo,
+                source_arn: source_arn.as_deref(),
+                stats: &stats,
+                after,
+            },
+        );
+        Ok(report)
+    }
+
+    /// Tells what the batch did: on its span, in one log line, and to the metrics sink.
+    fn report(&self, report: &BatchReport, span: &tracing::Span, tally: Tally<'_>) {
+        let config = &self.inner.config;
+        let Tally {
+            context,
+            fifo,
+            source_arn,
+            stats,
+            after,
+        } = tally;
         let c = report.counts();
         span.record("fifo", fifo);
         span.record("processed", c.processed);
@@ -254,7 +247,7 @@ where
         span.record("failed", c.failed);
         span.record("not_started", c.not_started);
         span.record("cut_off", c.cut_off);
-        let (conflicts, retries) = budget.retry_counts();
+        let (conflicts, retries) = (stats.conflicts(), stats.retries());
         info!(
             records = report.items().len(),
             fifo,
@@ -266,25 +259,27 @@ where
             cut_off = c.cut_off,
             conflicts,
             retries,
-            dead_lettered_at_once,
-            visibility_changed,
+            dead_lettered_at_once = after.dead_lettered_at_once,
+            visibility_changed = after.visibility_changed,
             "batch done"
         );
         if let Some(sink) = &config.metrics {
             let mut metrics = BatchMetrics::new(
-                &report,
+                report,
                 config.clock.now(),
                 context.request_id.clone(),
-                config.namespace.function_name(&context).map(str::to_owned),
-                queue_name,
+                config.namespace.function_name(context).map(str::to_owned),
+                source_arn
+                    .and_then(crate::metrics::queue_name)
+                    .map(str::to_owned),
                 fifo,
-                budget.take_latencies(),
+                stats.take_latencies(),
             );
             metrics.conflicts = conflicts;
             metrics.retries = retries;
             metrics.in_flight_limit = self.inner.in_flight_limit();
-            metrics.dead_lettered_at_once = dead_lettered_at_once;
-            metrics.visibility_changed = visibility_changed;
+            metrics.dead_lettered_at_once = after.dead_lettered_at_once;
+            metrics.visibility_changed = after.visibility_changed;
             // Every message already has its outcome: a sink that panics must not turn them
             // into a failed invocation (Lambda would redeliver the whole batch).
             let recorded =
@@ -293,8 +288,16 @@ where
                 tracing::error!("the metrics sink panicked; this batch's metrics are lost");
             }
         }
-        Ok(report)
     }
+}
+
+/// What a batch's report tells beside the outcomes.
+struct Tally<'a> {
+    context: &'a lambda_runtime::Context,
+    fifo: bool,
+    source_arn: Option<&'a str>,
+    stats: &'a BatchStats,
+    after: after::AfterCounts,
 }
 
 impl<S, F> Processor<S, OneShot<F, S::Effect>>

@@ -38,11 +38,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use aws_lambda_events::sqs::SqsMessage;
+use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use tracing::{error, warn};
 
-use crate::deadline::Budget;
+use super::after::{AfterBatch, Finished, Received};
 use crate::outcome::{FailureKind, ItemReport, NotStarted, Outcome};
 use crate::retry::Backoff;
 
@@ -98,19 +98,32 @@ impl fmt::Debug for Redelivery {
     }
 }
 
-/// What the step needs of a record, kept from before the batch ran.
-#[derive(Debug, Clone)]
-pub(super) struct Target {
-    receipt_handle: Option<String>,
-    receive_count: u32,
-    group_id: Option<String>,
-}
-
 /// One visibility change: the item's index in the batch, and the new timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Change {
-    pub(super) index: usize,
-    pub(super) seconds: i32,
+struct Change {
+    index: usize,
+    seconds: i32,
+}
+
+/// The last step after the batch ([`AfterBatch`]): it sees the outcomes the report carries,
+/// once the failure destination (and any step of the user's) settled them.
+impl AfterBatch for Redelivery {
+    fn after<'a>(&'a self, batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let now = batch.now();
+            let elapsed = now.duration_since(batch.started()).unwrap_or_default();
+            let changes = self.plan(
+                batch.items(),
+                batch.received(),
+                now,
+                batch.lease_until(now),
+                longest(elapsed),
+            );
+            if !changes.is_empty() {
+                batch.counts.visibility_changed += self.apply(changes, batch).await;
+            }
+        })
+    }
 }
 
 impl Redelivery {
@@ -164,29 +177,12 @@ impl Redelivery {
             .map_or(&self.backoff, |(_, b)| b)
     }
 
-    /// Before the batch runs: what the step needs of each record (its receipt handle, receive
-    /// count and group).
-    pub(super) fn targets(&self, records: &[SqsMessage]) -> Vec<Target> {
-        records
-            .iter()
-            .map(|r| Target {
-                receipt_handle: r.receipt_handle.clone().filter(|h| !h.is_empty()),
-                receive_count: r
-                    .attributes
-                    .get("ApproximateReceiveCount")
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(1),
-                group_id: r.attributes.get("MessageGroupId").cloned(),
-            })
-            .collect()
-    }
-
     /// The changes for the batch's outcomes (the table of the module docs). `lease_end` is
     /// when a claim this invocation kept lapses; `longest` the longest delay SQS still takes.
-    pub(super) fn plan(
+    fn plan(
         &self,
         items: &[ItemReport],
-        targets: &[Target],
+        targets: &[Received],
         now: SystemTime,
         lease_end: SystemTime,
         longest: Duration,
@@ -204,7 +200,9 @@ impl Redelivery {
                 Outcome::Failed(f) => Some(match f.retry_after {
                     Some(d) => d,
                     None if f.claim_kept => after_lease(lease_end),
-                    None => self.policy(f.kind).delay(t.receive_count, &item.message_id),
+                    None => self
+                        .policy(f.kind)
+                        .delay(t.receive_count.unwrap_or(1), &item.message_id),
                 }),
                 Outcome::HeldElsewhere {
                     lease_until: Some(until),
@@ -258,19 +256,13 @@ impl Redelivery {
     /// After the batch: sends `changes` (one call per 10, a few calls at once), inside the
     /// budget. Returns how many SQS confirmed; a change not confirmed only means its message
     /// comes back after the queue's visibility timeout.
-    pub(super) async fn apply(
-        &self,
-        changes: Vec<Change>,
-        items: &[ItemReport],
-        targets: &[Target],
-        source_arn: Option<&str>,
-        budget: &Budget,
-    ) -> usize {
+    async fn apply(&self, changes: Vec<Change>, batch: &Finished<'_>) -> usize {
         if changes.is_empty() {
             return 0;
         }
+        let (items, targets) = (batch.items(), batch.received());
         let work = async {
-            let url = match self.url(source_arn).await {
+            let url = match self.url(batch.source_arn()).await {
                 Ok(url) => url,
                 Err(why) => {
                     error!(
@@ -335,9 +327,9 @@ impl Redelivery {
                 .into_iter()
                 .sum::<usize>()
         };
-        match budget.bounded(work).await {
-            Ok(n) => n,
-            Err(_) => {
+        match batch.bounded(work).await {
+            Some(n) => n,
+            None => {
                 error!(
                     messages = changes.len(),
                     first = items
@@ -392,7 +384,7 @@ impl Redelivery {
 }
 
 /// The longest delay SQS still takes, `elapsed` into the invocation.
-pub(super) fn longest(elapsed: Duration) -> Duration {
+fn longest(elapsed: Duration) -> Duration {
     Backoff::MAX
         .saturating_sub(elapsed)
         .saturating_sub(RECEIVE_MARGIN)
@@ -426,12 +418,8 @@ mod tests {
         }
     }
 
-    fn target(receives: u32, group: Option<&str>) -> Target {
-        Target {
-            receipt_handle: Some("rh".into()),
-            receive_count: receives,
-            group_id: group.map(str::to_owned),
-        }
+    fn target(receives: u32, group: Option<&str>) -> Received {
+        super::super::after::received(receives, group)
     }
 
     #[test]
@@ -481,9 +469,9 @@ mod tests {
                 Outcome::Failed(Failure::new(FailureKind::Handler, "x")),
             ),
         ];
-        let mut targets: Vec<Target> = (0..items.len()).map(|_| target(1, None)).collect();
-        targets[2].receive_count = 3;
-        targets[12].receive_count = 40;
+        let mut targets: Vec<Received> = (0..items.len()).map(|_| target(1, None)).collect();
+        targets[2].receive_count = Some(3);
+        targets[12].receive_count = Some(40);
         let longest = Duration::from_secs(500);
         let changes = r.plan(&items, &targets, now, lease_end, longest);
         let got: Vec<(&str, i32)> = changes

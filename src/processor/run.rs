@@ -30,6 +30,7 @@ use crate::claim::{Attempt, Claimed, HandlerEnd, PayloadCheck, PayloadVerdict, R
 use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;
+use crate::metrics::BatchStats;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::store::{ClaimStore, ClaimToken, Effects};
 use crate::{BoxError, Error, ErrorKind};
@@ -62,16 +63,22 @@ where
     H::Response: Into<Effects<S::Effect>>,
     H::Error: Into<BoxError>,
 {
-    /// Runs every item of `plan` and reports them in batch order.
-    pub(super) async fn run(&self, plan: Plan, budget: &Budget) -> Vec<ItemReport> {
+    /// Runs every item of `plan` and reports them in batch order, counting the store calls
+    /// in `stats`.
+    pub(super) async fn run(
+        &self,
+        plan: Plan,
+        budget: &Budget,
+        stats: &BatchStats,
+    ) -> Vec<ItemReport> {
         let Plan {
             metas,
             actions,
             lanes,
         } = plan;
         let outcomes = match lanes {
-            None => self.run_standard(&metas, actions, budget).await,
-            Some(lanes) => self.run_fifo(&metas, actions, &lanes, budget).await,
+            None => self.run_standard(&metas, actions, budget, stats).await,
+            Some(lanes) => self.run_fifo(&metas, actions, &lanes, budget, stats).await,
         };
         metas
             .into_iter()
@@ -95,6 +102,7 @@ where
         metas: &[Meta],
         actions: Vec<Action>,
         budget: &Budget,
+        stats: &BatchStats,
     ) -> Vec<Outcome> {
         struct Copy {
             index: usize,
@@ -156,6 +164,7 @@ where
                         group.work,
                         &metas[group.index].id,
                         budget,
+                        stats,
                         &conflicts,
                         packer,
                     )
@@ -217,6 +226,7 @@ where
         actions: Vec<Action>,
         lanes: &[Vec<usize>],
         budget: &Budget,
+        stats: &BatchStats,
     ) -> Vec<Outcome> {
         let mut previous = vec![None; actions.len()];
         for lane in lanes {
@@ -236,7 +246,7 @@ where
             let outcome: BoxFuture<'_, Outcome> = match action {
                 // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
                 Action::Do(work) => async move {
-                    self.execute(work, id, budget, &AtomicU32::new(0), None)
+                    self.execute(work, id, budget, stats, &AtomicU32::new(0), None)
                         .await
                 }
                 .boxed(),
@@ -321,6 +331,7 @@ where
         work: Work,
         id: &'a str,
         budget: &'a Budget,
+        stats: &'a BatchStats,
         conflicts: &'a AtomicU32,
         packer: Option<&'a Packer<'a, S>>,
     ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
@@ -328,7 +339,7 @@ where
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, budget, conflicts, packer)
+        self.execute_work(work, id, budget, stats, conflicts, packer)
             .instrument(span)
     }
 
@@ -337,6 +348,7 @@ where
         work: Work,
         id: &str,
         budget: &Budget,
+        stats: &BatchStats,
         conflicts: &AtomicU32,
         packer: Option<&Packer<'_, S>>,
     ) -> Outcome {
@@ -368,6 +380,7 @@ where
                     fingerprint.as_deref(),
                 )
                 .for_message(id)
+                .with_stats(stats)
                 .with_locks(&self.locks)
                 .with_packer(packer);
                 let outcome = self.run_claimed(message, id, &attempt, budget).await;
@@ -402,33 +415,29 @@ where
             Claimed::HeldElsewhere { lease_until } => {
                 return Outcome::HeldElsewhere { lease_until };
             }
-            Claimed::Failed(e) if e.kind() == ErrorKind::StoreUnavailable => {
-                if config.on_store_unavailable == StoreUnavailable::FailOpen {
-                    warn!(message_id = %id, key, error = %format_args!("{e:#}"), "store unavailable: fail-open, running without a claim");
-                    return Box::pin(self.run_unclaimed(
-                        message,
-                        budget,
-                        FailureKind::StoreUnavailable,
-                        "the store was unavailable and the message ran without a claim \
-                         (StoreUnavailable::FailOpen)",
-                    ))
-                    .await;
-                }
-                return Outcome::Failed(Failure::new(
-                    FailureKind::StoreUnavailable,
-                    format!("claim failed, nothing ran: {e:#}"),
-                ));
-            }
-            Claimed::Failed(e) if e.kind() == ErrorKind::Contention => {
-                return Outcome::Failed(Failure::new(
-                    FailureKind::Contention,
-                    format!("claim not written, nothing ran: {e:#}"),
-                ));
+            Claimed::Failed(e)
+                if e.kind() == ErrorKind::StoreUnavailable
+                    && config.on_store_unavailable == StoreUnavailable::FailOpen =>
+            {
+                warn!(message_id = %id, key, error = %format_args!("{e:#}"), "store unavailable: fail-open, running without a claim");
+                return Box::pin(self.run_unclaimed(
+                    message,
+                    budget,
+                    FailureKind::from(e.kind()),
+                    "the store was unavailable and the message ran without a claim \
+                     (StoreUnavailable::FailOpen)",
+                ))
+                .await;
             }
             Claimed::Failed(e) => {
+                let what = match e.kind() {
+                    ErrorKind::StoreUnavailable => "claim failed, nothing ran",
+                    ErrorKind::Contention => "claim not written, nothing ran",
+                    _ => "claim refused by the store, nothing ran",
+                };
                 return Outcome::Failed(Failure::new(
-                    FailureKind::StoreRejected,
-                    format!("claim refused by the store, nothing ran: {e:#}"),
+                    FailureKind::from(e.kind()),
+                    format!("{what}: {e:#}"),
                 ));
             }
         };
@@ -487,7 +496,7 @@ where
                     "one-shot write failed, nothing was committed"
                 };
                 Outcome::Failed(Failure::new(
-                    FailureKind::of_store_error(e.kind()),
+                    FailureKind::from(e.kind()),
                     format!("{what}: {e:#}"),
                 ))
             }
@@ -598,7 +607,7 @@ where
                     "completion with effects failed, nothing was committed"
                 };
                 Outcome::Failed(Failure::new(
-                    FailureKind::of_store_error(e.kind()),
+                    FailureKind::from(e.kind()),
                     format!("{what}: {e:#}"),
                 ))
             }
