@@ -8,72 +8,18 @@ mod common;
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use sqs_claim::store::conformance::{self, request};
 use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{
-    CachedStore, Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    OneShotWrite, StoreAdmin, StoredResponse,
+    CachedStore, Claim, ClaimRequest, ClaimStore, Completion, Effects, OneShotWrite, StoreAdmin,
+    StoredResponse,
 };
 use sqs_claim::{Error, MemoryStore, Message, Processor};
-
-/// A store that counts the requests that reach it.
-#[derive(Clone)]
-struct Counting<S> {
-    inner: S,
-    calls: Arc<AtomicUsize>,
-}
-
-impl<S> Counting<S> {
-    fn new(inner: S) -> Self {
-        Counting {
-            inner,
-            calls: Arc::default(),
-        }
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-    fn count(&self) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl<S: ClaimStore> ClaimStore for Counting<S> {
-    type Effect = S::Effect;
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.count();
-        self.inner.claim(req).await
-    }
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<S::Effect>,
-    ) -> Result<(), Error> {
-        self.count();
-        self.inner.complete_with(key, token, completion).await
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.count();
-        self.inner.release(key, token).await
-    }
-    async fn claim_completed(
-        &self,
-        req: ClaimRequest<'_>,
-        effects: Effects<S::Effect>,
-    ) -> Result<OneShotWrite, Error> {
-        self.count();
-        self.inner.claim_completed(req, effects).await
-    }
-}
+// The spy counts the requests that reach the store behind the cache.
+use sqs_claim_testkit::store::Spy;
 
 fn at(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
@@ -149,7 +95,7 @@ async fn keeps_the_effects_contract() {
 
 #[tokio::test]
 async fn only_completed_keys_are_answered_from_the_cache() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
 
     // Held: every claim goes to the inner store.
@@ -190,7 +136,7 @@ async fn only_completed_keys_are_answered_from_the_cache() {
 
 #[tokio::test]
 async fn entries_expire_with_the_record_and_after_max_age() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone()).with_max_age(Duration::from_secs(600));
 
     // A record with a 30 s TTL: cached until 30 s, not a moment longer (then the key is new).
@@ -264,7 +210,7 @@ async fn forget_elsewhere_leaves_a_warm_entry_until_it_expires() {
 /// one too large for the cache is left to the store.
 #[tokio::test]
 async fn stored_responses_are_replayed_from_the_cache() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
     for (key, response) in [
         ("small", "{\"charge\":\"ch_1\",\"é\":[1,2]}".to_owned()),
@@ -292,7 +238,7 @@ async fn stored_responses_are_replayed_from_the_cache() {
 /// A one-shot processor: a committed key is cached, its duplicate needs no write.
 #[tokio::test]
 async fn one_shot_writes_are_cached() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
     let req = request("one", at(0));
     assert_eq!(
@@ -320,7 +266,7 @@ async fn duplicate_batch_figures_on_dynamodb_local() {
         .collect();
     let mut lines = Vec::new();
     for cached in [false, true] {
-        let dynamodb = Counting::new(support::dynamodb::dynamodb_store("cached").await);
+        let dynamodb = Spy::new(support::dynamodb::dynamodb_store("cached").await);
         let (report, first, duplicate, elapsed) = if cached {
             let p = Processor::builder(CachedStore::new(dynamodb.clone()), handler)
                 .namespace("figures")
@@ -358,7 +304,7 @@ async fn the_idempotency_layer_replays_from_the_cache() {
     use lambda_runtime::{Context, LambdaEvent};
     use sqs_claim::idempotency::{Idempotency, key};
 
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let idempotency =
         Idempotency::builder(CachedStore::new(inner.clone()), key::json_pointer("/order"))
             .namespace("orders")
@@ -382,7 +328,7 @@ async fn the_idempotency_layer_replays_from_the_cache() {
 async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
     use sqs_claim::store::Packed;
 
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
     assert_eq!(
         store
