@@ -32,7 +32,7 @@ use support::{median, sequential_baseline};
 fn slow_store(rtt: Duration) -> Spy<MemoryStore> {
     Spy::new(MemoryStore::new())
         .on_call(move |_| Action::Delay(rtt))
-        .capabilities(|_| Capabilities::new())
+        .map_capabilities(|_| Capabilities::new())
 }
 
 #[derive(serde::Deserialize)]

@@ -63,7 +63,7 @@ impl Stalling {
                     _ => Action::Forward,
                 }
             })
-            .capabilities(move |_| {
+            .map_capabilities(move |_| {
                 sqs_claim::store::Capabilities::new().with_retries_internally(retries_internally)
             });
         Stalling {

@@ -141,7 +141,7 @@ fn test_store(hang: &Arc<Hang>, limit: Option<usize>) -> Spy<MemoryStore> {
                 Action::Forward
             }
         })
-        .capabilities(move |inner| {
+        .map_capabilities(move |inner| {
             sqs_claim::store::Capabilities::new()
                 .with_max_response_bytes(limit.unwrap_or(inner.max_response_bytes))
         })

@@ -32,7 +32,7 @@ fn slow_store() -> Spy<MemoryStore> {
             Method::Complete | Method::ClaimCompleted => Action::Delay(COMPLETE),
             _ => Action::Forward,
         })
-        .capabilities(|_| Capabilities::new())
+        .map_capabilities(|_| Capabilities::new())
 }
 
 /// What a sink got: the metrics, and the EMF line for them.

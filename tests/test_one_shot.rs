@@ -20,7 +20,7 @@ type Counting = Spy<MemoryStore>;
 
 fn counting() -> Counting {
     Spy::new(MemoryStore::new())
-        .capabilities(|_| sqs_claim::store::Capabilities::new().with_atomic_one_shot(true))
+        .map_capabilities(|_| sqs_claim::store::Capabilities::new().with_atomic_one_shot(true))
 }
 
 /// A processor crediting `{"amount": N}` to `balance` in one shot; a negative amount is

@@ -510,7 +510,7 @@ fn commits_then_times_out() -> Spy<MemoryStore> {
             )),
             _ => Action::Forward,
         })
-        .capabilities(|_| Capabilities::new())
+        .map_capabilities(|_| Capabilities::new())
 }
 
 /// After an ambiguous completion error the effects may well have committed: the failure must
@@ -1246,7 +1246,7 @@ async fn concurrency_is(limit: usize, configured: Option<usize>) {
 /// A memory store that says it carries `calls` at once.
 fn carries(calls: usize) -> Spy<MemoryStore> {
     Spy::new(MemoryStore::new())
-        .capabilities(move |_| Capabilities::new().with_max_in_flight(calls))
+        .map_capabilities(move |_| Capabilities::new().with_max_in_flight(calls))
 }
 
 async fn concurrency_on<S: ClaimStore + Clone + Send + Sync + 'static>(

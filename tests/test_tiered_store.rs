@@ -256,7 +256,7 @@ impl Default for Counting {
                 }
                 _ => Action::Forward,
             })
-            .capabilities(|_| sqs_claim::store::Capabilities::new());
+            .map_capabilities(|_| sqs_claim::store::Capabilities::new());
         Counting {
             spy,
             lose_next_answer,

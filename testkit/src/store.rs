@@ -1,7 +1,7 @@
 //! A claim store that lets a test see and change each call: [`Spy`] wraps any
 //! [`ClaimStore`], counts its calls by [`Method`], and asks one hook, [`Spy::on_call`], what to
 //! do with each [`Call`]: pass it on, delay it, hang, fail it, or pass it on and then lose the
-//! answer ([`Action`]). [`Spy::capabilities`] changes what the store says it can do.
+//! answer ([`Action`]). [`Spy::map_capabilities`] changes what the store says it can do.
 //!
 //! This is what a test of a consumer (or of the library itself) otherwise writes by hand: a
 //! store that forwards every method to an inner one and changes two of them. Written once, the
@@ -198,7 +198,7 @@ impl<S: ClaimStore> Spy<S> {
     /// Answers [`capabilities`](ClaimStore::capabilities) with `map` applied to the inner
     /// store's. A hand-written wrapper that did not forward them answered the trait's default,
     /// [`Capabilities::new`]: `|_| Capabilities::new()` says the same.
-    pub fn capabilities<F>(mut self, map: F) -> Self
+    pub fn map_capabilities<F>(mut self, map: F) -> Self
     where
         F: Fn(Capabilities) -> Capabilities + Send + Sync + 'static,
     {
