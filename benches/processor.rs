@@ -18,42 +18,21 @@ use std::time::{Duration, Instant};
 
 use lambda_runtime::{Context, LambdaEvent};
 use sqs_claim::events::{SqsEvent, SqsMessage};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, MemoryEffect};
+use sqs_claim::store::Capabilities;
 use sqs_claim::{Error, KeySource, MemoryStore, Message, Processor};
+use sqs_claim_testkit::store::{Action, Spy};
 use tower::service_fn;
 
 mod support;
 use support::{median, sequential_baseline};
 
-/// A memory store behind a simulated network round trip.
-#[derive(Clone)]
-struct SlowStore {
-    inner: MemoryStore,
-    rtt: Duration,
-}
-
-impl ClaimStore for SlowStore {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        tokio::time::sleep(self.rtt).await;
-        self.inner.claim(req).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> Result<(), Error> {
-        tokio::time::sleep(self.rtt).await;
-        self.inner.complete_with(key, token, completion).await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        tokio::time::sleep(self.rtt).await;
-        self.inner.release(key, token).await
-    }
+/// A memory store behind a simulated network round trip on every call. It says what the
+/// trait's default says of a store (10 calls in flight), so the processor's default concurrency
+/// is a real store's, not the memory store's.
+fn slow_store(rtt: Duration) -> Spy<MemoryStore> {
+    Spy::new(MemoryStore::new())
+        .on_call(move |_| Action::Delay(rtt))
+        .map_capabilities(|_| Capabilities::new())
 }
 
 #[derive(serde::Deserialize)]
@@ -102,7 +81,7 @@ fn main() {
         println!("== latency-bound batch (simulated store round trip {rtt_ms} ms)");
         for batch in [10usize, 100] {
             let total = Arc::new(AtomicU64::new(0));
-            let store = SlowStore { inner: MemoryStore::new(), rtt };
+            let store = slow_store(rtt);
             let t = Arc::clone(&total);
             let handler = service_fn(move |m: Message| {
                 let t = Arc::clone(&t);

@@ -8,82 +8,19 @@ mod common;
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use sqs_claim::store::conformance::{self, request};
 use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{
-    CachedStore, Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    OneShotWrite, StoreAdmin, StoredResponse,
+    CachedStore, Claim, ClaimRequest, ClaimStore, Completion, Effects, OneShotWrite, StoreAdmin,
+    StoredResponse,
 };
-use sqs_claim::{Error, MemoryStore, Message, Processor};
-
-/// A store that counts the requests that reach it, and can lose the answer of its next
-/// completion (commit it, then report a transient error).
-#[derive(Clone)]
-struct Counting<S> {
-    inner: S,
-    calls: Arc<AtomicUsize>,
-    lose_next_answer: Arc<AtomicBool>,
-}
-
-impl<S> Counting<S> {
-    fn new(inner: S) -> Self {
-        Counting {
-            inner,
-            calls: Arc::default(),
-            lose_next_answer: Arc::default(),
-        }
-    }
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-    fn count(&self) {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-impl<S: ClaimStore> ClaimStore for Counting<S> {
-    type Effect = S::Effect;
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.count();
-        self.inner.claim(req).await
-    }
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<S::Effect>,
-    ) -> Result<(), Error> {
-        self.count();
-        self.inner.complete_with(key, token, completion).await?;
-        if self.lose_next_answer.swap(false, Ordering::SeqCst) {
-            return Err(Error::new(
-                sqs_claim::ErrorKind::StoreUnavailable,
-                "the answer was lost (committed)",
-            ));
-        }
-        Ok(())
-    }
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.count();
-        self.inner.release(key, token).await
-    }
-    async fn claim_completed(
-        &self,
-        req: ClaimRequest<'_>,
-        effects: Effects<S::Effect>,
-    ) -> Result<OneShotWrite, Error> {
-        self.count();
-        self.inner.claim_completed(req, effects).await
-    }
-}
+use sqs_claim::{Error, ErrorKind, MemoryStore, Message, Processor};
+// The spy counts the requests that reach the store behind the cache.
+use sqs_claim_testkit::store::{Action, Method, Spy};
 
 fn at(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
@@ -159,7 +96,7 @@ async fn keeps_the_effects_contract() {
 
 #[tokio::test]
 async fn only_completed_keys_are_answered_from_the_cache() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
 
     // Held: every claim goes to the inner store.
@@ -200,7 +137,7 @@ async fn only_completed_keys_are_answered_from_the_cache() {
 
 #[tokio::test]
 async fn entries_expire_with_the_record_and_after_max_age() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone()).with_max_age(Duration::from_secs(600));
 
     // A record with a 30 s TTL: cached until 30 s, not a moment longer (then the key is new).
@@ -274,7 +211,7 @@ async fn forget_elsewhere_leaves_a_warm_entry_until_it_expires() {
 /// one too large for the cache is left to the store.
 #[tokio::test]
 async fn stored_responses_are_replayed_from_the_cache() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
     for (key, response) in [
         ("small", "{\"charge\":\"ch_1\",\"é\":[1,2]}".to_owned()),
@@ -302,7 +239,7 @@ async fn stored_responses_are_replayed_from_the_cache() {
 /// A one-shot processor: a committed key is cached, its duplicate needs no write.
 #[tokio::test]
 async fn one_shot_writes_are_cached() {
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
     let req = request("one", at(0));
     assert_eq!(
@@ -330,7 +267,7 @@ async fn duplicate_batch_figures_on_dynamodb_local() {
         .collect();
     let mut lines = Vec::new();
     for cached in [false, true] {
-        let dynamodb = Counting::new(support::dynamodb::dynamodb_store("cached").await);
+        let dynamodb = Spy::new(support::dynamodb::dynamodb_store("cached").await);
         let (report, first, duplicate, elapsed) = if cached {
             let p = Processor::builder(CachedStore::new(dynamodb.clone()), handler)
                 .namespace("figures")
@@ -368,7 +305,7 @@ async fn the_idempotency_layer_replays_from_the_cache() {
     use lambda_runtime::{Context, LambdaEvent};
     use sqs_claim::idempotency::{Idempotency, key};
 
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let idempotency =
         Idempotency::builder(CachedStore::new(inner.clone()), key::json_pointer("/order"))
             .namespace("orders")
@@ -392,7 +329,7 @@ async fn the_idempotency_layer_replays_from_the_cache() {
 async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
     use sqs_claim::store::Packed;
 
-    let inner = Counting::new(MemoryStore::new());
+    let inner = Spy::new(MemoryStore::new());
     let store = CachedStore::new(inner.clone());
     assert_eq!(
         store
@@ -444,7 +381,19 @@ async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
 /// second), the inner record is cached at the next duplicate instead.
 #[tokio::test]
 async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
-    let inner = Counting::new(MemoryStore::new());
+    let lose = Arc::new(AtomicBool::new(false));
+    let inner = Spy::new(MemoryStore::new()).on_call({
+        let lose = Arc::clone(&lose);
+        move |call| match call.method() {
+            Method::Complete if lose.swap(false, Ordering::SeqCst) => {
+                Action::FailAfter(Error::new(
+                    ErrorKind::StoreUnavailable,
+                    "the answer was lost (committed)",
+                ))
+            }
+            _ => Action::Forward,
+        }
+    });
     let store = CachedStore::new(inner.clone());
     let now = at(0);
     let Ok(Claim::Acquired(token)) = store.claim(claim_at("k", now, Some("fp"))).await else {
@@ -453,7 +402,7 @@ async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
     let completion = |r: &str| {
         Completion::new(now + Duration::from_secs(600)).with_response(StoredResponse::new(r))
     };
-    inner.lose_next_answer.store(true, Ordering::SeqCst);
+    lose.store(true, Ordering::SeqCst);
     let err = store
         .complete_with("k", &token, completion("\"first\""))
         .await

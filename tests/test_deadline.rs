@@ -12,77 +12,73 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Status};
+use sqs_claim::store::{ClaimStore, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, Error, FailureKind, MemoryStore, Message, NotStarted, Outcome, Processor,
     RetryPolicy, Step,
 };
+use sqs_claim_testkit::store::{Action, Method, Spy};
 use tower::service_fn;
 
 /// A memory store whose operations can be made to hang forever (a store that stalls or goes
-/// silent), or to fail transiently, and that counts its calls.
-#[derive(Clone, Default)]
+/// silent), or to fail transiently: switches read at each call by the spy in front of it,
+/// which counts the calls.
+#[derive(Clone)]
 struct Stalling {
-    inner: MemoryStore,
+    spy: Spy<MemoryStore>,
     hang_claim: Arc<AtomicBool>,
     hang_complete: Arc<AtomicBool>,
     hang_release: Arc<AtomicBool>,
     fail_complete: Arc<AtomicBool>,
-    retries_internally: bool,
-    completes: Arc<AtomicUsize>,
-    releases: Arc<AtomicUsize>,
 }
 
-async fn hang_if(flag: &AtomicBool) {
-    if flag.load(Ordering::SeqCst) {
-        std::future::pending::<()>().await;
-    }
-}
-
-impl ClaimStore for Stalling {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, Error> {
-        hang_if(&self.hang_claim).await;
-        self.inner.claim(request).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> Result<(), Error> {
-        let Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        self.completes.fetch_add(1, Ordering::SeqCst);
-        hang_if(&self.hang_complete).await;
-        if self.fail_complete.load(Ordering::SeqCst) {
-            return Err(Error::new(
-                sqs_claim::ErrorKind::StoreUnavailable,
-                "scripted transient failure",
-            ));
+impl Stalling {
+    /// All switches off; the store says whether its client `retries_internally`, and the
+    /// trait's defaults for the rest.
+    fn new(retries_internally: bool) -> Self {
+        let (hang_claim, hang_complete, hang_release, fail_complete) = (
+            Arc::default(),
+            Arc::default(),
+            Arc::default(),
+            Arc::default(),
+        );
+        let switches = (
+            Arc::clone(&hang_claim),
+            Arc::clone(&hang_complete),
+            Arc::clone(&hang_release),
+            Arc::clone(&fail_complete),
+        );
+        let spy = Spy::new(MemoryStore::new())
+            .on_call(move |call| {
+                let (claim, complete, release, fail) = &switches;
+                let on = |flag: &AtomicBool| flag.load(Ordering::SeqCst);
+                match call.method() {
+                    Method::Claim if on(claim) => Action::Hang,
+                    Method::Complete if on(complete) => Action::Hang,
+                    Method::Complete if on(fail) => Action::Fail(Error::new(
+                        sqs_claim::ErrorKind::StoreUnavailable,
+                        "scripted transient failure",
+                    )),
+                    Method::Release if on(release) => Action::Hang,
+                    _ => Action::Forward,
+                }
+            })
+            .map_capabilities(move |_| {
+                sqs_claim::store::Capabilities::new().with_retries_internally(retries_internally)
+            });
+        Stalling {
+            spy,
+            hang_claim,
+            hang_complete,
+            hang_release,
+            fail_complete,
         }
-        self.inner
-            .complete_with(
-                key,
-                token,
-                Completion::new(expires_at).with_effects(effects),
-            )
-            .await
     }
+}
 
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.releases.fetch_add(1, Ordering::SeqCst);
-        hang_if(&self.hang_release).await;
-        self.inner.release(key, token).await
-    }
-
-    fn capabilities(&self) -> sqs_claim::store::Capabilities {
-        sqs_claim::store::Capabilities::new().with_retries_internally(self.retries_internally)
+impl Default for Stalling {
+    fn default() -> Self {
+        Stalling::new(false)
     }
 }
 
@@ -163,7 +159,7 @@ fn processor(
     clock: &Clock,
     applied: &Arc<AtomicUsize>,
 ) -> sqs_claim::ProcessorBuilder<
-    Stalling,
+    Spy<MemoryStore>,
     impl tower::Service<
         Message,
         Response = Effects<MemoryEffect>,
@@ -174,7 +170,7 @@ fn processor(
     + Sync
     + 'static,
 > {
-    Processor::builder(store.clone(), handler(applied))
+    Processor::builder(store.spy.clone(), handler(applied))
         .namespace("t")
         .clock(clock.clone())
         .answer_reserve(RESERVE)
@@ -204,8 +200,8 @@ async fn a_hung_handler_is_cut_off_and_keeps_its_claim() {
     assert_eq!(report.counts().cut_off, 1);
     assert_eq!(applied.load(Ordering::SeqCst), 2);
     // Kept, not released: a redelivery must not race a call that may still be in flight.
-    assert_eq!(store.inner.status("t#m2"), Some(Status::InProgress));
-    assert_eq!(store.releases.load(Ordering::SeqCst), 0, "no release");
+    assert_eq!(store.spy.get_ref().status("t#m2"), Some(Status::InProgress));
+    assert_eq!(store.spy.count(Method::Release), 0, "no release");
     let detail = outcome_of(&report, "m2").detail().unwrap();
     assert!(detail.starts_with("handler: "), "{detail}");
 }
@@ -315,17 +311,14 @@ async fn completion_retries_stop_before_the_budget_runs_out() {
         failure_of(&report, "m1").kind,
         FailureKind::StoreUnavailable
     );
-    let tries = store.completes.load(Ordering::SeqCst);
+    let tries = store.spy.count(Method::Complete);
     assert!((2..1000).contains(&tries), "{tries} attempts");
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_retry_loop_on_top_of_a_client_that_retries_itself() {
     let clock = Clock::tokio();
-    let store = Stalling {
-        retries_internally: true,
-        ..Stalling::default()
-    };
+    let store = Stalling::new(true);
     store.fail_complete.store(true, Ordering::SeqCst);
     let applied = Arc::new(AtomicUsize::new(0));
     let p = processor(&store, &clock, &applied)
@@ -337,7 +330,7 @@ async fn no_retry_loop_on_top_of_a_client_that_retries_itself() {
         FailureKind::StoreUnavailable
     );
     assert_eq!(
-        store.completes.load(Ordering::SeqCst),
+        store.spy.count(Method::Complete),
         1,
         "one call: the client retries"
     );
@@ -360,8 +353,8 @@ async fn the_handler_timeout_fails_one_message_and_keeps_its_claim() {
     let f = failure_of(&report, "m1");
     assert_eq!(f.kind, FailureKind::HandlerTimeout);
     assert!(f.message.contains("1000 ms"), "{}", f.message);
-    assert_eq!(store.inner.status("t#m1"), Some(Status::InProgress));
-    assert_eq!(store.releases.load(Ordering::SeqCst), 0);
+    assert_eq!(store.spy.get_ref().status("t#m1"), Some(Status::InProgress));
+    assert_eq!(store.spy.count(Method::Release), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -438,7 +431,7 @@ async fn no_deadline_means_nothing_is_cut_off() {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         Ok::<(), BoxError>(())
     });
-    let p = Processor::builder(store.clone(), slow)
+    let p = Processor::builder(store.spy.clone(), slow)
         .namespace("t")
         .clock(clock.clone())
         .build();
@@ -453,7 +446,7 @@ async fn no_deadline_means_nothing_is_cut_off() {
 async fn on_the_real_clock_the_answer_comes_before_the_deadline() {
     let store = Stalling::default();
     let applied = Arc::new(AtomicUsize::new(0));
-    let p = Processor::builder(store.clone(), handler(&applied))
+    let p = Processor::builder(store.spy.clone(), handler(&applied))
         .namespace("t")
         .deadline_margin(Duration::from_millis(500))
         .build();
@@ -484,7 +477,7 @@ async fn the_handler_is_told_when_the_budget_ends() {
             Ok::<(), BoxError>(())
         }
     });
-    let p = Processor::builder(store.clone(), handler)
+    let p = Processor::builder(store.spy.clone(), handler)
         .namespace("t")
         .clock(clock.clone())
         .answer_reserve(RESERVE)

@@ -15,12 +15,11 @@ use sqs_claim::idempotency::{
 };
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{
-    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected, Status,
-};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, Status};
 use sqs_claim::{
     BoxError, Clock, Effects, Error, ErrorKind, Lease, MemoryStore, MissingKey, PayloadCheck,
 };
+use sqs_claim_testkit::store::{Action, Method, Spy};
 use tokio::sync::Notify;
 use tower::{Layer, ServiceExt};
 
@@ -117,60 +116,35 @@ fn payments(store: MemoryStore) -> Idempotency<MemoryStore, key::Header> {
         .build()
 }
 
-/// A store around [`MemoryStore`] that can keep responses shorter and hang any call.
-#[derive(Clone, Default)]
-struct TestStore {
-    inner: MemoryStore,
-    limit: Option<usize>,
-    hang: Arc<Hang>,
-}
-
+/// Switches that make [`test_store`] hang its claims or its completions.
 #[derive(Default)]
 struct Hang {
     claim: std::sync::atomic::AtomicBool,
     complete: std::sync::atomic::AtomicBool,
 }
 
-impl TestStore {
-    async fn hang_if(&self, flag: &std::sync::atomic::AtomicBool) {
-        if flag.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-impl ClaimStore for TestStore {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.hang_if(&self.hang.claim).await;
-        self.inner.claim(request).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> Result<(), Error> {
-        self.hang_if(&self.hang.complete).await;
-        self.inner.complete_with(key, token, completion).await
-    }
-
-    fn capabilities(&self) -> sqs_claim::store::Capabilities {
-        let inner = self.inner.capabilities().max_response_bytes;
-        sqs_claim::store::Capabilities::new().with_max_response_bytes(self.limit.unwrap_or(inner))
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.inner.release(key, token).await
-    }
-}
-
-impl StoreAdmin for TestStore {
-    async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
-        self.inner.inspect(key).await
-    }
+/// A [`MemoryStore`] that hangs claims or completions while `hang` says so, and says it keeps
+/// responses up to `limit` bytes (the memory store's own limit if `None`); for the rest it
+/// says what the trait's default says of a store.
+fn test_store(hang: &Arc<Hang>, limit: Option<usize>) -> Spy<MemoryStore> {
+    let hang = Arc::clone(hang);
+    Spy::new(MemoryStore::new())
+        .on_call(move |call| {
+            let flag = match call.method() {
+                Method::Claim => &hang.claim,
+                Method::Complete => &hang.complete,
+                _ => return Action::Forward,
+            };
+            if flag.load(Ordering::SeqCst) {
+                Action::Hang
+            } else {
+                Action::Forward
+            }
+        })
+        .map_capabilities(move |inner| {
+            sqs_claim::store::Capabilities::new()
+                .with_max_response_bytes(limit.unwrap_or(inner.max_response_bytes))
+        })
 }
 
 async fn stored_response(store: &impl StoreAdmin, key: &str) -> Option<String> {
@@ -616,10 +590,7 @@ async fn a_panicking_handler_releases_the_claim_and_answers_an_error() {
 
 #[tokio::test(start_paused = true)]
 async fn a_response_over_the_store_limit_is_refused_with_nothing_committed() {
-    let store = TestStore {
-        limit: Some(64),
-        ..TestStore::default()
-    };
+    let store = test_store(&Arc::default(), Some(64));
     let idempotency = Idempotency::builder(store.clone(), key::json_pointer("/id"))
         .namespace("big")
         .clock(Clock::tokio())
@@ -653,7 +624,7 @@ async fn a_response_over_the_store_limit_is_refused_with_nothing_committed() {
     );
     assert_eq!(applied.load(Ordering::SeqCst), 0, "no effect committed");
     assert!(
-        store.inner.inspect("big#r-1").await.unwrap().is_none(),
+        store.get_ref().inspect("big#r-1").await.unwrap().is_none(),
         "claim released"
     );
     // A smaller answer to the retry goes through, once.
@@ -815,7 +786,8 @@ async fn a_stale_claimant_cannot_complete_after_its_lease_was_taken_over() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
-    let store = TestStore::default();
+    let hang = Arc::<Hang>::default();
+    let store = test_store(&hang, None);
     let clock = Clock::tokio();
     let idempotency = Idempotency::builder(store.clone(), key::json_pointer("/id"))
         .namespace("slow")
@@ -825,7 +797,7 @@ async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
     let ok = |_: LambdaEvent<Value>| async { Ok::<_, BoxError>(json!("ok")) };
 
     // A claim that never answers: cut off at deadline - reserve, nothing ran.
-    store.hang.claim.store(true, Ordering::SeqCst);
+    hang.claim.store(true, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
     let err = idempotency
         .call(
@@ -839,7 +811,7 @@ async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
         .unwrap_err();
     assert_eq!(kind(&err), Some(ErrorKind::OutOfTime));
     assert_eq!(started.elapsed(), Duration::from_millis(800));
-    store.hang.claim.store(false, Ordering::SeqCst);
+    hang.claim.store(false, Ordering::SeqCst);
 
     // A handler that never returns: cut off there too, and its claim is kept (it may have
     // reached an external service), so a retry meanwhile is refused as in progress.
@@ -860,7 +832,7 @@ async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
     assert_eq!(kind(&err), Some(ErrorKind::OutOfTime));
     assert_eq!(started.elapsed(), Duration::from_millis(800));
     assert_eq!(
-        store.inner.status("slow#h-2"),
+        store.get_ref().status("slow#h-2"),
         Some(Status::InProgress),
         "claim kept"
     );
@@ -878,7 +850,7 @@ async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
 
     // A completion that never answers: without effects the response is still answered (the
     // side effect happened); with effects, an error, the claim kept.
-    store.hang.complete.store(true, Ordering::SeqCst);
+    hang.complete.store(true, Ordering::SeqCst);
     let started = tokio::time::Instant::now();
     let answered = idempotency
         .call(
@@ -909,7 +881,7 @@ async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
         .unwrap_err();
     assert_eq!(kind(&err), Some(ErrorKind::OutOfTime));
     assert_eq!(
-        store.inner.status("slow#h-4"),
+        store.get_ref().status("slow#h-4"),
         Some(Status::InProgress),
         "claim kept"
     );
@@ -926,7 +898,7 @@ async fn a_hanging_store_or_handler_is_answered_before_the_deadline() {
         .await
         .unwrap_err();
     assert_eq!(kind(&err), Some(ErrorKind::OutOfTime));
-    assert_eq!(store.inner.status("slow#h-5"), None);
+    assert_eq!(store.get_ref().status("slow#h-5"), None);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,61 +14,25 @@ use common::*;
 use serde_json::{Value, json};
 use sqs_claim::metrics::{BatchDimension, BatchMetrics, Emf};
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{
-    Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
-};
-use sqs_claim::{Clock, Error, FailureKind, MemoryStore, Message, Processor};
+use sqs_claim::store::{Capabilities, Claim, ClaimRequest, ClaimStore, Effects};
+use sqs_claim::{Clock, FailureKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::emf;
+use sqs_claim_testkit::store::{Action, Method, Spy};
 use tower::service_fn;
 
 const CLAIM: Duration = Duration::from_millis(5);
 const COMPLETE: Duration = Duration::from_millis(7);
 
-/// A memory store whose claims take [`CLAIM`] and completions [`COMPLETE`].
-#[derive(Clone, Default)]
-struct SlowStore(MemoryStore);
-
-impl ClaimStore for SlowStore {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        tokio::time::sleep(CLAIM).await;
-        self.0.claim(req).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> Result<(), Error> {
-        let Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        tokio::time::sleep(COMPLETE).await;
-        self.0
-            .complete_with(
-                key,
-                token,
-                Completion::new(expires_at).with_effects(effects),
-            )
-            .await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.0.release(key, token).await
-    }
-
-    async fn claim_completed(
-        &self,
-        req: ClaimRequest<'_>,
-        effects: Effects<MemoryEffect>,
-    ) -> Result<OneShotWrite, Error> {
-        tokio::time::sleep(COMPLETE).await;
-        self.0.claim_completed(req, effects).await
-    }
+/// A memory store whose claims take [`CLAIM`] and completions (one-shot writes too)
+/// [`COMPLETE`]; it says what the trait's default says of a store.
+fn slow_store() -> Spy<MemoryStore> {
+    Spy::new(MemoryStore::new())
+        .on_call(|call| match call.method() {
+            Method::Claim => Action::Delay(CLAIM),
+            Method::Complete | Method::ClaimCompleted => Action::Delay(COMPLETE),
+            _ => Action::Forward,
+        })
+        .map_capabilities(|_| Capabilities::new())
 }
 
 /// What a sink got: the metrics, and the EMF line for them.
@@ -153,11 +117,11 @@ fn handler()
 /// per store call, in the metrics and in the EMF line.
 #[tokio::test(start_paused = true)]
 async fn the_emf_line_counts_what_the_batch_did() {
-    let store = SlowStore::default();
+    let store = slow_store();
     // Another worker holds m5's key.
     let now = SystemTime::now();
     let held = store
-        .0
+        .get_ref()
         .claim(ClaimRequest {
             key: "t#k5",
             now,
@@ -289,7 +253,7 @@ fn event_fn(records: &[Rec]) -> lambda_runtime::LambdaEvent<sqs_claim::events::S
 async fn cut_off_and_not_started_are_counted() {
     let captured = Captured::new(Emf::new("ns").unwrap());
     let clock = Clock::tokio();
-    let p = Processor::builder(SlowStore::default(), handler())
+    let p = Processor::builder(slow_store(), handler())
         .namespace("t")
         .clock(clock.clone())
         .concurrency(1)
@@ -319,7 +283,7 @@ async fn cut_off_and_not_started_are_counted() {
 #[tokio::test(start_paused = true)]
 async fn one_shot_writes_are_completions() {
     let captured = Captured::new(Emf::new("ns").unwrap());
-    let p = Processor::one_shot(SlowStore::default(), |_m: &Message| {
+    let p = Processor::one_shot(slow_store(), |_m: &Message| {
         Ok(Effects::one(MemoryEffect::new(|| {})))
     })
     .namespace("t")

@@ -5,70 +5,22 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::SystemTime;
 
 use common::*;
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, OneShotWrite};
-use sqs_claim::{BoxError, Effects, Error, FailureKind, MemoryStore, Message, OneShot, Processor};
+use sqs_claim::store::{ClaimStore, Completion};
+use sqs_claim::{BoxError, Effects, FailureKind, MemoryStore, Message, OneShot, Processor};
+use sqs_claim_testkit::store::{Method, Spy};
 
-/// A memory store that counts its calls by kind.
-#[derive(Clone, Default)]
-struct Counting {
-    inner: MemoryStore,
-    claims: Arc<AtomicUsize>,
-    completes: Arc<AtomicUsize>,
-    releases: Arc<AtomicUsize>,
-    one_shots: Arc<AtomicUsize>,
-}
+/// A memory store that counts its calls by kind (the spy), saying it writes a one-shot
+/// atomically and takes the trait's default for the rest.
+type Counting = Spy<MemoryStore>;
 
-impl ClaimStore for Counting {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(req).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> Result<(), Error> {
-        let Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        self.completes.fetch_add(1, Ordering::SeqCst);
-        self.inner
-            .complete_with(
-                key,
-                token,
-                Completion::new(expires_at).with_effects(effects),
-            )
-            .await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.releases.fetch_add(1, Ordering::SeqCst);
-        self.inner.release(key, token).await
-    }
-
-    async fn claim_completed(
-        &self,
-        req: ClaimRequest<'_>,
-        effects: Effects<MemoryEffect>,
-    ) -> Result<OneShotWrite, Error> {
-        self.one_shots.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim_completed(req, effects).await
-    }
-
-    fn capabilities(&self) -> sqs_claim::store::Capabilities {
-        sqs_claim::store::Capabilities::new().with_atomic_one_shot(true)
-    }
+fn counting() -> Counting {
+    Spy::new(MemoryStore::new())
+        .map_capabilities(|_| sqs_claim::store::Capabilities::new().with_atomic_one_shot(true))
 }
 
 /// A processor crediting `{"amount": N}` to `balance` in one shot; a negative amount is
@@ -104,7 +56,7 @@ fn credit(
 
 #[tokio::test]
 async fn one_write_per_message_and_duplicates_apply_nothing() {
-    let store = Counting::default();
+    let store = counting();
     let balance = Arc::new(AtomicI64::new(0));
     let p = credit(store.clone(), Arc::clone(&balance));
     let batch: Vec<Rec> = (0..20)
@@ -114,16 +66,12 @@ async fn one_write_per_message_and_duplicates_apply_nothing() {
     assert_eq!(report.counts().processed, 20);
     assert_eq!(balance.load(Ordering::SeqCst), 100);
     assert_eq!(
-        store.one_shots.load(Ordering::SeqCst),
+        store.count(Method::ClaimCompleted),
         20,
         "one write per message"
     );
-    assert_eq!(store.claims.load(Ordering::SeqCst), 0, "no separate claim");
-    assert_eq!(
-        store.completes.load(Ordering::SeqCst),
-        0,
-        "no separate completion"
-    );
+    assert_eq!(store.count(Method::Claim), 0, "no separate claim");
+    assert_eq!(store.count(Method::Complete), 0, "no separate completion");
 
     let again = p.process(event(&batch)).await.unwrap();
     assert_eq!(again.counts().duplicate, 20);
@@ -133,7 +81,7 @@ async fn one_write_per_message_and_duplicates_apply_nothing() {
         "a duplicate applies nothing"
     );
     assert_eq!(
-        store.one_shots.load(Ordering::SeqCst),
+        store.count(Method::ClaimCompleted),
         40,
         "one write per duplicate"
     );
@@ -142,7 +90,7 @@ async fn one_write_per_message_and_duplicates_apply_nothing() {
 
 #[tokio::test]
 async fn failures_write_nothing_and_are_reported() {
-    let store = Counting::default();
+    let store = counting();
     let balance = Arc::new(AtomicI64::new(0));
     let p = credit(store.clone(), Arc::clone(&balance));
     let batch = [
@@ -164,15 +112,15 @@ async fn failures_write_nothing_and_are_reported() {
     assert_eq!(failed_ids(&report.response()), ["refused", "bad", "boom"]);
     assert_eq!(balance.load(Ordering::SeqCst), 7);
     // Only the handler's success reached the store; the refused write left the key free.
-    assert_eq!(store.one_shots.load(Ordering::SeqCst), 2);
+    assert_eq!(store.count(Method::ClaimCompleted), 2);
     assert_eq!(
-        store.releases.load(Ordering::SeqCst),
+        store.count(Method::Release),
         0,
         "nothing held, nothing to release"
     );
     for key in ["t#refused", "t#bad", "t#boom"] {
         assert_eq!(
-            store.inner.status(key),
+            store.get_ref().status(key),
             None,
             "{key}: a failure writes nothing"
         );
@@ -181,10 +129,10 @@ async fn failures_write_nothing_and_are_reported() {
 
 #[tokio::test]
 async fn a_key_held_elsewhere_is_retried_and_left_alone() {
-    let store = Counting::default();
+    let store = counting();
     let now = SystemTime::now();
     let token = sqs_claim::store::conformance::acquire(
-        &store.inner,
+        store.get_ref(),
         sqs_claim::store::conformance::request("t#held", now),
     )
     .await;
@@ -198,7 +146,7 @@ async fn a_key_held_elsewhere_is_retried_and_left_alone() {
     assert_eq!(failed_ids(&report.response()), ["held"]);
     assert_eq!(balance.load(Ordering::SeqCst), 0);
     store
-        .inner
+        .get_ref()
         .complete_with(
             "t#held",
             &token,
@@ -210,8 +158,8 @@ async fn a_key_held_elsewhere_is_retried_and_left_alone() {
 
 #[tokio::test]
 async fn a_store_outage_fails_closed_and_writes_nothing() {
-    let store = Counting::default();
-    store.inner.set_unavailable(true);
+    let store = counting();
+    store.get_ref().set_unavailable(true);
     let balance = Arc::new(AtomicI64::new(0));
     let p = credit(store.clone(), Arc::clone(&balance));
     let report = p

@@ -12,11 +12,12 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use sqs_claim::events::SqsBatchResponse;
 use sqs_claim::store::memory::MemoryEffect;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Status};
+use sqs_claim::store::{Capabilities, Claim, ClaimRequest, ClaimStore, Status};
 use sqs_claim::{
     BoxError, Clock, ErrorKind, FailureKind, KeySource, MemoryStore, Message, MissingKey,
     NotStarted, Outcome, PayloadCheck, Processor, RetryPolicy, StoreUnavailable,
 };
+use sqs_claim_testkit::store::{Action, Method, Spy};
 use tower::{ServiceExt, service_fn};
 
 /// A set of applied effect markers, shared between a handler and the test.
@@ -499,48 +500,17 @@ async fn completion_keeps_failing_with_effects_fails_and_releases() {
 }
 
 /// A store whose completions commit and then answer a transient error, as a timeout after the
-/// write reached DynamoDB does.
-#[derive(Clone)]
-struct CommitsThenTimesOut(MemoryStore);
-
-impl ClaimStore for CommitsThenTimesOut {
-    type Effect = MemoryEffect;
-
-    async fn claim(&self, request: ClaimRequest<'_>) -> Result<Claim, sqs_claim::Error> {
-        self.0.claim(request).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &sqs_claim::store::ClaimToken,
-        completion: sqs_claim::store::Completion<MemoryEffect>,
-    ) -> Result<(), sqs_claim::Error> {
-        let sqs_claim::store::Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        self.0
-            .complete_with(
-                key,
-                token,
-                sqs_claim::store::Completion::new(expires_at).with_effects(effects),
-            )
-            .await?;
-        Err(sqs_claim::Error::new(
-            ErrorKind::StoreUnavailable,
-            "timed out waiting for the answer",
-        ))
-    }
-
-    async fn release(
-        &self,
-        key: &str,
-        token: &sqs_claim::store::ClaimToken,
-    ) -> Result<(), sqs_claim::Error> {
-        self.0.release(key, token).await
-    }
+/// write reached DynamoDB does. It says what the trait's default says of a store.
+fn commits_then_times_out() -> Spy<MemoryStore> {
+    Spy::new(MemoryStore::new())
+        .on_call(|call| match call.method() {
+            Method::Complete => Action::FailAfter(sqs_claim::Error::new(
+                ErrorKind::StoreUnavailable,
+                "timed out waiting for the answer",
+            )),
+            _ => Action::Forward,
+        })
+        .map_capabilities(|_| Capabilities::new())
 }
 
 /// After an ambiguous completion error the effects may well have committed: the failure must
@@ -548,7 +518,7 @@ impl ClaimStore for CommitsThenTimesOut {
 /// duplicate, with the effects applied once.
 #[tokio::test(start_paused = true)]
 async fn ambiguous_completion_with_effects_does_not_claim_nothing_was_committed() {
-    let store = CommitsThenTimesOut(MemoryStore::new());
+    let store = commits_then_times_out();
     let applied = Arc::new(AtomicUsize::new(0));
     let a = Arc::clone(&applied);
     let handler = service_fn(move |_msg: Message| {
@@ -1273,51 +1243,10 @@ async fn concurrency_is(limit: usize, configured: Option<usize>) {
     concurrency_on(MemoryStore::new(), limit, configured).await;
 }
 
-/// A memory store that says it carries `.1` calls at once.
-#[derive(Clone)]
-struct Carries(MemoryStore, usize);
-
-impl ClaimStore for Carries {
-    type Effect = sqs_claim::store::MemoryEffect;
-
-    async fn claim(
-        &self,
-        req: sqs_claim::store::ClaimRequest<'_>,
-    ) -> Result<Claim, sqs_claim::Error> {
-        self.0.claim(req).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &sqs_claim::store::ClaimToken,
-        completion: sqs_claim::store::Completion<Self::Effect>,
-    ) -> Result<(), sqs_claim::Error> {
-        let sqs_claim::store::Completion {
-            expires_at,
-            effects,
-            ..
-        } = completion;
-        self.0
-            .complete_with(
-                key,
-                token,
-                sqs_claim::store::Completion::new(expires_at).with_effects(effects),
-            )
-            .await
-    }
-
-    async fn release(
-        &self,
-        key: &str,
-        token: &sqs_claim::store::ClaimToken,
-    ) -> Result<(), sqs_claim::Error> {
-        self.0.release(key, token).await
-    }
-
-    fn capabilities(&self) -> sqs_claim::store::Capabilities {
-        sqs_claim::store::Capabilities::new().with_max_in_flight(self.1)
-    }
+/// A memory store that says it carries `calls` at once.
+fn carries(calls: usize) -> Spy<MemoryStore> {
+    Spy::new(MemoryStore::new())
+        .map_capabilities(move |_| Capabilities::new().with_max_in_flight(calls))
 }
 
 async fn concurrency_on<S: ClaimStore + Clone + Send + Sync + 'static>(
@@ -1365,8 +1294,8 @@ async fn standard_concurrency_is_bounded_and_reached() {
 /// The default is what the store says it carries; a builder setting overrides it.
 #[tokio::test]
 async fn standard_concurrency_default_is_the_stores_bound() {
-    concurrency_on(Carries(MemoryStore::new(), 7), 7, None).await;
-    concurrency_on(Carries(MemoryStore::new(), 7), 3, Some(3)).await;
+    concurrency_on(carries(7), 7, None).await;
+    concurrency_on(carries(7), 3, Some(3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

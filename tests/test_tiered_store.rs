@@ -3,14 +3,15 @@
 //! without touching the durable store, and backfill.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, StoredResponse};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, StoredResponse};
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
+use sqs_claim_testkit::store::{Action, Method, Spy};
 
 mod support;
 
@@ -232,54 +233,47 @@ impl EffectProbe<TieredStore<PostgresStore>> for Probe {
     }
 }
 
-/// A durable store that counts the claims it is asked, and can lose the answer of its next
-/// completion (commit it, then report a transient error).
-#[derive(Clone, Default)]
+/// A durable store that counts the claims it is asked (the spy), and can lose the answer of its
+/// next completion (commit it, then report a transient error). It says what the trait's
+/// default says of a store.
+#[derive(Clone)]
 struct Counting {
-    inner: MemoryStore,
-    claims: Arc<AtomicUsize>,
+    spy: Spy<MemoryStore>,
     lose_next_answer: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Default for Counting {
+    fn default() -> Self {
+        let lose_next_answer = Arc::<std::sync::atomic::AtomicBool>::default();
+        let lose = Arc::clone(&lose_next_answer);
+        let spy = Spy::new(MemoryStore::new())
+            .on_call(move |call| match call.method() {
+                Method::Complete if lose.swap(false, Ordering::SeqCst) => {
+                    Action::FailAfter(Error::new(
+                        sqs_claim::ErrorKind::StoreUnavailable,
+                        "the answer was lost (committed)",
+                    ))
+                }
+                _ => Action::Forward,
+            })
+            .map_capabilities(|_| sqs_claim::store::Capabilities::new());
+        Counting {
+            spy,
+            lose_next_answer,
+        }
+    }
 }
 
 impl Counting {
     fn claims(&self) -> usize {
-        self.claims.load(Ordering::SeqCst)
-    }
-}
-
-impl ClaimStore for Counting {
-    type Effect = <MemoryStore as ClaimStore>::Effect;
-
-    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(req).await
-    }
-
-    async fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<Self::Effect>,
-    ) -> Result<(), Error> {
-        self.inner.complete_with(key, token, completion).await?;
-        if self.lose_next_answer.swap(false, Ordering::SeqCst) {
-            return Err(Error::new(
-                sqs_claim::ErrorKind::StoreUnavailable,
-                "the answer was lost (committed)",
-            ));
-        }
-        Ok(())
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.inner.release(key, token).await
+        self.spy.count(Method::Claim)
     }
 }
 
 #[tokio::test]
 async fn a_completed_key_is_answered_from_redis_without_the_durable_store() {
     let durable = Counting::default();
-    let store = TieredStore::new(cache().await, durable.clone());
+    let store = TieredStore::new(cache().await, durable.spy.clone());
     let now = SystemTime::now();
     let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
         panic!("fresh key must be acquired");
@@ -329,14 +323,15 @@ async fn a_completed_key_is_answered_from_redis_without_the_durable_store() {
 async fn a_durable_completion_is_backfilled_into_redis() {
     let durable = Counting::default();
     let cache = cache().await;
-    let store = TieredStore::new(cache.clone(), durable.clone());
+    let store = TieredStore::new(cache.clone(), durable.spy.clone());
     let now = SystemTime::now();
     // Completed elsewhere: straight on the durable store, so the cache knows nothing.
-    let Ok(Claim::Acquired(token)) = durable.inner.claim(request("k", now)).await else {
+    let Ok(Claim::Acquired(token)) = durable.spy.get_ref().claim(request("k", now)).await else {
         panic!("fresh key");
     };
     durable
-        .inner
+        .spy
+        .get_ref()
         .complete_with("k", &token, Completion::new(now + Duration::from_secs(600)))
         .await
         .unwrap();
@@ -373,7 +368,7 @@ async fn a_durable_completion_is_backfilled_into_redis() {
 async fn in_progress_and_released_keys_are_not_cached() {
     let durable = Counting::default();
     let cache = cache().await;
-    let store = TieredStore::new(cache.clone(), durable.clone());
+    let store = TieredStore::new(cache.clone(), durable.spy.clone());
     let now = SystemTime::now();
     let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
         panic!("fresh key");
@@ -399,7 +394,7 @@ async fn in_progress_and_released_keys_are_not_cached() {
 #[tokio::test]
 async fn a_duplicate_answered_from_redis_replays_the_stored_response() {
     let durable = Counting::default();
-    let store = TieredStore::new(cache().await, durable.clone());
+    let store = TieredStore::new(cache().await, durable.spy.clone());
     let now = SystemTime::now();
     let awkward = "{\"b\": \"caf\u{e9} \u{1f4b3}\",\n  \"a\":1.50}:-:3:";
     let large = "x".repeat(64 * 1024 + 1);
@@ -447,14 +442,15 @@ async fn a_duplicate_answered_from_redis_replays_the_stored_response() {
 async fn an_older_marker_defers_to_the_durable_response() {
     let durable = Counting::default();
     let cache = cache().await;
-    let store = TieredStore::new(cache.clone(), durable.clone());
+    let store = TieredStore::new(cache.clone(), durable.spy.clone());
     let now = SystemTime::now();
     let expires = now + Duration::from_secs(600);
-    let Ok(Claim::Acquired(token)) = durable.inner.claim(request("k", now)).await else {
+    let Ok(Claim::Acquired(token)) = durable.spy.get_ref().claim(request("k", now)).await else {
         panic!("fresh key");
     };
     durable
-        .inner
+        .spy
+        .get_ref()
         .complete_with(
             "k",
             &token,
@@ -491,7 +487,7 @@ async fn an_older_marker_defers_to_the_durable_response() {
 #[tokio::test]
 async fn a_retried_completion_caches_the_durable_response_not_the_retrys() {
     let durable = Counting::default();
-    let store = TieredStore::new(cache().await, durable.clone());
+    let store = TieredStore::new(cache().await, durable.spy.clone());
     let now = SystemTime::now();
     let Ok(Claim::Acquired(token)) = store.claim(request("k", now)).await else {
         panic!("fresh key");

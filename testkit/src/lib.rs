@@ -11,6 +11,7 @@
 //! | [`silent`] | endpoints that accept and never answer, that close after the first request, and a PostgreSQL that goes quiet after its handshake: timeouts without a proxy |
 //! | [`emf`] | a checker for CloudWatch Embedded Metric Format lines, after the specification's rules |
 //! | [`local`] | where the local stand-ins are (DynamoDB Local, Redis, PostgreSQL, from the environment), unique names for fresh tables, and (feature `dynamodb`) a DynamoDB Local client |
+//! | `store` | (feature `store`) `Spy`: a claim store in front of another that counts each call and lets a test delay, hang or fail it, or lose its answer |
 //! | `strategies` | (feature `proptest`) generators of hostile bodies and SQS-shaped records, and a marker no error text may ever contain |
 //!
 //! # Testing a consumer
@@ -29,8 +30,9 @@
 //! assert_eq!(json["Records"][1]["attributes"]["MessageGroupId"], "acct-1");
 //! ```
 //!
-//! The kit does not depend on `sqs-claim`: the events are `aws_lambda_events`' types and the
-//! fake runtime speaks to any `lambda_runtime` client, so it serves any Rust consumer.
+//! Without the `store` feature the kit does not depend on `sqs-claim`: the events are
+//! `aws_lambda_events`' types and the fake runtime speaks to any `lambda_runtime` client, so it
+//! serves any Rust consumer.
 //!
 //! # Features
 //!
@@ -38,6 +40,7 @@
 //! |---------|---------|------|
 //! | `proptest` | no | `strategies` |
 //! | `dynamodb` | no | [`local::dynamodb_client`](local) (`aws-sdk-dynamodb`) |
+//! | `store` | no | `store` (`sqs-claim`, without its default features) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod conflict;
@@ -48,6 +51,9 @@ pub mod local;
 pub mod runtime;
 pub mod silent;
 pub mod sqs;
+#[cfg(feature = "store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "store")))]
+pub mod store;
 #[cfg(feature = "proptest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]
 pub mod strategies;

@@ -2,8 +2,9 @@
 //! (`scripts/powertools/venv.sh`, installed on first use) and `scripts/powertools/driver.py`,
 //! which runs Powertools' own key derivation and a real `@idempotent` handler or
 //! `@idempotent_function` SQS batch consumer (`scripts/powertools/app.py`) against DynamoDB
-//! Local. The example app's tests keep a copy (`payments/tests/support/powertools.rs`): the
-//! driver is this repository's scripts, not something the test kit ships.
+//! Local. The example app's tests use this file too (`#[path]` in
+//! `examples/payments/tests/support/mod.rs`): the driver is this repository's scripts, not
+//! something the test kit ships.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

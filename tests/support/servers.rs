@@ -1,7 +1,12 @@
 //! Stores on the real Redis and PostgreSQL servers (whose URLs the test kit reads from the
-//! environment), shared by the store tests. The example app's tests keep the same helpers
-//! (`payments/tests/support/servers.rs`): they are built on the library's store types, which
-//! the test kit does not depend on.
+//! environment), shared by the store tests and, through `#[path]` in
+//! `examples/payments/tests/support/mod.rs`, by the example app's ledger and fault tests.
+//!
+//! A file both crates' tests compile, not a crate: a crate that builds these stores must turn
+//! on `sqs-claim`'s `redis` and `postgres` features, and as a dev-dependency of the library it
+//! would turn them on for the library's own test build (the dev-dependency cycle unifies
+//! them), so `cargo test` with the default features would build and run the server tests.
+//! Compiled in each test crate, the `cfg(feature = ...)`s below are that crate's own features.
 
 pub(crate) use sqs_claim_testkit::local::{pg_url, redis_url};
 

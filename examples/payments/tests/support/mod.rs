@@ -10,7 +10,11 @@
 pub mod cli;
 pub mod consumer;
 pub mod ledger;
+// The library's own test support, compiled here too (one copy; why not a crate: the header of
+// `servers.rs`).
+#[path = "../../../../tests/support/powertools.rs"]
 pub mod powertools;
+#[path = "../../../../tests/support/servers.rs"]
 pub mod servers;
 
 /// Installs a test log subscriber once (respects `RUST_LOG`), so failures can be read with logs.
