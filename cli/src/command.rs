@@ -11,8 +11,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Subcommand};
 
-use crate::config::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
 use crate::{AnyStore, Settings, StoreUrl, doctor, operator};
+use sqs_claim::settings::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
 
 /// The help of `--store`, with every URL form.
 pub const STORE_HELP: &str = "Where claims live: sqlite:PATH | memory: | dynamodb:TABLE | \
