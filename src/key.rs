@@ -37,6 +37,15 @@ pub enum KeySource {
     EnvelopeId,
 }
 
+/// [`KeySource::parse`].
+impl std::str::FromStr for KeySource {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KeySource::parse(s)
+    }
+}
+
 impl KeySource {
     /// Parses the textual form used by the CLI and the reference consumer's environment:
     /// `message-id`, `json:/pointer`, `attribute:NAME`, `body-sha256`, `dedup-id`,

@@ -55,6 +55,7 @@
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
 //! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
+//! | a consumer's configuration from the `SQS_CLAIM_*` environment variables, the store URLs (`dynamodb:TABLE`, `postgres://...`, `tiered:...`), the table of the variables | `settings` (feature `settings`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
 //! | **any other event** (API Gateway, webhooks, direct invocations): key → claim → handler → the response stored with the completion and **replayed byte for byte** for a duplicate; 409 / 422 / 400 answers | [`idempotency`] (a `tower::Layer`) over [`claim`], served by [`lambda::serve`] |
 //!
@@ -81,6 +82,7 @@
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
+//! | `settings` | no | `settings`: a consumer's settings from the `SQS_CLAIM_*` variables (`Settings`), the store URLs (`StoreUrl`), the table of the variables (`VARIABLES`); turns on `dynamodb` |
 //! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
@@ -117,6 +119,9 @@ pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
 pub mod retry;
+#[cfg(feature = "settings")]
+#[cfg_attr(docsrs, doc(cfg(feature = "settings")))]
+pub mod settings;
 pub mod store;
 
 pub use claim::{Lease, MissingKey, PayloadCheck};

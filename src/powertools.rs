@@ -73,6 +73,22 @@ pub enum HashFunction {
     Sha256,
 }
 
+/// `md5` or `sha256`, as Powertools' `hash_function` names them (`SQS_CLAIM_POWERTOOLS_HASH`).
+impl std::str::FromStr for HashFunction {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "md5" => Ok(HashFunction::Md5),
+            "sha256" => Ok(HashFunction::Sha256),
+            other => Err(Error::new(
+                ErrorKind::Config,
+                format!("{other:?}: expected md5 or sha256 (Powertools' hash_function)"),
+            )),
+        }
+    }
+}
+
 impl HashFunction {
     /// Lowercase hex digest of `bytes`, as Python's `hexdigest()` writes it.
     pub fn hex(self, bytes: &[u8]) -> String {
@@ -250,6 +266,32 @@ pub enum RecordPayload {
     /// `"powertools_json(body)"` (pointer `""`) or `"powertools_json(body).a.b"` (pointer
     /// `"/a/b"`): the JSON value in the body at an RFC 6901 pointer.
     BodyJson(String),
+}
+
+/// `body`, or `json:/pointer` for `powertools_json(body)` at that pointer (`json:/a/b` for
+/// `powertools_json(body).a.b`, `json:` for the whole body), as `SQS_CLAIM_POWERTOOLS_VALIDATION`
+/// spells Powertools' `payload_validation_jmespath`.
+impl std::str::FromStr for RecordPayload {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if s == "body" {
+            return Ok(RecordPayload::Body);
+        }
+        match s.strip_prefix("json:") {
+            Some(ptr) if ptr.is_empty() || ptr.starts_with('/') => {
+                Ok(RecordPayload::BodyJson(ptr.to_owned()))
+            }
+            _ => Err(Error::new(
+                ErrorKind::Config,
+                format!(
+                    "{s:?}: expected body or json:/pointer (json:/amount for \
+                     powertools_json(body).amount, json: for powertools_json(body))"
+                ),
+            )),
+        }
+    }
 }
 
 impl PowertoolsFormat {

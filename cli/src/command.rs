@@ -11,8 +11,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Subcommand};
 
-use crate::config::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
 use crate::{AnyStore, Settings, StoreUrl, doctor, operator};
+use sqs_claim::settings::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
 
 /// The help of `--store`, with every URL form.
 pub const STORE_HELP: &str = "Where claims live: sqlite:PATH | memory: | dynamodb:TABLE | \
@@ -22,39 +22,23 @@ tiered:REDIS_URL|DURABLE_URL [default: sqlite:.sqs-claim/claims.db]";
 /// Which store to use: flags of every command, each with an environment fallback.
 #[derive(Debug, Args)]
 pub struct StoreArgs {
-    // The help is a string, not a doc comment: rustdoc would read its brackets as links. The
-    // value is hidden in help: a database URL can carry a password.
-    #[arg(
-        long,
-        global = true,
-        value_name = "URL",
-        help = STORE_HELP,
-        env = "SQS_CLAIM_STORE",
-        hide_env_values = true
-    )]
+    // The help is a string, not a doc comment: rustdoc would read its brackets as links. No
+    // `env = ...` on these flags: their variables are read once, by the settings
+    // (`sqs_claim::settings::Settings`), and a flag beats them there ([`StoreFlags::apply`]).
+    #[arg(long, global = true, value_name = "URL", help = STORE_HELP)]
     store: Option<String>,
 
     /// The DynamoDB claims table, when no store URL is given: the same as --store dynamodb:NAME
-    #[arg(long, global = true, value_name = "NAME", env = "SQS_CLAIM_TABLE")]
+    #[arg(long, global = true, value_name = "NAME")]
     table: Option<String>,
 
     /// The DynamoDB claims table's partition key, NAME=TEMPLATE, for a table shared with other
     /// items: pk=CLAIM#{key} [default: id={key}]
-    #[arg(
-        long,
-        global = true,
-        value_name = "NAME=TEMPLATE",
-        env = "SQS_CLAIM_DYNAMODB_PARTITION_KEY"
-    )]
+    #[arg(long, global = true, value_name = "NAME=TEMPLATE")]
     partition_key: Option<String>,
 
     /// The DynamoDB claims table's sort key, NAME=TEMPLATE: sk=CLAIM [default: none]
-    #[arg(
-        long,
-        global = true,
-        value_name = "NAME=TEMPLATE",
-        env = "SQS_CLAIM_DYNAMODB_SORT_KEY"
-    )]
+    #[arg(long, global = true, value_name = "NAME=TEMPLATE")]
     sort_key: Option<String>,
 }
 

@@ -14,11 +14,11 @@
 //! | `sqs-claim forget KEY` | deletes a completed record, so its message runs again (never an in-progress one) |
 //!
 //! The library half is what the binary is made of, for an app that offers these commands
-//! beside its own (the example app's `payments` binary does):
+//! beside its own (the example app's `payments` binary does). The `SQS_CLAIM_*` settings and
+//! the store URLs it reads are the library's, [`sqs_claim::settings`]:
 //!
 //! | what | where |
 //! |------|-------|
-//! | the `SQS_CLAIM_*` settings a consumer reads, store URLs | [`config`] |
 //! | whichever claims store a URL names, opened; its administration ([`sqs_claim::store::StoreAdmin`]) | [`stores`] ([`AnyStore`]) |
 //! | the commands, the store flags over the environment, one-line errors and exit codes | [`command`] |
 //! | `doctor`: facts, pure rules, the report | [`doctor`] |
@@ -28,10 +28,11 @@
 //! store that does not answer; exit 2 for a usage mistake.
 
 pub mod command;
-pub mod config;
 pub mod doctor;
 pub mod operator;
 pub mod stores;
 
-pub use config::{Settings, StoreUrl};
 pub use stores::AnyStore;
+
+// The settings and store URLs every consumer reads are the library's (`sqs_claim::settings`).
+pub(crate) use sqs_claim::settings::{Settings, StoreUrl};

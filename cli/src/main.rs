@@ -16,7 +16,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
-use sqs_claim_cli::Settings;
+use sqs_claim::settings::Settings;
 use sqs_claim_cli::command::{self, AdminCommand, CliError, StoreArgs, StoreFlags};
 
 const PROGRAM: &str = "sqs-claim";

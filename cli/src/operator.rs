@@ -11,7 +11,7 @@
 //! `#` is refused with a hint: the raw key alone is ambiguous, and a raw key may itself contain
 //! a `#`, so the CLI never guesses the namespace.
 //!
-//! With the Powertools interop on (`SQS_CLAIM_POWERTOOLS_HANDLER`, [`crate::config::powertools`])
+//! With the Powertools interop on (`SQS_CLAIM_POWERTOOLS_HANDLER`, [`sqs_claim::settings::powertools`])
 //! keys have no namespace: a KEY that starts with the configured prefix and `#`
 //! (`orders-fn.app.record_handler#3e8f…`, as `invoke --report json`, the consumer's logs and the
 //! table's `id` show it) is the stored key as is; any other KEY is the raw key, a string (the

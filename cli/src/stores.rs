@@ -12,8 +12,8 @@ use sqs_claim::store::{DynamoDbStore, Inspected, MemoryStore, StoreAdmin};
 use sqs_claim::{Error, ErrorKind};
 
 #[cfg(doc)]
-use crate::config::Settings;
-use crate::config::StoreUrl;
+use crate::Settings;
+use crate::StoreUrl;
 
 /// The claims store a store URL opened: one variant per store (and per durable store behind a
 /// `tiered:` cache). Cheap to clone; clones share connections.
@@ -195,6 +195,14 @@ async fn open_durable(url: &StoreUrl) -> Result<AnyStore, Error> {
         StoreUrl::Redis(url) => AnyStore::Redis(redis(url.expose()).await?),
         StoreUrl::Postgres(url) => AnyStore::Postgres(PostgresStore::connect(url.expose())?),
         StoreUrl::Tiered { .. } => return Err(not_nested()),
+        // `StoreUrl` is the library's, open to new stores: one it adds is refused here until
+        // this tool opens it too.
+        other => {
+            return Err(Error::new(
+                ErrorKind::Config,
+                format!("store URL {other}: this sqs-claim cannot open that store"),
+            ));
+        }
     })
 }
 

@@ -41,6 +41,38 @@ pub enum FifoMode {
     WholeBatch,
 }
 
+/// `fail-closed` or `fail-open`, as `SQS_CLAIM_STORE_UNAVAILABLE` spells it.
+impl std::str::FromStr for StoreUnavailable {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "fail-closed" => Ok(StoreUnavailable::FailClosed),
+            "fail-open" => Ok(StoreUnavailable::FailOpen),
+            other => Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                format!("{other:?}: expected fail-closed or fail-open"),
+            )),
+        }
+    }
+}
+
+/// `per-group` or `whole-batch`, as `SQS_CLAIM_FIFO_MODE` spells it.
+impl std::str::FromStr for FifoMode {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "per-group" => Ok(FifoMode::PerGroup),
+            "whole-batch" => Ok(FifoMode::WholeBatch),
+            other => Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                format!("{other:?}: expected per-group or whole-batch"),
+            )),
+        }
+    }
+}
+
 /// Processor settings. Every field has a documented default; see [`ProcessorBuilder`], the only
 /// way to set them (so it is not public: a new setting is not a breaking change).
 #[derive(Debug, Clone)]

@@ -110,6 +110,15 @@ pub struct Permanent {
     marked: bool,
 }
 
+/// [`Permanent::parse`].
+impl std::str::FromStr for Permanent {
+    type Err = crate::Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Permanent::parse(s)
+    }
+}
+
 impl Default for Permanent {
     /// A body that does not parse: in the handler ([`ErrorKind::BadBody`] from
     /// [`Message::json`](crate::Message::json)), or before it, when the key is read from the

@@ -1,6 +1,7 @@
 //! The example consumer's settings: the `SQS_CLAIM_*` variables every consumer reads
-//! ([`sqs_claim_cli::config`], the table of them), this app's defaults for the key and the
-//! namespace, and the one setting of its own, the DynamoDB accounts table. Parsing only.
+//! ([`sqs_claim::settings`], the table of them), this app's defaults for the key and the
+//! namespace, and the one setting of its own, the DynamoDB accounts table ([`VARIABLES`],
+//! read the library's way, [`read`]). Parsing only.
 //!
 //! | variable | default | meaning |
 //! |----------|---------|---------|
@@ -12,9 +13,10 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
+use sqs_claim::settings::{Variable, read};
 use sqs_claim::{Error, KeySource};
 
-pub use sqs_claim_cli::config::{
+pub use sqs_claim::settings::{
     DEFAULT_CLI_STORE, DEFAULT_METRICS_NAMESPACE, DEFAULT_STARTUP_TIMEOUT, PARTITION_KEY_VAR,
     SORT_KEY_VAR, ServerUrl, StoreUrl, describe_key_layout, key_layout, key_layout_values,
     powertools,
@@ -26,19 +28,27 @@ pub const DEFAULT_NAMESPACE: &str = "payments";
 /// The variable of the DynamoDB accounts table.
 pub const ACCOUNTS_TABLE_VAR: &str = "SQS_CLAIM_ACCOUNTS_TABLE";
 
-/// The example consumer's settings: every consumer's ([`sqs_claim_cli::Settings`], reached
+/// The app's own variables, beside every consumer's ([`sqs_claim::settings::VARIABLES`]):
+/// docs/configuration.md shows them in a table of their own, checked against this one.
+pub const VARIABLES: &[Variable] = &[Variable::new(
+    ACCOUNTS_TABLE_VAR,
+    "`<claims table>-accounts`",
+    "DynamoDB accounts table (`--accounts-table` overrides it in the CLI)",
+)];
+
+/// The example consumer's settings: every consumer's ([`sqs_claim::settings::Settings`], reached
 /// through `Deref`) plus the accounts table.
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct Settings {
     /// The `SQS_CLAIM_*` settings every consumer reads.
-    pub consumer: sqs_claim_cli::Settings,
+    pub consumer: sqs_claim::settings::Settings,
     /// `SQS_CLAIM_ACCOUNTS_TABLE`.
     pub accounts_table: Option<String>,
 }
 
 impl Deref for Settings {
-    type Target = sqs_claim_cli::Settings;
+    type Target = sqs_claim::settings::Settings;
 
     fn deref(&self) -> &Self::Target {
         &self.consumer
@@ -60,11 +70,9 @@ impl Settings {
 
     /// Reads the settings through `lookup` (a variable's value by name).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, Error> {
-        let accounts_table = lookup(ACCOUNTS_TABLE_VAR)
-            .map(|v| v.trim().to_owned())
-            .filter(|v| !v.is_empty());
+        let accounts_table = read::<String>(&lookup, ACCOUNTS_TABLE_VAR)?;
         Ok(Settings {
-            consumer: sqs_claim_cli::Settings::from_lookup(lookup)?,
+            consumer: sqs_claim::settings::Settings::from_lookup(lookup)?,
             accounts_table,
         })
     }
@@ -86,13 +94,13 @@ impl Settings {
             .unwrap_or(DEFAULT_NAMESPACE)
     }
 
-    /// The store the `payments` binary uses: [`sqs_claim_cli::Settings::cli_store`], with the
+    /// The store the `payments` binary uses: [`sqs_claim::settings::Settings::cli_store`], with the
     /// accounts table.
     pub fn cli_store(&self) -> Result<AppStore, Error> {
         Ok(self.app_store(self.consumer.cli_store()?))
     }
 
-    /// The store the Lambda consumer uses: [`sqs_claim_cli::Settings::lambda_store`], with the
+    /// The store the Lambda consumer uses: [`sqs_claim::settings::Settings::lambda_store`], with the
     /// accounts table.
     pub fn lambda_store(&self) -> Result<AppStore, Error> {
         Ok(self.app_store(self.consumer.lambda_store()?))
@@ -222,5 +230,30 @@ mod tests {
             s.cli_store().expect("tiered").to_string(),
             "tiered:redis://h/|dynamodb:app (accounts: app-accounts)"
         );
+    }
+
+    /// docs/configuration.md's table of the app's own variables is [`VARIABLES`].
+    #[test]
+    fn docs_configuration_md_shows_the_apps_variables() {
+        let doc = include_str!("../../../docs/configuration.md");
+        let (begin, end) = (
+            "<!-- BEGIN payments::config::VARIABLES (examples/payments/src/config.rs) -->\n",
+            "<!-- END payments::config::VARIABLES -->",
+        );
+        let block = doc
+            .split_once(begin)
+            .and_then(|(_, rest)| rest.split_once(end))
+            .map(|(block, _)| block)
+            .expect("docs/configuration.md has the app's block");
+        let want = sqs_claim::settings::markdown_table(VARIABLES);
+        assert!(block == want, "the block should read:\n{want}");
+        for v in VARIABLES {
+            assert!(
+                sqs_claim::settings::Variable::find(sqs_claim::settings::VARIABLES, v.name)
+                    .is_none(),
+                "{} is the library's",
+                v.name
+            );
+        }
     }
 }

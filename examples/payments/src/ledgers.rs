@@ -156,7 +156,7 @@ impl AnyLedger {
     }
 
     /// [`open`](Self::open), then [`prepare`](Self::prepare), the two together bounded by
-    /// `startup` (the binaries use [`sqs_claim_cli::Settings::startup_timeout`]). A store that
+    /// `startup` (the binaries use [`sqs_claim::settings::Settings::startup_timeout`]). A store that
     /// does not answer in time (a partition, a port that accepts connections and never
     /// replies) fails with [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging
     /// the start.

@@ -26,7 +26,7 @@
 //! | whichever ledger a store URL names, opened ([`AnyLedger`]) | `ledgers.rs` |
 //! | the body, and its validation | [`Payment`] |
 //! | the handler | [`PaymentHandler`] |
-//! | settings from the environment (every consumer's, from [`sqs_claim_cli::config`], and the accounts table) | [`config`] |
+//! | settings from the environment (every consumer's, from [`sqs_claim::settings`], and the accounts table) | [`config`] |
 //!
 //! The operator's commands (`doctor`, `inspect`, `release`, `forget`, `prune`) are
 //! `sqs-claim`'s ([`sqs_claim_cli`]); the `payments` binary offers them on the app's store too.

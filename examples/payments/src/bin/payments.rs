@@ -73,12 +73,8 @@ struct AppArgs {
     store: StoreArgs,
 
     /// The DynamoDB accounts table [default: TABLE-accounts]
-    #[arg(
-        long,
-        global = true,
-        value_name = "NAME",
-        env = "SQS_CLAIM_ACCOUNTS_TABLE"
-    )]
+    // No `env = ...`: the variable is read once, by the settings (`payments::config`).
+    #[arg(long, global = true, value_name = "NAME")]
     accounts_table: Option<String>,
 }
 

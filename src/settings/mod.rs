@@ -1,0 +1,397 @@
+//! A consumer's settings from the `SQS_CLAIM_*` environment variables (feature `settings`),
+//! and the store URLs that name a claims store. Everything here is parsing: no file, socket or
+//! clock is touched (opening the store a URL names is the caller's).
+//!
+//! The example app's consumer reads these, the `sqs-claim` operator commands read the ones
+//! they need (the store, its key layout, the namespace, the Powertools interop, the TTL and
+//! lease the doctor checks) exactly as a consumer does, and a consumer of your own may read
+//! them too: [`Settings::from_env`], then the store of [`Settings::lambda_store`].
+//!
+//! Every variable is optional; an invalid value is a startup error naming the variable (a
+//! consumer that starts with a typo in its configuration would quietly do the wrong thing).
+//! Each is read once, by [`read`]: the variable through a lookup function, its value parsed
+//! with [`FromStr`](std::str::FromStr) (the library's types implement it: [`FifoMode`],
+//! [`StoreUnavailable`], [`Envelope`], [`KeySource`], [`StoreUrl`], ...), and a value that does
+//! not parse is one [`ErrorKind::Config`] error naming the variable and the accepted forms.
+//!
+//! The variables, their defaults and meanings are [`VARIABLES`], the data
+//! docs/configuration.md's table is checked against.
+//!
+//! Features: `settings` turns on `dynamodb` (the Lambda default store, `dynamodb:TABLE`, and
+//! the claims table's key layout). `SQS_CLAIM_DEAD_LETTER_AT_ONCE` needs `sqs` and the
+//! `SQS_CLAIM_POWERTOOLS_*` variables need `powertools`: without them, setting one is a
+//! startup error saying which feature it needs, never a setting silently ignored.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[cfg(feature = "powertools")]
+use crate::powertools::PowertoolsFormat;
+#[cfg(feature = "sqs")]
+use crate::processor::Permanent;
+use crate::store::dynamodb::DynamoDbKeySchema;
+use crate::{
+    Backoff, Envelope, Error, ErrorKind, FailureKind, FifoMode, KeySource, StoreUnavailable,
+};
+
+mod key_layout;
+#[cfg(feature = "powertools")]
+mod powertools;
+mod read;
+mod store_url;
+#[cfg(test)]
+mod tests;
+mod variables;
+
+pub use key_layout::{describe_key_layout, key_layout, key_layout_values};
+#[cfg(feature = "powertools")]
+pub use powertools::powertools;
+pub use read::read;
+pub use store_url::{ServerUrl, StoreUrl};
+pub use variables::{VARIABLES, Variable, markdown_table};
+
+use read::{
+    BackoffFor, Entries, Messages, MetricsNamespace, Millis, QueueUrl, Receives, Seconds, Text,
+    Whole, invalid,
+};
+
+/// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
+pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
+
+/// The variable of the DynamoDB claims table's sort key (`NAME=TEMPLATE`).
+pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
+
+/// The variable that turns the Powertools interop on: the decorated record handler's
+/// `module.qualname`.
+pub const POWERTOOLS_HANDLER_VAR: &str = "SQS_CLAIM_POWERTOOLS_HANDLER";
+
+/// The variable of the Lambda function name in Powertools' keys.
+pub const POWERTOOLS_FUNCTION_VAR: &str = "SQS_CLAIM_POWERTOOLS_FUNCTION";
+
+/// The variable of Powertools' `key_prefix`.
+pub const POWERTOOLS_KEY_PREFIX_VAR: &str = "SQS_CLAIM_POWERTOOLS_KEY_PREFIX";
+
+/// The variable of Powertools' `hash_function`.
+pub const POWERTOOLS_HASH_VAR: &str = "SQS_CLAIM_POWERTOOLS_HASH";
+
+/// The variable of Powertools' `payload_validation_jmespath`.
+pub const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDATION";
+
+/// How long opening the store and its start-up check may take by default
+/// (`SQS_CLAIM_STARTUP_TIMEOUT_MS`).
+/// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
+/// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
+/// timeout.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The CloudWatch namespace of the consumer's metrics when `SQS_CLAIM_METRICS_NAMESPACE` is
+/// unset.
+pub const DEFAULT_METRICS_NAMESPACE: &str = "sqs-claim";
+
+/// The CLI's store when none is configured: a file under the current directory.
+pub const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
+
+/// A consumer's settings. [`Settings::default`] is what an empty environment gives.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Settings {
+    /// `SQS_CLAIM_STORE`.
+    pub store: Option<StoreUrl>,
+    /// `SQS_CLAIM_TABLE`.
+    pub table: Option<String>,
+    /// `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked
+    /// ([`key_layout()`]); `None` for the store's default (`id={key}`).
+    pub dynamodb_keys: Option<DynamoDbKeySchema>,
+    /// `SQS_CLAIM_KEY`; unset, the consumer's own default.
+    pub key: Option<KeySource>,
+    /// `SQS_CLAIM_ENVELOPE`.
+    pub envelope: Envelope,
+    /// `SQS_CLAIM_NAMESPACE`; unset, the consumer's own default.
+    pub namespace: Option<String>,
+    /// `SQS_CLAIM_TTL_SECS`.
+    pub ttl: Duration,
+    /// `SQS_CLAIM_LEASE_SECS`.
+    pub lease: Duration,
+    /// `SQS_CLAIM_LEASE_AT_LEAST_SECS`: unset, claims are leased until the deadline.
+    pub lease_at_least: Option<Duration>,
+    /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
+    /// ([`Capabilities::max_in_flight`](crate::store::Capabilities::max_in_flight)).
+    pub concurrency: Option<usize>,
+    /// `SQS_CLAIM_WARM_CACHE`: entries of the in-process cache of completed keys
+    /// ([`CachedStore`](crate::store::CachedStore)) in front of the store; `None` (unset or 0): no cache.
+    pub warm_cache: Option<usize>,
+    /// `SQS_CLAIM_FIFO_MODE`.
+    pub fifo: FifoMode,
+    /// `SQS_CLAIM_STORE_UNAVAILABLE`.
+    pub store_unavailable: StoreUnavailable,
+    /// `SQS_CLAIM_DEADLINE_MARGIN_MS`.
+    pub deadline_margin: Duration,
+    /// `SQS_CLAIM_OUTPUT_QUEUE_URL`.
+    pub output_queue_url: Option<String>,
+    /// `SQS_CLAIM_STARTUP_TIMEOUT_MS`.
+    pub startup_timeout: Duration,
+    /// `SQS_CLAIM_ANSWER_RESERVE_MS`.
+    pub answer_reserve: Duration,
+    /// `SQS_CLAIM_HANDLER_TIMEOUT_MS`.
+    pub handler_timeout: Option<Duration>,
+    /// `SQS_CLAIM_FAILURE_QUEUE_URL`.
+    pub failure_queue_url: Option<String>,
+    /// `SQS_CLAIM_MAX_RECEIVES`.
+    pub max_receives: u32,
+    /// `SQS_CLAIM_METRICS_NAMESPACE`; `None` for `off`.
+    pub metrics_namespace: Option<String>,
+    /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE`: which failures go to the failure queue on any receive
+    /// (feature `sqs`).
+    #[cfg(feature = "sqs")]
+    pub dead_letter_at_once: Permanent,
+    /// `SQS_CLAIM_BACKOFF`, `SQS_CLAIM_BACKOFF_FIRST_SECS` and `SQS_CLAIM_BACKOFF_CAP_SECS`:
+    /// the backoff of messages reported for retry; `None` (`off`) for the queue's visibility
+    /// timeout.
+    pub backoff: Option<Backoff>,
+    /// `SQS_CLAIM_BACKOFF_FOR`: fixed delays per failure kind.
+    pub backoff_for: Vec<(FailureKind, Backoff)>,
+    /// `SQS_CLAIM_SOURCE_QUEUE_URL`.
+    pub source_queue_url: Option<String>,
+    /// The `SQS_CLAIM_POWERTOOLS_*` variables ([`powertools()`], feature `powertools`): keys
+    /// and payload hashes as a Powertools-Python record handler derives them; `None` for
+    /// sqs-claim's own (`namespace#key`).
+    #[cfg(feature = "powertools")]
+    pub powertools: Option<PowertoolsFormat>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            store: None,
+            table: None,
+            dynamodb_keys: None,
+            key: None,
+            envelope: Envelope::None,
+            namespace: None,
+            ttl: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(300),
+            lease_at_least: None,
+            concurrency: None,
+            warm_cache: None,
+            fifo: FifoMode::PerGroup,
+            store_unavailable: StoreUnavailable::FailClosed,
+            deadline_margin: Duration::from_millis(2000),
+            output_queue_url: None,
+            startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            answer_reserve: Duration::from_millis(250),
+            handler_timeout: None,
+            failure_queue_url: None,
+            max_receives: 5,
+            metrics_namespace: Some(DEFAULT_METRICS_NAMESPACE.into()),
+            #[cfg(feature = "sqs")]
+            dead_letter_at_once: Permanent::none(),
+            backoff: None,
+            backoff_for: Vec::new(),
+            source_queue_url: None,
+            #[cfg(feature = "powertools")]
+            powertools: None,
+        }
+    }
+}
+
+impl Settings {
+    /// Reads every `SQS_CLAIM_*` variable of the process environment. An empty value counts as
+    /// unset.
+    pub fn from_env() -> Result<Settings, Error> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads the settings through `lookup` (a variable's value by name), for tests and for
+    /// configuration that does not come from the process environment.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, Error> {
+        let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        let mut s = Settings::default();
+        let or = |value: Option<Duration>, default: Duration| value.unwrap_or(default);
+        s.store = read::<StoreUrl>(env, "SQS_CLAIM_STORE")?;
+        s.table = read::<Text>(env, "SQS_CLAIM_TABLE")?.map(|t| t.0);
+        s.dynamodb_keys = dynamodb_keys(env)?;
+        s.key = read::<KeySource>(env, "SQS_CLAIM_KEY")?;
+        s.envelope = read::<Envelope>(env, "SQS_CLAIM_ENVELOPE")?.unwrap_or(s.envelope);
+        if s.key == Some(KeySource::EnvelopeId) && !s.envelope.has_id() {
+            // Every message would lack its key: refuse to start instead.
+            return Err(invalid(
+                "SQS_CLAIM_KEY",
+                format!(
+                    "envelope-id needs SQS_CLAIM_ENVELOPE=sns or eventbridge (it is {}): \
+                     the {} envelope has no id",
+                    s.envelope, s.envelope
+                ),
+            ));
+        }
+        s.namespace = read::<Text>(env, "SQS_CLAIM_NAMESPACE")?.map(|t| t.0);
+        let secs = |var| Ok::<_, Error>(read::<Whole<Seconds, 1>>(env, var)?.map(|w| w.duration()));
+        let millis =
+            |var| Ok::<_, Error>(read::<Whole<Millis, 0>>(env, var)?.map(|w| w.duration()));
+        let positive_millis =
+            |var| Ok::<_, Error>(read::<Whole<Millis, 1>>(env, var)?.map(|w| w.duration()));
+        s.ttl = or(secs("SQS_CLAIM_TTL_SECS")?, s.ttl);
+        s.lease = or(secs("SQS_CLAIM_LEASE_SECS")?, s.lease);
+        s.lease_at_least = secs("SQS_CLAIM_LEASE_AT_LEAST_SECS")?;
+        s.concurrency = read::<Whole<Messages, 1>>(env, "SQS_CLAIM_CONCURRENCY")?
+            .map(|n| n.usize())
+            .transpose()
+            .map_err(|e| invalid("SQS_CLAIM_CONCURRENCY", e))?;
+        s.warm_cache = read::<Whole<Entries, 0>>(env, "SQS_CLAIM_WARM_CACHE")?
+            .map(|n| n.usize())
+            .transpose()
+            .map_err(|e| invalid("SQS_CLAIM_WARM_CACHE", e))?
+            .filter(|n| *n > 0);
+        s.fifo = read::<FifoMode>(env, "SQS_CLAIM_FIFO_MODE")?.unwrap_or(s.fifo);
+        s.store_unavailable = read::<StoreUnavailable>(env, "SQS_CLAIM_STORE_UNAVAILABLE")?
+            .unwrap_or(s.store_unavailable);
+        s.deadline_margin = or(millis("SQS_CLAIM_DEADLINE_MARGIN_MS")?, s.deadline_margin);
+        s.answer_reserve = or(millis("SQS_CLAIM_ANSWER_RESERVE_MS")?, s.answer_reserve);
+        s.handler_timeout = positive_millis("SQS_CLAIM_HANDLER_TIMEOUT_MS")?;
+        s.startup_timeout = or(
+            positive_millis("SQS_CLAIM_STARTUP_TIMEOUT_MS")?,
+            s.startup_timeout,
+        );
+        if let Some(namespace) = read::<MetricsNamespace>(env, "SQS_CLAIM_METRICS_NAMESPACE")? {
+            s.metrics_namespace = namespace.0;
+        }
+        let queue = |var| Ok::<_, Error>(read::<QueueUrl>(env, var)?.map(|q| q.0));
+        s.output_queue_url = queue("SQS_CLAIM_OUTPUT_QUEUE_URL")?;
+        s.failure_queue_url = queue("SQS_CLAIM_FAILURE_QUEUE_URL")?;
+        s.source_queue_url = queue("SQS_CLAIM_SOURCE_QUEUE_URL")?;
+        s.max_receives = read::<Whole<Receives, 1>>(env, "SQS_CLAIM_MAX_RECEIVES")?
+            .map(|n| u32::try_from(n.get()).map_err(|_| format!("\"{}\" is too large", n.get())))
+            .transpose()
+            .map_err(|e| invalid("SQS_CLAIM_MAX_RECEIVES", e))?
+            .unwrap_or(s.max_receives);
+        s.read_dead_letter_at_once(env)?;
+        s.backoff = read::backoff(env)?;
+        s.backoff_for = read::<BackoffFor>(env, "SQS_CLAIM_BACKOFF_FOR")?
+            .unwrap_or_default()
+            .0;
+        s.read_powertools(env)?;
+        Ok(s)
+    }
+
+    /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE`, which sends to the failure queue: it needs
+    /// `SQS_CLAIM_FAILURE_QUEUE_URL` (read before it).
+    #[cfg(feature = "sqs")]
+    fn read_dead_letter_at_once(
+        &mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), Error> {
+        const VAR: &str = "SQS_CLAIM_DEAD_LETTER_AT_ONCE";
+        if let Some(permanent) = read::<Permanent>(env, VAR)? {
+            if !permanent.is_none() && self.failure_queue_url.is_none() {
+                return Err(invalid(
+                    VAR,
+                    "it sends to the failure queue: set SQS_CLAIM_FAILURE_QUEUE_URL too",
+                ));
+            }
+            self.dead_letter_at_once = permanent;
+        }
+        Ok(())
+    }
+
+    /// Without the `sqs` feature there is no failure queue to send to: a set
+    /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE` stops the start.
+    #[cfg(not(feature = "sqs"))]
+    fn read_dead_letter_at_once(
+        &mut self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), Error> {
+        needs_feature(env, &["SQS_CLAIM_DEAD_LETTER_AT_ONCE"], "sqs")
+    }
+
+    /// The `SQS_CLAIM_POWERTOOLS_*` variables ([`powertools()`]).
+    #[cfg(feature = "powertools")]
+    fn read_powertools(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+        // The function name unfiltered: Powertools keeps an empty AWS_LAMBDA_FUNCTION_NAME.
+        self.powertools = powertools(env, env("AWS_LAMBDA_FUNCTION_NAME"))?;
+        Ok(())
+    }
+
+    /// Without the `powertools` feature, a set `SQS_CLAIM_POWERTOOLS_*` stops the start: the
+    /// keys would silently be sqs-claim's own, not the shared table's.
+    #[cfg(not(feature = "powertools"))]
+    fn read_powertools(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+        needs_feature(
+            env,
+            &[
+                POWERTOOLS_HANDLER_VAR,
+                POWERTOOLS_FUNCTION_VAR,
+                POWERTOOLS_KEY_PREFIX_VAR,
+                POWERTOOLS_HASH_VAR,
+                POWERTOOLS_VALIDATION_VAR,
+            ],
+            "powertools",
+        )
+    }
+
+    /// The store the `sqs-claim` CLI uses: [`Settings::store`], else
+    /// `dynamodb:`[`Settings::table`], else the SQLite file [`DEFAULT_CLI_STORE`] (created on
+    /// demand, so a second run of the same event finds every message already done); with
+    /// [`Settings::dynamodb_keys`] applied to either's DynamoDB table.
+    pub fn cli_store(&self) -> Result<StoreUrl, Error> {
+        let url = match (&self.store, &self.table) {
+            (Some(url), _) => url.clone(),
+            (None, Some(table)) => StoreUrl::parse(&format!("dynamodb:{table}"))?,
+            (None, None) => StoreUrl::Sqlite(PathBuf::from(DEFAULT_CLI_STORE)),
+        };
+        Ok(url.with_key_schema(self.dynamodb_keys.clone()))
+    }
+
+    /// The store the Lambda consumer uses: `SQS_CLAIM_STORE`, else `dynamodb:$SQS_CLAIM_TABLE`
+    /// (with the DynamoDB key layout applied to either's DynamoDB table).
+    pub fn lambda_store(&self) -> Result<StoreUrl, Error> {
+        let url = match (&self.store, &self.table) {
+            (Some(url), _) => url.clone(),
+            (None, Some(table)) => StoreUrl::parse(&format!("dynamodb:{table}"))
+                .map_err(|e| invalid("SQS_CLAIM_TABLE", e.message()))?,
+            (None, None) => {
+                return Err(Error::new(
+                    ErrorKind::Config,
+                    "no store configured: set SQS_CLAIM_TABLE to the DynamoDB claims table \
+                     (or SQS_CLAIM_STORE to a store URL)",
+                ));
+            }
+        };
+        Ok(url.with_key_schema(self.dynamodb_keys.clone()))
+    }
+}
+
+/// The claims table's key layout from `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and
+/// `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked together ([`key_layout()`]).
+fn dynamodb_keys(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<DynamoDbKeySchema>, Error> {
+    let (partition, sort) = (
+        read::<Text>(env, PARTITION_KEY_VAR)?,
+        read::<Text>(env, SORT_KEY_VAR)?,
+    );
+    let (partition_var, sort_var) = (
+        format!("environment variable {PARTITION_KEY_VAR}"),
+        format!("environment variable {SORT_KEY_VAR}"),
+    );
+    key_layout(
+        partition
+            .as_ref()
+            .map(|v| (partition_var.as_str(), v.0.as_str())),
+        sort.as_ref().map(|v| (sort_var.as_str(), v.0.as_str())),
+    )
+}
+
+/// A `Config` error for the first of `vars` that is set, saying it needs `feature`.
+#[cfg(any(not(feature = "sqs"), not(feature = "powertools")))]
+fn needs_feature(
+    env: &dyn Fn(&str) -> Option<String>,
+    vars: &[&str],
+    feature: &str,
+) -> Result<(), Error> {
+    for var in vars {
+        if read::<Text>(env, var)?.is_some() {
+            return Err(invalid(
+                var,
+                format!("this build of sqs-claim has no `{feature}` feature to honour it"),
+            ));
+        }
+    }
+    Ok(())
+}
