@@ -167,9 +167,31 @@ impl ClaimStore for TestStore {
     }
 }
 
+/// The memory store's administration (every method is required: `StoreAdmin` has no
+/// "not supported" defaults).
 impl StoreAdmin for TestStore {
+    async fn init(&self) -> Result<(), Error> {
+        self.inner.init().await
+    }
+
+    async fn check_ready(&self) -> Result<(), Error> {
+        self.inner.check_ready().await
+    }
+
+    async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {
+        self.inner.prune_expired(now, limit).await
+    }
+
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
         self.inner.inspect(key).await
+    }
+
+    async fn force_release(&self, key: &str) -> Result<bool, Error> {
+        self.inner.force_release(key).await
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, Error> {
+        self.inner.forget(key).await
     }
 }
 
