@@ -9,6 +9,14 @@
 //! 2. **CPU overhead** of the processor per message (keys, claims, outcomes, response) over the
 //!    in-memory store, against a baseline that only decodes each body and calls the handler.
 //!
+//! Then the cost of boxing a store ([`BoxStore`]): the same workload as (2) over
+//! `BoxStore::new(MemoryStore)` and over the `MemoryStore` itself, alternated in one run, as a
+//! ratio and as the time per message it adds, a share of a message's client CPU (goal: under
+//! 1%). Two shares: of the whole processor over the memory store (no network client at all: the
+//! least CPU a message costs, so the share is the largest it can be), and of the client CPU of a
+//! message on DynamoDB (`SQS_CLAIM_BENCH_CLIENT_CPU_US`, default 50 µs: the lowest figure of
+//! `make bench`, a packed credit at N = 1000, in the README).
+//!
 //! Set `SQS_CLAIM_BENCH_RTT_MS` to change the simulated round trip.
 
 use std::hint::black_box;
@@ -18,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use lambda_runtime::{Context, LambdaEvent};
 use sqs_claim::events::{SqsEvent, SqsMessage};
-use sqs_claim::store::Capabilities;
+use sqs_claim::store::{BoxStore, Capabilities, ClaimStore};
 use sqs_claim::{Error, KeySource, MemoryStore, Message, Processor};
 use sqs_claim_testkit::store::{Action, Spy};
 use tower::service_fn;
@@ -59,6 +67,34 @@ fn event(n: usize, run: usize) -> SqsEvent {
     let mut e = SqsEvent::default();
     e.records = records;
     e
+}
+
+/// The time `process` takes for `ev` with a processor over `store` (built before the clock
+/// starts), its handler decoding each body and adding its amount to `total`.
+async fn timed_batch<S: ClaimStore>(store: S, ev: SqsEvent, total: &Arc<AtomicU64>) -> Duration {
+    let t = Arc::clone(total);
+    let handler = service_fn(move |m: Message| {
+        let t = Arc::clone(&t);
+        async move {
+            let p: Payment = m.json()?;
+            t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
+            Ok::<(), Error>(())
+        }
+    });
+    let processor = Processor::builder(store, handler)
+        .key(KeySource::JsonPointer("/order_id".into()))
+        .namespace("bench")
+        .build();
+    let n = ev.records.len();
+    let start = Instant::now();
+    let report = processor
+        .process(LambdaEvent::new(ev, Context::default()))
+        .await
+        .expect("process");
+    let took = start.elapsed();
+    assert_eq!(report.counts().processed, n);
+    black_box(report);
+    took
 }
 
 fn main() {
@@ -175,6 +211,45 @@ fn main() {
             per(o),
             o.as_secs_f64() / b.as_secs_f64(),
             (per(o) - per(b)) / 1e3
+        );
+
+        println!("== BoxStore against the unboxed MemoryStore (batch of {batch}, same run)");
+        let client_cpu_us: f64 = std::env::var("SQS_CLAIM_BENCH_CLIENT_CPU_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50.0);
+        let runs = 101;
+        let (mut plain, mut boxed, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for run in 0..runs {
+            let (p_ev, b_ev) = (event(batch, 20_000 + run), event(batch, 30_000 + run));
+            // Alternate which goes first, so warm-up and drift fall on both alike.
+            let (p, b) = if run % 2 == 0 {
+                let p = timed_batch(MemoryStore::new(), p_ev, &total).await;
+                let b = timed_batch(BoxStore::new(MemoryStore::new()), b_ev, &total).await;
+                (p, b)
+            } else {
+                let b = timed_batch(BoxStore::new(MemoryStore::new()), b_ev, &total).await;
+                let p = timed_batch(MemoryStore::new(), p_ev, &total).await;
+                (p, b)
+            };
+            ratios.push(b.as_secs_f64() / p.as_secs_f64());
+            plain.push(p);
+            boxed.push(b);
+        }
+        ratios.sort_by(f64::total_cmp);
+        let ratio = ratios[ratios.len() / 2];
+        let (p, b) = (median(plain), median(boxed));
+        // From the median ratio of the pairs (each pair measured seconds apart), which drift
+        // between pairs does not move as it moves the medians of each side.
+        let added_ns = (ratio - 1.0) * per(p);
+        println!(
+            "MemoryStore {:>8.0} ns/msg | BoxStore {:>8.0} ns/msg | ratio boxed/unboxed x{ratio:.3} \
+             (median of {runs} pairs) | {added_ns:+.0} ns/msg: {:+.2}% of the in-memory processor's \
+             CPU per message, {:+.3}% of a DynamoDB message's {client_cpu_us:.0} µs client CPU",
+            per(p),
+            per(b),
+            added_ns / per(p) * 100.0,
+            added_ns / (client_cpu_us * 1e3) * 100.0,
         );
         black_box(total.load(Ordering::Relaxed));
     });

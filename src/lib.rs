@@ -68,6 +68,9 @@
 //! `PostgresStore` (feature `postgres`), each in its module under [`store`].
 //! [`CachedStore`](store::CachedStore) wraps any of them with a bounded in-process cache of
 //! completed keys: a warm process answers a duplicate without a request.
+//! [`BoxStore`](store::BoxStore) is any of them as one type (effects erased to
+//! [`AnyEffect`](store::AnyEffect)), for a store chosen at run time, as tower's `BoxService`
+//! is for services.
 //!
 //! ## Feature flags
 //!

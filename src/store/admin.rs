@@ -44,10 +44,22 @@
 //!
 //! # Errors
 //!
-//! Every method's default fails with [`ErrorKind::StoreRejected`] ("not supported by this
-//! store"), so a store of your own implements only what it can; every store of this crate
-//! implements them all. Unreachable backends fail with [`ErrorKind::StoreUnavailable`];
-//! requests the backend refuses for good fail with [`ErrorKind::StoreRejected`].
+//! Unreachable backends fail with [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable);
+//! requests the backend refuses for good fail with
+//! [`ErrorKind::StoreRejected`](crate::ErrorKind::StoreRejected).
+//!
+//! # All or nothing
+//!
+//! Every method is required: a store either administers itself fully or does not implement
+//! the trait, and code that needs administration (the operator's tool, a start-up check,
+//! [`BoxStore`](super::BoxStore)) says so with a `StoreAdmin` bound the compiler checks,
+//! instead of meeting a "not supported" error at run time. One trait rather than one per
+//! role (schema, pruning, one key): every store of this crate does all six, the operator's
+//! tool calls all six on whatever store a URL names, and a store that can claim a key can also
+//! read and delete it. What varies between backends is expressed in the answers, not in the
+//! trait's shape: [`prune_expired`](StoreAdmin::prune_expired) answers `Ok(None)` for a backend
+//! that expires records by itself, and [`init`](StoreAdmin::init) answers `Ok(())` for one
+//! with nothing to create.
 //!
 //! The shared conformance suite (`conformance::admin_operations`, feature `conformance`)
 //! proves the one-key methods for each store.
@@ -56,7 +68,7 @@ use std::future::Future;
 use std::time::SystemTime;
 
 use super::Inspected;
-use crate::{Error, ErrorKind};
+use crate::Error;
 
 /// Administration of a claim store: create or migrate its table, check that it is ready,
 /// prune expired records, and inspect, force-release or forget one key. See the
@@ -75,59 +87,31 @@ use crate::{Error, ErrorKind};
 /// ```
 pub trait StoreAdmin: Send + Sync + 'static {
     /// Creates the claims table (and what it needs: an index, TTL) if it is missing, and
-    /// migrates one made by an older version. Idempotent. Default: fails, "not supported by
-    /// this store".
-    fn init(&self) -> impl Future<Output = Result<(), Error>> + Send {
-        std::future::ready(Err(not_supported("init")))
-    }
+    /// migrates one made by an older version. Idempotent; `Ok(())` for a store with nothing
+    /// to create.
+    fn init(&self) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Checks that the claims table exists, is ready and has the configured layout; creates
-    /// nothing on a networked store. Default: fails, "not supported by this store".
-    fn check_ready(&self) -> impl Future<Output = Result<(), Error>> + Send {
-        std::future::ready(Err(not_supported("check_ready")))
-    }
+    /// nothing on a networked store.
+    fn check_ready(&self) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Deletes at most `limit` records that expired at `now`, oldest first, and answers how
-    /// many; `None` if the backend expires records by itself. Default: fails, "not supported
-    /// by this store".
+    /// many; `None` if the backend expires records by itself.
     fn prune_expired(
         &self,
         now: SystemTime,
         limit: u32,
-    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
-        let _ = (now, limit);
-        std::future::ready(Err(not_supported("prune_expired")))
-    }
+    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
 
     /// The record for `key` as stored, expired or not, or `None` if there is none. For
     /// operators (see the [module documentation](self)); the processor never calls it.
-    /// Default: fails, "not supported by this store".
-    fn inspect(&self, key: &str) -> impl Future<Output = Result<Option<Inspected>, Error>> + Send {
-        let _ = key;
-        std::future::ready(Err(not_supported("inspect")))
-    }
+    fn inspect(&self, key: &str) -> impl Future<Output = Result<Option<Inspected>, Error>> + Send;
 
     /// Deletes the record for `key` if, and only if, it is in progress (in the same request
     /// as the check), and says whether it did. For an operator freeing a stuck claim.
-    /// Default: fails, "not supported by this store".
-    fn force_release(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send {
-        let _ = key;
-        std::future::ready(Err(not_supported("force_release")))
-    }
+    fn force_release(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send;
 
     /// Deletes the record for `key` if, and only if, it is completed (in the same request as
     /// the check), and says whether it did: the message will then run again if redelivered.
-    /// Default: fails, "not supported by this store".
-    fn forget(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send {
-        let _ = key;
-        std::future::ready(Err(not_supported("forget")))
-    }
-}
-
-/// The error of an administration method a store does not implement.
-fn not_supported(method: &str) -> Error {
-    Error::new(
-        ErrorKind::StoreRejected,
-        format!("{method} is not supported by this store (it implements only the claim protocol)"),
-    )
+    fn forget(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send;
 }

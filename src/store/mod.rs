@@ -76,6 +76,12 @@
 //! Creating the table, checking that it is ready, pruning expired records and an operator's
 //! look at one key (inspect, force-release, forget) are a second role, never on the message
 //! path: the [`StoreAdmin`] trait ([`admin`]), which every store of this crate implements.
+//!
+//! # A store chosen at run time
+//!
+//! Both traits return `impl Future`, so neither is a trait object. [`BoxStore`] ([`boxed`])
+//! is their boxed form, as tower's `BoxService` is for services: any store as one type, with
+//! its effects erased to [`AnyEffect`], that every front door accepts.
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -83,6 +89,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::Error;
 
 pub mod admin;
+pub mod boxed;
 pub mod cached;
 pub mod capabilities;
 #[cfg(feature = "conformance")]
@@ -102,6 +109,7 @@ pub mod sqlite;
 pub mod tiered;
 
 pub use admin::StoreAdmin;
+pub use boxed::{AnyEffect, BoxStore};
 pub use cached::CachedStore;
 pub use capabilities::Capabilities;
 pub use memory::{MemoryEffect, MemoryStore};
