@@ -474,6 +474,20 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
+    /// The builder with its handler replaced by `f(handler)`: wrapped in a layer, or boxed so
+    /// that processors of several handlers are one type (tower's
+    /// [`BoxCloneSyncService`](tower::util::BoxCloneSyncService)), as a consumer that picks its
+    /// mode at run time needs. The mode stays what the builder was made for: in one-shot mode
+    /// ([`Processor::one_shot`]) the handler still runs before the claim and must only compute
+    /// effects.
+    pub fn map_handler<H2>(self, f: impl FnOnce(H) -> H2) -> ProcessorBuilder<S, H2> {
+        ProcessorBuilder {
+            store: self.store,
+            handler: f(self.handler),
+            config: self.config,
+        }
+    }
+
     /// Finishes the processor.
     pub fn build(self) -> Processor<S, H> {
         let mut config = self.config;

@@ -184,6 +184,9 @@ trait DynStore: Send + Sync + 'static {
 
     /// The inner store's type name, for `Debug`.
     fn store_type(&self) -> &'static str;
+
+    /// The inner store, for [`BoxStore::downcast_ref`].
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// `effects`, each turned back into the store `S`'s own effect type; the first of another
@@ -336,6 +339,10 @@ impl<S: ClaimStore + StoreAdmin> DynStore for S {
     fn store_type(&self) -> &'static str {
         type_name::<S>()
     }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
 /// Any store ([`ClaimStore`] and [`StoreAdmin`]) as one type, with [`AnyEffect`] as its
@@ -357,6 +364,19 @@ impl BoxStore {
         BoxStore {
             inner: Arc::new(store),
         }
+    }
+
+    /// The store inside, if it is an `S`: for code that chose the store and needs its own
+    /// methods back (a ledger's queries on the same connection, a cache's hit count).
+    ///
+    /// ```
+    /// use sqs_claim::store::{BoxStore, MemoryStore};
+    ///
+    /// let store = BoxStore::new(MemoryStore::new());
+    /// assert!(store.downcast_ref::<MemoryStore>().is_some());
+    /// ```
+    pub fn downcast_ref<S: 'static>(&self) -> Option<&S> {
+        self.inner.as_any().downcast_ref::<S>()
     }
 }
 

@@ -1,0 +1,136 @@
+//! From settings to a running consumer: the store they name, opened ([`Settings::open_store`]),
+//! and a processor builder configured as they say ([`Settings::configure`]).
+
+use crate::processor::ProcessorBuilder;
+use crate::store::{BoxStore, CachedStore};
+use crate::{Error, Lease};
+
+use super::Settings;
+
+impl Settings {
+    /// The Lambda consumer's store ([`Settings::lambda_store`]: `SQS_CLAIM_STORE`, else
+    /// `dynamodb:$SQS_CLAIM_TABLE`), opened and checked within
+    /// [`startup_timeout`](Settings::startup_timeout) ([`StoreUrl::open_checked`](super::StoreUrl::open_checked)),
+    /// behind an in-process cache of completed keys when `SQS_CLAIM_WARM_CACHE` is set
+    /// ([`CachedStore`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), sqs_claim::Error> {
+    /// use sqs_claim::settings::Settings;
+    /// use sqs_claim::{Message, Processor};
+    /// use tower::service_fn;
+    ///
+    /// let settings = Settings::from_env()?;
+    /// let store = settings.open_store().await?;
+    /// let handler = service_fn(|msg: Message| async move {
+    ///     let _order: serde_json::Value = msg.json()?;
+    ///     Ok::<(), sqs_claim::Error>(())
+    /// });
+    /// let processor = settings.configure(Processor::builder(store, handler)).build();
+    /// sqs_claim::lambda::run(processor).await;
+    /// # Ok(()) }
+    /// ```
+    pub async fn open_store(&self) -> Result<BoxStore, Error> {
+        let store = self
+            .lambda_store()?
+            .open_checked(self.startup_timeout)
+            .await?;
+        Ok(self.with_warm_cache(store))
+    }
+
+    /// `store` behind an in-process cache of `SQS_CLAIM_WARM_CACHE` completed keys, or `store`
+    /// itself when the variable is unset.
+    pub fn with_warm_cache(&self, store: BoxStore) -> BoxStore {
+        match self.warm_cache {
+            Some(entries) => BoxStore::new(CachedStore::new(store).with_capacity(entries)),
+            None => store,
+        }
+    }
+
+    /// `builder` configured as these settings say: the key source and namespace where set
+    /// (unset, the builder keeps what it was given: the consumer's own defaults), the
+    /// envelope, TTL, lease, FIFO mode, the store-unavailable policy, the deadline margin and
+    /// answer reserve, the concurrency and handler timeout where set, the Powertools key format
+    /// (feature `powertools`) and the EMF metrics line (`SQS_CLAIM_METRICS_NAMESPACE`).
+    ///
+    /// The steps that need an SQS client (the failure queue, the per-message backoff) are
+    /// [`Settings::configure_sqs`]'s (feature `sqs`).
+    pub fn configure<S, H>(&self, builder: ProcessorBuilder<S, H>) -> ProcessorBuilder<S, H> {
+        let mut builder = builder
+            .envelope(self.envelope)
+            .ttl(self.ttl)
+            .lease_policy(match self.lease_at_least {
+                Some(at_least) => Lease::at_least(at_least),
+                None => Lease::until_deadline(self.lease),
+            })
+            .fifo(self.fifo)
+            .on_store_unavailable(self.store_unavailable)
+            .deadline_margin(self.deadline_margin)
+            .answer_reserve(self.answer_reserve);
+        if let Some(key) = &self.key {
+            builder = builder.key(key.clone());
+        }
+        if let Some(namespace) = &self.namespace {
+            builder = builder.namespace(namespace.clone());
+        }
+        // Unset: what the store carries (256 for DynamoDB, the pool for PostgreSQL).
+        if let Some(n) = self.concurrency {
+            builder = builder.concurrency(n);
+        }
+        if let Some(limit) = self.handler_timeout {
+            builder = builder.handler_timeout(limit);
+        }
+        // A Powertools-written table: its keys (the namespace does not enter them) and its
+        // `validation` hashes, in both modes.
+        #[cfg(feature = "powertools")]
+        if let Some(format) = &self.powertools {
+            builder = builder.key_format(format.clone());
+        }
+        // Validated when the settings were read; `Emf` writes to stdout inside Lambda.
+        if let Some(emf) = self
+            .metrics_namespace
+            .as_deref()
+            .and_then(|ns| crate::metrics::Emf::new(ns).ok())
+        {
+            builder = builder.metrics(emf);
+        }
+        builder
+    }
+
+    /// Whether any setting needs an SQS client: an output queue, a failure queue or the
+    /// per-message backoff.
+    pub fn needs_sqs(&self) -> bool {
+        self.output_queue_url.is_some() || self.failure_queue_url.is_some() || self.backoff.is_some()
+    }
+
+    /// `builder` with the after-batch steps that talk to SQS through `client`, where
+    /// configured: the failure destination (`SQS_CLAIM_FAILURE_QUEUE_URL`,
+    /// `SQS_CLAIM_MAX_RECEIVES`, `SQS_CLAIM_DEAD_LETTER_AT_ONCE`) and the per-message
+    /// visibility changes (`SQS_CLAIM_BACKOFF*`, `SQS_CLAIM_SOURCE_QUEUE_URL`).
+    #[cfg(feature = "sqs")]
+    pub fn configure_sqs<S, H>(
+        &self,
+        builder: ProcessorBuilder<S, H>,
+        client: &aws_sdk_sqs::Client,
+    ) -> ProcessorBuilder<S, H> {
+        let mut builder = builder;
+        if let Some(url) = &self.failure_queue_url {
+            builder = builder.failure_destination(
+                crate::FailureDestination::sqs(client.clone(), url.clone())
+                    .after_receives(self.max_receives)
+                    .at_once(self.dead_letter_at_once.clone()),
+            );
+        }
+        if let Some(backoff) = self.backoff {
+            let mut r = crate::Redelivery::sqs(client.clone()).backoff(backoff);
+            for (kind, policy) in &self.backoff_for {
+                r = r.backoff_for(*kind, *policy);
+            }
+            if let Some(url) = &self.source_queue_url {
+                r = r.queue_url(url.clone());
+            }
+            builder = builder.redelivery(r);
+        }
+        builder
+    }
+}
