@@ -170,7 +170,7 @@ impl Message {
     }
 
     /// A message attribute set by the producer.
-    pub fn message_attribute(&self, name: &str) -> Option<&SqsMessageAttribute> {
+    pub(crate) fn message_attribute(&self, name: &str) -> Option<&SqsMessageAttribute> {
         self.inner.message_attributes.get(name)
     }
 
@@ -208,11 +208,6 @@ impl Message {
         self.attribute("SequenceNumber")
     }
 
-    /// When the message was sent (`SentTimestamp`, epoch milliseconds).
-    pub fn sent_timestamp_ms(&self) -> Option<u64> {
-        self.attribute("SentTimestamp")?.parse().ok()
-    }
-
     /// The ARN of the queue the message came from.
     pub fn event_source_arn(&self) -> Option<&str> {
         self.inner.event_source_arn.as_deref()
@@ -228,10 +223,6 @@ impl Message {
         &self.inner
     }
 
-    /// The raw record, by value.
-    pub fn into_sqs(self) -> SqsMessage {
-        self.inner
-    }
 }
 
 #[cfg(test)]

@@ -148,7 +148,7 @@ impl BatchMetrics {
     /// The share of settled messages that were duplicates, in percent:
     /// `Duplicate / (Processed + Duplicate) × 100`. `None` when nothing was settled. A whole
     /// batch of redeliveries reads 100; a fresh batch 0.
-    pub fn dedup_hit_rate(&self) -> Option<f64> {
+    pub(crate) fn dedup_hit_rate(&self) -> Option<f64> {
         let settled = self.counts.processed + self.counts.duplicate;
         (settled > 0).then(|| self.counts.duplicate as f64 * 100.0 / settled as f64)
     }
@@ -283,10 +283,10 @@ enum Output {
 }
 
 /// The most dimensions one EMF dimension set may hold (the specification's limit).
-pub const MAX_DIMENSIONS: usize = 30;
+pub(crate) const MAX_DIMENSIONS: usize = 30;
 
 /// The most values one EMF metric may carry in one line (the specification's limit).
-pub const MAX_VALUES: usize = 100;
+pub(crate) const MAX_VALUES: usize = 100;
 
 /// A [`MetricsSink`] that writes each batch as one CloudWatch Embedded Metric Format line.
 ///
@@ -417,18 +417,6 @@ impl Emf {
         }
         self.fixed.push((name, value));
         Ok(self)
-    }
-
-    /// Writes to stdout, whatever the environment.
-    pub fn to_stdout(mut self) -> Self {
-        self.output = Output::Stdout;
-        self
-    }
-
-    /// Writes to stderr, whatever the environment.
-    pub fn to_stderr(mut self) -> Self {
-        self.output = Output::Stderr;
-        self
     }
 
     /// The EMF line for `batch`, without the trailing newline: what [`MetricsSink::record`]

@@ -95,10 +95,6 @@ impl IdempotentResponse {
         self.replay
     }
 
-    /// The JSON text, by value.
-    pub fn into_json(self) -> String {
-        self.raw.get().to_owned()
-    }
 }
 
 impl std::fmt::Debug for IdempotentResponse {
