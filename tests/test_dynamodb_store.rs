@@ -567,8 +567,7 @@ async fn the_response_is_the_data_attribute_as_written() {
 #[tokio::test]
 async fn a_renamed_data_attribute_is_written_and_read_back() {
     let table = format!("data-renamed-{}", uuid::Uuid::new_v4());
-    let store = DynamoDbStore::new(client(), table)
-        .with_attributes(attributes_with_data("result"));
+    let store = DynamoDbStore::new(client(), table).with_attributes(attributes_with_data("result"));
     store.init().await.expect("create table");
     let now = SystemTime::now();
     let token = acquire(&store, request("renamed", now)).await;
@@ -627,8 +626,8 @@ fn the_default_response_limit_is_406_375_bytes() {
         3_225
     );
     // Longer names leave less room, byte for byte.
-    let renamed = DynamoDbStore::new(client(), "t")
-        .with_attributes(attributes_with_data("response_text"));
+    let renamed =
+        DynamoDbStore::new(client(), "t").with_attributes(attributes_with_data("response_text"));
     assert_eq!(renamed.capabilities().max_response_bytes, 406_375 - 9);
 }
 

@@ -559,13 +559,12 @@ async fn a_server_silent_after_connect_is_unavailable_within_the_call_timeout() 
 fn call_timeout_and_pool_size_are_configurable() {
     let store = PostgresStore::connect(&pg_url()).unwrap();
     assert_eq!(store.call_timeout(), Duration::from_secs(5));
-    let store =
-        PostgresStore::connect_with(&pg_url(), {
-            let mut settings = PostgresSettings::default();
-            settings.pool_size = 1;
-            settings
-        })
-            .unwrap();
+    let store = PostgresStore::connect_with(&pg_url(), {
+        let mut settings = PostgresSettings::default();
+        settings.pool_size = 1;
+        settings
+    })
+    .unwrap();
     assert_eq!(store.pool().status().max_size, 1);
 }
 
@@ -573,14 +572,11 @@ fn call_timeout_and_pool_size_are_configurable() {
 /// is cancelled by PostgreSQL (SQLSTATE 57014), well before the client-side bound.
 #[tokio::test]
 async fn the_server_cancels_a_statement_past_the_statement_timeout() {
-    let store = PostgresStore::connect_with(
-        &pg_url(),
-        {
-            let mut settings = PostgresSettings::default();
-            settings.statement_timeout = Some(Duration::from_millis(200));
-            settings
-        },
-    )
+    let store = PostgresStore::connect_with(&pg_url(), {
+        let mut settings = PostgresSettings::default();
+        settings.statement_timeout = Some(Duration::from_millis(200));
+        settings
+    })
     .unwrap();
     let client = store.pool().get().await.expect("a connection");
     let shown = client

@@ -94,7 +94,6 @@ impl IdempotentResponse {
     pub fn is_replay(&self) -> bool {
         self.replay
     }
-
 }
 
 impl std::fmt::Debug for IdempotentResponse {

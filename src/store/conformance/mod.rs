@@ -40,7 +40,6 @@ mod one_shot;
 mod race;
 mod response;
 
-pub use effects::EffectProbe;
 use admin::{admin_operations, init_is_idempotent};
 use claim::{
     completed_key_is_a_duplicate, completion_is_idempotent_per_token,
@@ -49,10 +48,11 @@ use claim::{
     live_lease_is_held_elsewhere, long_and_odd_keys, release_allows_reclaim,
     short_ttl_never_ends_a_live_lease, stale_token_cannot_complete, stale_token_cannot_release,
 };
+pub use effects::EffectProbe;
 use effects::{atomic_effects, one_shot_effects, packed_one_shot};
 use one_shot::one_shot_claims_completed;
-pub use race::{race, takeover_race};
 use race::one_shot_race;
+pub use race::{race, takeover_race};
 use response::{expired_response_is_not_inherited, response_size_limit, stored_response};
 
 const LEASE: Duration = Duration::from_secs(30);
