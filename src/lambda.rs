@@ -16,7 +16,7 @@
 //! ran, even if messages failed (the response lists them), 1 when it could not run (a missing
 //! file, not JSON, not an SQS event, a record without `messageId`), 2 for a usage mistake; every
 //! failure is one `error: ...` line. `--timeout` is the function timeout to simulate (default
-//! [`DEFAULT_TIMEOUT`], as `template.yaml`'s default; `0` runs without a deadline, leases then
+//! 30 s, as `template.yaml`'s default; `0` runs without a deadline, leases then
 //! last the processor's `lease`): SQS events carry no deadline of their own.
 //!
 //! [`serve`] is the same for any other event: a service of `LambdaEvent<T>` (say an API

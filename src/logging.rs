@@ -71,7 +71,7 @@ pub fn init() -> Result<(), Error> {
 /// to a layer of your own with `.with_filter(no_raw_events())`. A separate filter rather than
 /// an `EnvFilter` directive, which a more specific directive (`lambda_runtime::x=trace`) would
 /// override.
-pub(crate) fn no_raw_events() -> FilterFn {
+pub fn no_raw_events() -> FilterFn {
     FilterFn::new(is_not_raw_event as fn(&Metadata<'_>) -> bool)
 }
 

@@ -302,14 +302,13 @@ pub(crate) const MAX_VALUES: usize = 100;
 /// (shown wrapped here; each is one line). The dimensions are low-cardinality only: by default
 /// `FunctionName` and `QueueName` ([`BatchDimension`]), plus any fixed ones you add
 /// ([`Emf::dimension`]). The request id is a plain member, searchable in the logs but not a
-/// dimension. Latency arrays carry at most [`MAX_VALUES`] values: every value, or for a larger
+/// dimension. Latency arrays carry at most 100 values: every value, or for a larger
 /// batch that many evenly spaced quantiles of the batch's values (its minimum and maximum
 /// included).
 ///
 /// Lines go to stdout inside Lambda (`AWS_LAMBDA_RUNTIME_API` set when the sink is made), where
 /// Lambda's log pipeline reads them, and to stderr elsewhere, so a local run's own output on
-/// stdout (a report, piped to `jq`) stays clean; [`Emf::to_stdout`] and [`Emf::to_stderr`]
-/// choose.
+/// stdout (a report, piped to `jq`) stays clean.
 ///
 /// Lambda's log-level filtering (JSON log format with an application log level) reads a line
 /// without a `level` as `INFO`: keep the function's `ApplicationLogLevel` at `INFO` or more
@@ -384,7 +383,7 @@ impl Emf {
     ///
     /// Fails ([`ErrorKind::Config`]) on an empty name or value, a name starting with `:` or
     /// naming a member the line already has (a metric, `_aws`, `RequestId`), a name or value
-    /// longer than 255 or 1024 characters, or past [`MAX_DIMENSIONS`] dimensions in all.
+    /// longer than 255 or 1024 characters, or past 30 dimensions in all.
     pub fn dimension(
         mut self,
         name: impl Into<String>,

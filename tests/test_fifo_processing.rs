@@ -540,7 +540,7 @@ async fn fifo_messages_know_they_are_fifo() {
             msg.is_fifo(),
             msg.group_id().map(str::to_owned),
             msg.sqs().attributes.get("MessageDeduplicationId").cloned(),
-            msg.sqs().attributes.get("SequenceNumber").is_some(),
+            msg.sqs().attributes.contains_key("SequenceNumber"),
         ));
         async { Ok::<(), BoxError>(()) }
     });

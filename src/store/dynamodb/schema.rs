@@ -115,7 +115,7 @@ impl DynamoDbKeyAttribute {
         &self.name
     }
 
-    /// The template of its value: fixed text, with [`KEY_PLACEHOLDER`] (`{key}`) at most once.
+    /// The template of its value: fixed text, with `{key}` at most once.
     pub fn template(&self) -> &str {
         &self.template
     }
