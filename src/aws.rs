@@ -26,7 +26,7 @@ pub async fn load_config() -> aws_config::SdkConfig {
 
 /// The HTTPS client on the bundled roots, or `None` for the SDK's default (the operating
 /// system's store) when `SQS_CLAIM_TLS_ROOTS=native` asks for it or the bundle cannot be used.
-pub fn https_client() -> Option<SharedHttpClient> {
+pub(crate) fn https_client() -> Option<SharedHttpClient> {
     if std::env::var("SQS_CLAIM_TLS_ROOTS").is_ok_and(|v| v.trim() == "native") {
         return None;
     }

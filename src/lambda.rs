@@ -16,7 +16,7 @@
 //! ran, even if messages failed (the response lists them), 1 when it could not run (a missing
 //! file, not JSON, not an SQS event, a record without `messageId`), 2 for a usage mistake; every
 //! failure is one `error: ...` line. `--timeout` is the function timeout to simulate (default
-//! [`DEFAULT_TIMEOUT`], as `template.yaml`'s default; `0` runs without a deadline, leases then
+//! 30 s, as `template.yaml`'s default; `0` runs without a deadline, leases then
 //! last the processor's `lease`): SQS events carry no deadline of their own.
 //!
 //! [`serve`] is the same for any other event: a service of `LambdaEvent<T>` (say an API
@@ -65,7 +65,7 @@ use crate::{BoxError, Error, ErrorKind};
 
 /// The function timeout [`run`] simulates outside Lambda when `--timeout` is not given: the
 /// default of the reference deployment (`template.yaml`'s `FunctionTimeout`).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 const USAGE: &str = "usage: --event FILE [--timeout SECS] [--report json]";
 const SERVE_USAGE: &str = "usage: --event FILE [--timeout SECS]";
@@ -222,7 +222,7 @@ where
 /// A file that cannot be read, is not JSON or is not a `T` fails with
 /// [`ErrorKind::InvalidEvent`], naming the file and the line and column, never the content;
 /// otherwise the service's own error is returned.
-pub async fn call_event_file<T, Svc>(
+pub(crate) async fn call_event_file<T, Svc>(
     service: Svc,
     path: impl AsRef<Path>,
     timeout: Duration,

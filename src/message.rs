@@ -1,6 +1,6 @@
 //! [`Message`]: the per-message view a handler sees.
 
-use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
+use aws_lambda_events::sqs::SqsMessage;
 use serde::de::DeserializeOwned;
 
 use crate::{Error, ErrorKind};
@@ -165,19 +165,8 @@ impl Message {
     }
 
     /// A system attribute (`SentTimestamp`, `MessageGroupId`, `SequenceNumber`, ...).
-    pub fn attribute(&self, name: &str) -> Option<&str> {
+    pub(crate) fn attribute(&self, name: &str) -> Option<&str> {
         self.inner.attributes.get(name).map(String::as_str)
-    }
-
-    /// A message attribute set by the producer.
-    pub fn message_attribute(&self, name: &str) -> Option<&SqsMessageAttribute> {
-        self.inner.message_attributes.get(name)
-    }
-
-    /// The string value of a message attribute.
-    pub fn message_attribute_str(&self, name: &str) -> Option<&str> {
-        self.message_attribute(name)
-            .and_then(|a| a.string_value.as_deref())
     }
 
     /// How many times SQS has delivered this message (`ApproximateReceiveCount`), 1 on the
@@ -189,33 +178,13 @@ impl Message {
     /// The producer's X-Ray trace header (the `AWSTraceHeader` system attribute, e.g.
     /// `Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`), when the
     /// producer was traced. The processor records it on the message's span (`trace_header`).
-    pub fn trace_header(&self) -> Option<&str> {
+    pub(crate) fn trace_header(&self) -> Option<&str> {
         self.attribute("AWSTraceHeader")
     }
 
     /// The `MessageGroupId` (FIFO queues, and standard queues with fair-queue groups).
     pub fn group_id(&self) -> Option<&str> {
         self.attribute("MessageGroupId")
-    }
-
-    /// The FIFO `MessageDeduplicationId`.
-    pub fn deduplication_id(&self) -> Option<&str> {
-        self.attribute("MessageDeduplicationId")
-    }
-
-    /// The FIFO `SequenceNumber`.
-    pub fn sequence_number(&self) -> Option<&str> {
-        self.attribute("SequenceNumber")
-    }
-
-    /// When the message was sent (`SentTimestamp`, epoch milliseconds).
-    pub fn sent_timestamp_ms(&self) -> Option<u64> {
-        self.attribute("SentTimestamp")?.parse().ok()
-    }
-
-    /// The ARN of the queue the message came from.
-    pub fn event_source_arn(&self) -> Option<&str> {
-        self.inner.event_source_arn.as_deref()
     }
 
     /// Whether the message came from a FIFO queue (its source ARN ends in `.fifo`).
@@ -226,11 +195,6 @@ impl Message {
     /// The raw record.
     pub fn sqs(&self) -> &SqsMessage {
         &self.inner
-    }
-
-    /// The raw record, by value.
-    pub fn into_sqs(self) -> SqsMessage {
-        self.inner
     }
 }
 

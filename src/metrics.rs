@@ -149,7 +149,7 @@ impl BatchMetrics {
     /// The share of settled messages that were duplicates, in percent:
     /// `Duplicate / (Processed + Duplicate) × 100`. `None` when nothing was settled. A whole
     /// batch of redeliveries reads 100; a fresh batch 0.
-    pub fn dedup_hit_rate(&self) -> Option<f64> {
+    pub(crate) fn dedup_hit_rate(&self) -> Option<f64> {
         let settled = self.counts.processed + self.counts.duplicate;
         (settled > 0).then(|| self.counts.duplicate as f64 * 100.0 / settled as f64)
     }
@@ -339,10 +339,10 @@ enum Output {
 }
 
 /// The most dimensions one EMF dimension set may hold (the specification's limit).
-pub const MAX_DIMENSIONS: usize = 30;
+pub(crate) const MAX_DIMENSIONS: usize = 30;
 
 /// The most values one EMF metric may carry in one line (the specification's limit).
-pub const MAX_VALUES: usize = 100;
+pub(crate) const MAX_VALUES: usize = 100;
 
 /// A [`MetricsSink`] that writes each batch as one CloudWatch Embedded Metric Format line.
 ///
@@ -358,14 +358,13 @@ pub const MAX_VALUES: usize = 100;
 /// (shown wrapped here; each is one line). The dimensions are low-cardinality only: by default
 /// `FunctionName` and `QueueName` ([`BatchDimension`]), plus any fixed ones you add
 /// ([`Emf::dimension`]). The request id is a plain member, searchable in the logs but not a
-/// dimension. Latency arrays carry at most [`MAX_VALUES`] values: every value, or for a larger
+/// dimension. Latency arrays carry at most 100 values: every value, or for a larger
 /// batch that many evenly spaced quantiles of the batch's values (its minimum and maximum
 /// included).
 ///
 /// Lines go to stdout inside Lambda (`AWS_LAMBDA_RUNTIME_API` set when the sink is made), where
 /// Lambda's log pipeline reads them, and to stderr elsewhere, so a local run's own output on
-/// stdout (a report, piped to `jq`) stays clean; [`Emf::to_stdout`] and [`Emf::to_stderr`]
-/// choose.
+/// stdout (a report, piped to `jq`) stays clean.
 ///
 /// Lambda's log-level filtering (JSON log format with an application log level) reads a line
 /// without a `level` as `INFO`: keep the function's `ApplicationLogLevel` at `INFO` or more
@@ -440,7 +439,7 @@ impl Emf {
     ///
     /// Fails ([`ErrorKind::Config`]) on an empty name or value, a name starting with `:` or
     /// naming a member the line already has (a metric, `_aws`, `RequestId`), a name or value
-    /// longer than 255 or 1024 characters, or past [`MAX_DIMENSIONS`] dimensions in all.
+    /// longer than 255 or 1024 characters, or past 30 dimensions in all.
     pub fn dimension(
         mut self,
         name: impl Into<String>,
@@ -473,18 +472,6 @@ impl Emf {
         }
         self.fixed.push((name, value));
         Ok(self)
-    }
-
-    /// Writes to stdout, whatever the environment.
-    pub fn to_stdout(mut self) -> Self {
-        self.output = Output::Stdout;
-        self
-    }
-
-    /// Writes to stderr, whatever the environment.
-    pub fn to_stderr(mut self) -> Self {
-        self.output = Output::Stderr;
-        self
     }
 
     /// The EMF line for `batch`, without the trailing newline: what [`MetricsSink::record`]

@@ -56,11 +56,6 @@ impl RetryPolicy {
         self
     }
 
-    /// Retries after the first attempt.
-    pub const fn max_retries(&self) -> u32 {
-        self.max_retries
-    }
-
     /// The delay before retry number `retry` (0 for the first retry), jitter included.
     pub fn delay(&self, retry: u32) -> Duration {
         let step = self
@@ -322,7 +317,7 @@ impl Retry {
     }
 
     /// Whether the failure is marked permanent.
-    pub fn is_permanent(&self) -> bool {
+    pub(crate) fn is_permanent(&self) -> bool {
         matches!(self.when, RetryWhen::Never)
     }
 

@@ -67,12 +67,9 @@ fn boxed_memory() -> BoxStore {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_over_memory() {
     conformance::run_all(&boxed_memory()).await;
-    conformance::admin_operations(&boxed_memory()).await;
-    conformance::init_is_idempotent(&boxed_memory()).await;
+    conformance::run_admin(&boxed_memory()).await;
     let probe = Probe::default();
-    conformance::atomic_effects(&boxed_memory(), &probe).await;
-    conformance::one_shot_effects(&boxed_memory(), &probe).await;
-    conformance::packed_one_shot(&boxed_memory(), &probe).await;
+    conformance::run_effects(&boxed_memory(), &probe).await;
     assert!(
         !probe
             .applied
@@ -91,7 +88,7 @@ async fn conformance_over_a_packing_store() {
     let spy = Spy::default();
     let store = BoxStore::new(spy.clone());
     conformance::run_all(&store).await;
-    conformance::packed_one_shot(&store, &Probe::default()).await;
+    conformance::run_effects(&store, &Probe::default()).await;
     assert!(
         spy.packs.load(Ordering::SeqCst) > 0,
         "the pack was forwarded"
@@ -147,12 +144,9 @@ mod sqlite {
             .expect("create the probe table");
         let store = BoxStore::new(sqlite.clone());
         conformance::run_all(&store).await;
-        conformance::admin_operations(&store).await;
-        conformance::init_is_idempotent(&store).await;
+        conformance::run_admin(&store).await;
         let probe = RowCountProbe(sqlite.clone());
-        conformance::atomic_effects(&store, &probe).await;
-        conformance::one_shot_effects(&store, &probe).await;
-        conformance::packed_one_shot(&store, &probe).await;
+        conformance::run_effects(&store, &probe).await;
         assert_eq!(
             store.capabilities(),
             sqlite.capabilities(),

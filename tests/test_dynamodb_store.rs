@@ -67,7 +67,7 @@ async fn init_then_check_ready() {
              `sqs-claim init --store dynamodb:{table}`"
         )
     );
-    conformance::init_is_idempotent(&store).await;
+    conformance::run_admin(&store).await;
 
     let table = format!("admin-init-single-{}", uuid::Uuid::new_v4());
     let single = DynamoDbStore::new(client(), &table)
@@ -81,7 +81,7 @@ async fn init_then_check_ready() {
         )),
         "{err}"
     );
-    conformance::init_is_idempotent(&single).await;
+    conformance::run_admin(&single).await;
     let default = DynamoDbStore::new(client(), &table);
     let err = default
         .check_ready()
@@ -98,7 +98,7 @@ async fn init_then_check_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_admin_operations() {
-    conformance::admin_operations(&fresh_store("admin").await).await;
+    conformance::run_admin(&fresh_store("admin").await).await;
 }
 
 /// The races alone, timed (`-- --nocapture` prints the figures quoted in docs/stores.md).
@@ -119,19 +119,13 @@ async fn race_timings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_with_custom_attribute_names() {
     let table = format!("custom-{}", uuid::Uuid::new_v4());
-    let attrs = DynamoDbAttributes::new()
-        .with_key("pk")
-        .with_expiration("ttl")
-        .with_token("owner");
+    let mut attrs = DynamoDbAttributes::default();
+    attrs.key = "pk".into();
+    attrs.expiration = "ttl".into();
+    attrs.token = "owner".into();
     let store = DynamoDbStore::new(client(), table).with_attributes(attrs);
     store.init().await.expect("create table");
-    conformance::fresh_claim_is_acquired(&store).await;
-    conformance::completed_key_is_a_duplicate(&store).await;
-    conformance::stale_token_cannot_complete(&store).await;
-    conformance::expired_record_counts_as_absent(&store).await;
-    conformance::short_ttl_never_ends_a_live_lease(&store).await;
-    conformance::expiry_boundary_is_inclusive(&store).await;
-    conformance::lease_boundary_is_inclusive(&store).await;
+    conformance::run_all(&store).await;
 }
 
 /// A claim whose TTL is shorter than its lease writes the TTL attribute at the lease (in whole
@@ -288,8 +282,7 @@ async fn atomic_effects_in_one_transaction() {
     let store = fresh_store("effects").await;
     let side = fresh_store("effects-side").await;
     let probe = Probe::side(side.table());
-    conformance::atomic_effects(&store, &probe).await;
-    conformance::one_shot_effects(&store, &probe).await;
+    conformance::run_effects(&store, &probe).await;
 }
 
 #[tokio::test]
@@ -466,10 +459,10 @@ async fn a_silent_endpoint_is_unavailable_within_the_operation_timeout() {
 /// out (maybe applied), silent (maybe applied).
 #[tokio::test]
 async fn errors_say_how_far_the_request_got() {
-    let fast = DynamoDbSettings::default()
-        .with_attempt_timeout(Duration::from_millis(300))
-        .with_operation_timeout(Duration::from_secs(1))
-        .with_max_attempts(2);
+    let mut fast = DynamoDbSettings::default();
+    fast.attempt_timeout = Duration::from_millis(300);
+    fast.operation_timeout = Duration::from_secs(1);
+    fast.max_attempts = 2;
     let now = SystemTime::now();
 
     // A closed port: the connection is refused.
@@ -574,8 +567,7 @@ async fn the_response_is_the_data_attribute_as_written() {
 #[tokio::test]
 async fn a_renamed_data_attribute_is_written_and_read_back() {
     let table = format!("data-renamed-{}", uuid::Uuid::new_v4());
-    let store = DynamoDbStore::new(client(), table)
-        .with_attributes(DynamoDbAttributes::new().with_data("result"));
+    let store = DynamoDbStore::new(client(), table).with_attributes(attributes_with_data("result"));
     store.init().await.expect("create table");
     let now = SystemTime::now();
     let token = acquire(&store, request("renamed", now)).await;
@@ -634,8 +626,8 @@ fn the_default_response_limit_is_406_375_bytes() {
         3_225
     );
     // Longer names leave less room, byte for byte.
-    let renamed = DynamoDbStore::new(client(), "t")
-        .with_attributes(DynamoDbAttributes::new().with_data("response_text"));
+    let renamed =
+        DynamoDbStore::new(client(), "t").with_attributes(attributes_with_data("response_text"));
     assert_eq!(renamed.capabilities().max_response_bytes, 406_375 - 9);
 }
 
@@ -645,10 +637,10 @@ fn the_default_response_limit_is_406_375_bytes() {
 /// whole, with effects (a transaction) and without.
 #[tokio::test]
 async fn the_largest_response_fits_the_worst_record_of_every_layout() {
-    let attrs = DynamoDbAttributes::new()
-        .with_expiration("expiration_attribute_with_a_long_name")
-        .with_lease("lease_attribute_with_a_long_name")
-        .with_data("response_attribute_with_a_long_name");
+    let mut attrs = DynamoDbAttributes::default();
+    attrs.expiration = "expiration_attribute_with_a_long_name".into();
+    attrs.lease = "lease_attribute_with_a_long_name".into();
+    attrs.data = "response_attribute_with_a_long_name".into();
     let layouts: [(Option<DynamoDbKeySchema>, usize); 3] = [
         (None, 2048),
         (
@@ -852,11 +844,10 @@ async fn fresh_store_with(name: &str, schema: DynamoDbKeySchema) -> DynamoDbStor
 
 async fn whole_contract(store: &DynamoDbStore) {
     conformance::run_all(store).await;
-    conformance::admin_operations(store).await;
+    conformance::run_admin(store).await;
     // Effects write business items into the claims table itself.
     let probe = Probe::same_table(store);
-    conformance::atomic_effects(store, &probe).await;
-    conformance::one_shot_effects(store, &probe).await;
+    conformance::run_effects(store, &probe).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1148,4 +1139,11 @@ async fn claims_under_one_partition_leave_their_neighbours_alone() {
     assert_eq!(store.inspect("k#a").await.expect("inspect"), None);
     let item = raw_item(&store, "k#b").await;
     assert!(item.is_none());
+}
+
+/// The default attribute names with the response in `data`.
+fn attributes_with_data(data: &str) -> DynamoDbAttributes {
+    let mut attrs = DynamoDbAttributes::default();
+    attrs.data = data.into();
+    attrs
 }

@@ -355,8 +355,8 @@ async fn group_order_survives_a_failure_end_to_end() {
                 // in here would only fail the message).
                 let wire_ok = msg.group_id() == Some(group.as_str())
                     && msg.is_fifo()
-                    && msg.sequence_number().is_some()
-                    && msg.deduplication_id().is_some();
+                    && msg.sqs().attributes.contains_key("SequenceNumber")
+                    && msg.sqs().attributes.contains_key("MessageDeduplicationId");
                 let group = if wire_ok {
                     group
                 } else {

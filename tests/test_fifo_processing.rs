@@ -539,8 +539,8 @@ async fn fifo_messages_know_they_are_fifo() {
         g.lock().unwrap().push((
             msg.is_fifo(),
             msg.group_id().map(str::to_owned),
-            msg.deduplication_id().map(str::to_owned),
-            msg.sequence_number().is_some(),
+            msg.sqs().attributes.get("MessageDeduplicationId").cloned(),
+            msg.sqs().attributes.contains_key("SequenceNumber"),
         ));
         async { Ok::<(), BoxError>(()) }
     });

@@ -69,8 +69,7 @@ async fn conformance_suite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_admin_operations() {
-    conformance::admin_operations(&MemoryStore::new()).await;
-    conformance::init_is_idempotent(&MemoryStore::new()).await;
+    conformance::run_admin(&MemoryStore::new()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,8 +82,7 @@ async fn conformance_races_on_a_multi_thread_runtime() {
 #[tokio::test]
 async fn conformance_atomic_effects() {
     let probe = Probe::default();
-    conformance::atomic_effects(&MemoryStore::new(), &probe).await;
-    conformance::one_shot_effects(&MemoryStore::new(), &probe).await;
+    conformance::run_effects(&MemoryStore::new(), &probe).await;
     // The suite's refused effect was never applied either.
     assert!(
         !probe

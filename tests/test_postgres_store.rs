@@ -52,14 +52,14 @@ async fn init_then_check_ready() {
     let err = store.check_ready().await.expect_err("no table yet");
     assert_eq!(err.kind(), ErrorKind::StoreRejected, "{err}");
     assert!(err.to_string().contains("run `sqs-claim init`"), "{err}");
-    conformance::init_is_idempotent(&store).await;
+    conformance::run_admin(&store).await;
     drop_table(&store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_admin_operations() {
     let store = store().await;
-    conformance::admin_operations(&store).await;
+    conformance::run_admin(&store).await;
     drop_table(&store).await;
 }
 
@@ -128,8 +128,7 @@ impl EffectProbe<PostgresStore> for Probe {
 async fn conformance_atomic_effects() {
     let store = store().await;
     let probe = Probe::new(&store).await;
-    conformance::atomic_effects(&store, &probe).await;
-    conformance::one_shot_effects(&store, &probe).await;
+    conformance::run_effects(&store, &probe).await;
     drop_table(&store).await;
 }
 
@@ -515,7 +514,9 @@ use sqs_claim_testkit::silent;
 use sqs_claim::store::postgres::PostgresSettings;
 
 fn fast() -> PostgresSettings {
-    PostgresSettings::default().with_call_timeout(Duration::from_secs(1))
+    let mut settings = PostgresSettings::default();
+    settings.call_timeout = Duration::from_secs(1);
+    settings
 }
 
 /// tokio-postgres has no query timeout: a server that completed the connect and then went
@@ -558,9 +559,12 @@ async fn a_server_silent_after_connect_is_unavailable_within_the_call_timeout() 
 fn call_timeout_and_pool_size_are_configurable() {
     let store = PostgresStore::connect(&pg_url()).unwrap();
     assert_eq!(store.call_timeout(), Duration::from_secs(5));
-    let store =
-        PostgresStore::connect_with(&pg_url(), PostgresSettings::default().with_pool_size(1))
-            .unwrap();
+    let store = PostgresStore::connect_with(&pg_url(), {
+        let mut settings = PostgresSettings::default();
+        settings.pool_size = 1;
+        settings
+    })
+    .unwrap();
     assert_eq!(store.pool().status().max_size, 1);
 }
 
@@ -568,10 +572,11 @@ fn call_timeout_and_pool_size_are_configurable() {
 /// is cancelled by PostgreSQL (SQLSTATE 57014), well before the client-side bound.
 #[tokio::test]
 async fn the_server_cancels_a_statement_past_the_statement_timeout() {
-    let store = PostgresStore::connect_with(
-        &pg_url(),
-        PostgresSettings::default().with_statement_timeout(Some(Duration::from_millis(200))),
-    )
+    let store = PostgresStore::connect_with(&pg_url(), {
+        let mut settings = PostgresSettings::default();
+        settings.statement_timeout = Some(Duration::from_millis(200));
+        settings
+    })
     .unwrap();
     let client = store.pool().get().await.expect("a connection");
     let shown = client

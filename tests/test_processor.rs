@@ -1090,7 +1090,10 @@ async fn real_lambda_event_fixture_parses_and_processes() {
         rc.lock().unwrap().push((
             msg.id().to_owned(),
             msg.receive_count(),
-            msg.message_attribute_str("Trace").map(str::to_owned),
+            msg.sqs()
+                .message_attributes
+                .get("Trace")
+                .and_then(|a| a.string_value.clone()),
             msg.is_fifo(),
         ));
         let fail = msg.body() == "FAIL";

@@ -27,8 +27,7 @@ async fn conformance_run_all() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_admin_operations() {
     let store = store().await;
-    conformance::admin_operations(&store).await;
-    conformance::init_is_idempotent(&store).await;
+    conformance::run_admin(&store).await;
     cleanup(store.connection(), store.prefix()).await;
 }
 
@@ -89,8 +88,7 @@ impl EffectProbe<RedisStore> for Probe {
 async fn conformance_atomic_effects() {
     let store = store().await;
     let probe = Probe::new(&store).await;
-    conformance::atomic_effects(&store, &probe).await;
-    conformance::one_shot_effects(&store, &probe).await;
+    conformance::run_effects(&store, &probe).await;
     cleanup(store.connection(), store.prefix()).await;
 }
 

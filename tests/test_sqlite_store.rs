@@ -117,24 +117,20 @@ async fn conformance_on_a_file() {
     let store = open(&db);
     conformance::run_all(&store).await;
     probe_table(&store).await;
-    conformance::atomic_effects(&store, &RowCountProbe(store.clone())).await;
-    conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;
-    conformance::atomic_effects(&store, &ConstraintProbe(store.clone())).await;
-    conformance::one_shot_effects(&store, &ConstraintProbe(store.clone())).await;
-    conformance::admin_operations(&store).await;
+    conformance::run_effects(&store, &RowCountProbe(store.clone())).await;
+    conformance::run_effects(&store, &ConstraintProbe(store.clone())).await;
+    conformance::run_admin(&store).await;
 }
 
 #[tokio::test]
 async fn conformance_in_memory() {
     let store = SqliteStore::open_in_memory().expect("open in memory");
     conformance::run_all(&store).await;
-    conformance::admin_operations(&store).await;
-    conformance::init_is_idempotent(&store).await;
+    conformance::run_admin(&store).await;
     let db = TempDb::new("init");
-    conformance::init_is_idempotent(&open(&db)).await;
+    conformance::run_admin(&open(&db)).await;
     probe_table(&store).await;
-    conformance::atomic_effects(&store, &RowCountProbe(store.clone())).await;
-    conformance::one_shot_effects(&store, &RowCountProbe(store.clone())).await;
+    conformance::run_effects(&store, &RowCountProbe(store.clone())).await;
 }
 
 /// Two stores (two connections, two threads) on one file, 16 claimers each per key, all at

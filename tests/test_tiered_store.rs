@@ -60,7 +60,7 @@ async fn init_creates_the_durable_table() {
         .expect("store config");
     let store = TieredStore::new(cache().await, pg.clone());
     store.check_ready().await.expect_err("no durable table yet");
-    conformance::init_is_idempotent(&store).await;
+    conformance::run_admin(&store).await;
     servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
@@ -69,7 +69,7 @@ async fn init_creates_the_durable_table() {
 async fn conformance_admin_operations() {
     let pg = postgres().await;
     let store = TieredStore::new(cache().await, pg.clone());
-    conformance::admin_operations(&store).await;
+    conformance::run_admin(&store).await;
     servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
@@ -199,7 +199,7 @@ async fn conformance_atomic_effects_through_the_tier() {
     )
     .await;
     let store = TieredStore::new(cache().await, pg.clone());
-    conformance::atomic_effects(&store, &Probe(pg.clone())).await;
+    conformance::run_effects(&store, &Probe(pg.clone())).await;
     servers::drop_pg_store(&pg).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }

@@ -56,11 +56,6 @@ impl Lease {
         }
     }
 
-    /// Whether this is an [`at_least`](Self::at_least) lease (one that outlives the deadline).
-    pub fn outlives_deadline(&self) -> bool {
-        matches!(self.0, LeaseKind::AtLeast(_))
-    }
-
     /// When a claim taken at `now` lapses, given the invocation's deadline (`None` outside
     /// Lambda). Durations past 100 years are capped there.
     pub fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
@@ -98,7 +93,7 @@ mod tests {
             lease.lease_until(now, None),
             now + Duration::from_secs(3600)
         );
-        assert!(!lease.outlives_deadline());
+        assert!(matches!(lease.0, LeaseKind::UntilDeadline { .. }));
     }
 
     #[test]
@@ -117,6 +112,6 @@ mod tests {
             deadline,
             "a lease shorter than the deadline would let a second worker in while the first runs"
         );
-        assert!(hour.outlives_deadline());
+        assert!(matches!(hour.0, LeaseKind::AtLeast(_)));
     }
 }

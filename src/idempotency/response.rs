@@ -94,11 +94,6 @@ impl IdempotentResponse {
     pub fn is_replay(&self) -> bool {
         self.replay
     }
-
-    /// The JSON text, by value.
-    pub fn into_json(self) -> String {
-        self.raw.get().to_owned()
-    }
 }
 
 impl std::fmt::Debug for IdempotentResponse {

@@ -95,11 +95,11 @@ pub use dedup_id::{OutputLabel, deduplication_id};
 pub use validate::is_valid_group_id;
 
 /// The most entries SQS takes in one `SendMessageBatch` call.
-pub const MAX_BATCH_ENTRIES: usize = 10;
+pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
 /// The default size limit of one message (body plus attributes), and of one batch: 256 KiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
 /// The largest message size a queue can be configured for: 1 MiB.
-pub const MAX_MESSAGE_BYTES_LIMIT: usize = 1024 * 1024;
+pub(crate) const MAX_MESSAGE_BYTES_LIMIT: usize = 1024 * 1024;
 /// The smallest `MaximumMessageSize` a queue can have: 1 KiB.
 const MIN_MESSAGE_BYTES: usize = 1024;
 
@@ -256,7 +256,7 @@ impl Publisher {
 
     /// The size limit of one message, body plus attributes (see
     /// [`max_message_bytes`](Self::max_message_bytes)).
-    pub fn message_bytes_limit(&self) -> usize {
+    pub(crate) fn message_bytes_limit(&self) -> usize {
         self.inner.max_message_bytes
     }
 

@@ -34,9 +34,11 @@ use crate::{
     Backoff, Envelope, Error, ErrorKind, FailureKind, FifoMode, KeySource, StoreUnavailable,
 };
 
+mod configure;
 mod key_layout;
 #[cfg(feature = "powertools")]
 mod powertools;
+mod open;
 mod read;
 mod store_url;
 #[cfg(test)]
@@ -46,6 +48,7 @@ mod variables;
 pub use key_layout::{describe_key_layout, key_layout, key_layout_values};
 #[cfg(feature = "powertools")]
 pub use powertools::powertools;
+pub use open::bounded_startup;
 pub use read::read;
 pub use store_url::{ServerUrl, StoreUrl};
 pub use variables::{VARIABLES, Variable, markdown_table};

@@ -61,7 +61,7 @@
 //! that expires records by itself, and [`init`](StoreAdmin::init) answers `Ok(())` for one
 //! with nothing to create.
 //!
-//! The shared conformance suite (`conformance::admin_operations`, feature `conformance`)
+//! The shared conformance suite (`conformance::run_admin`, feature `conformance`)
 //! proves the one-key methods for each store.
 
 use std::future::Future;

@@ -33,7 +33,7 @@ pub struct Capabilities {
     /// The longest response, in bytes, [`complete_with`](super::ClaimStore::complete_with)
     /// stores for any key the store accepts; a longer one is refused with
     /// [`ErrorKind::ResponseTooLarge`](crate::ErrorKind::ResponseTooLarge) before anything is
-    /// written. Default: [`DEFAULT_MAX_RESPONSE_BYTES`] (6 MiB, Lambda's own response limit).
+    /// written. Default: 6 MiB (Lambda's own response limit).
     pub max_response_bytes: usize,
     /// Whether the store's client already retries transient errors by itself (the AWS SDK
     /// does, with its `RetryConfig`). The processor and the idempotency layer then add no
@@ -52,7 +52,7 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// The defaults: 10 calls in flight, responses up to [`DEFAULT_MAX_RESPONSE_BYTES`], no
+    /// The defaults: 10 calls in flight, responses up to 6 MiB, no
     /// retries inside the client, a one-shot write in two steps.
     pub const fn new() -> Self {
         Capabilities {

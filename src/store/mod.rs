@@ -91,7 +91,7 @@ use crate::Error;
 pub mod admin;
 pub mod boxed;
 pub mod cached;
-pub mod capabilities;
+mod capabilities;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod memory;
@@ -309,7 +309,7 @@ impl<E> Completion<E> {
 
 /// The longest response a store keeps unless it says otherwise
 /// ([`Capabilities::max_response_bytes`]): 6 MiB, Lambda's limit for a synchronous response.
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_RESPONSE_BYTES: usize = 6 * 1024 * 1024;
 
 /// A stored record, as returned when a claim finds the key already completed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -334,7 +334,9 @@ mod postgres {
     }
 
     fn fast() -> PostgresSettings {
-        PostgresSettings::default().with_call_timeout(Duration::from_secs(1))
+        let mut settings = PostgresSettings::default();
+        settings.call_timeout = Duration::from_secs(1);
+        settings
     }
 
     #[tokio::test]

@@ -6,8 +6,8 @@ use super::*;
 /// [`StoreAdmin::forget`]): each reads or deletes exactly what the contract says, never a
 /// record of the other status, a force release racing the owner's completion leaves one
 /// consistent outcome, and a record that replaced an expired completion shows no response.
-/// Not part of [`run_all`]: administration is a trait of its own.
-pub async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
+/// Not part of [`run_all`](super::run_all): administration is a trait of its own.
+pub(super) async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
     let p = prefix("admin");
     let now = base_time();
 
@@ -171,9 +171,9 @@ pub async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
 
 /// [`StoreAdmin::init`] on a store whose table is new: it creates what the store needs, a
 /// second run and runs at once change nothing and fail nothing, [`StoreAdmin::check_ready`]
-/// then passes, and the store claims and completes. Not part of [`run_all`]: pass a store on a
+/// then passes, and the store claims and completes. Not part of [`run_all`](super::run_all): pass a store on a
 /// table nobody made yet (a fresh table name, file or schema).
-pub async fn init_is_idempotent<S: ClaimStore + StoreAdmin>(store: &S) {
+pub(super) async fn init_is_idempotent<S: ClaimStore + StoreAdmin>(store: &S) {
     store
         .init()
         .await

@@ -4,7 +4,7 @@
 use super::*;
 
 /// A key never seen is acquired, and tokens are unique per claim.
-pub async fn fresh_claim_is_acquired<S: ClaimStore>(store: &S) {
+pub(super) async fn fresh_claim_is_acquired<S: ClaimStore>(store: &S) {
     let p = prefix("fresh");
     let now = base_time();
     let a = must_acquire(store, request(&format!("{p}#a"), now), "fresh key").await;
@@ -13,7 +13,7 @@ pub async fn fresh_claim_is_acquired<S: ClaimStore>(store: &S) {
 }
 
 /// After completion, a claim of the same key returns `Completed` with the record.
-pub async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
+pub(super) async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
     let key = prefix("duplicate");
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
@@ -29,7 +29,7 @@ pub async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
 }
 
 /// While a lease is live, other claimers are told the key is held, and when it lapses.
-pub async fn live_lease_is_held_elsewhere<S: ClaimStore>(store: &S) {
+pub(super) async fn live_lease_is_held_elsewhere<S: ClaimStore>(store: &S) {
     let key = prefix("held");
     let now = base_time();
     must_acquire(store, request(&key, now), "first claim").await;
@@ -51,7 +51,7 @@ pub async fn live_lease_is_held_elsewhere<S: ClaimStore>(store: &S) {
 }
 
 /// Once an in-progress lease has lapsed, a new claimer takes the key over.
-pub async fn lapsed_lease_is_taken_over<S: ClaimStore>(store: &S) {
+pub(super) async fn lapsed_lease_is_taken_over<S: ClaimStore>(store: &S) {
     let key = prefix("takeover");
     let now = base_time();
     let old = must_acquire(store, request(&key, now), "first claim").await;
@@ -61,7 +61,7 @@ pub async fn lapsed_lease_is_taken_over<S: ClaimStore>(store: &S) {
 }
 
 /// An expired record counts as absent, even if the backend has not deleted it yet.
-pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
+pub(super) async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
     let key = prefix("expired");
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
@@ -85,7 +85,7 @@ pub async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
 /// before the lease lapses, the holder can still complete, and the completed record is then a
 /// duplicate. The lease still lapses on time: a second key claimed the same way is taken over
 /// at `lease_until`.
-pub async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
+pub(super) async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
     let p = prefix("short-ttl");
     let now = base_time();
     let short = |key| ClaimRequest {
@@ -148,7 +148,7 @@ pub async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) {
 /// duplicate at `expires_at - 1 ms` and counts as absent at `expires_at`. The expiry is a whole
 /// second here because the contract lets a store keep expiries in whole seconds (rounded up, as
 /// DynamoDB's TTL attribute does); at a whole second both sides are exact in every store.
-pub async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
+pub(super) async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
     let key = prefix("expiry-boundary");
     let now = base_time();
     let expires_at = now + Duration::from_secs(60);
@@ -179,7 +179,7 @@ pub async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
 /// millisecond (the contract's lease resolution): an in-progress record is held elsewhere at
 /// `lease_until - 1 ms` and taken over at `lease_until`, after which the old token is fenced
 /// out. The lease ends 250 ms past a whole second, so a store that kept leases in seconds fails.
-pub async fn lease_boundary_is_inclusive<S: ClaimStore>(store: &S) {
+pub(super) async fn lease_boundary_is_inclusive<S: ClaimStore>(store: &S) {
     let key = prefix("lease-boundary");
     let now = base_time();
     let lease_until = now + Duration::from_millis(30_250);
@@ -216,7 +216,7 @@ pub async fn lease_boundary_is_inclusive<S: ClaimStore>(store: &S) {
 }
 
 /// A worker whose lease lapsed and was taken over cannot complete: fencing.
-pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
+pub(super) async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
     let key = prefix("fence-complete");
     let now = base_time();
     let stale = must_acquire(store, request(&key, now), "first claim").await;
@@ -239,7 +239,7 @@ pub async fn stale_token_cannot_complete<S: ClaimStore>(store: &S) {
 }
 
 /// A worker whose lease lapsed and was taken over cannot release: fencing.
-pub async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
+pub(super) async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
     let key = prefix("fence-release");
     let now = base_time();
     let stale = must_acquire(store, request(&key, now), "first claim").await;
@@ -271,7 +271,7 @@ pub async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
 }
 
 /// After a release by the owner, the key can be claimed again at once.
-pub async fn release_allows_reclaim<S: ClaimStore>(store: &S) {
+pub(super) async fn release_allows_reclaim<S: ClaimStore>(store: &S) {
     let key = prefix("release");
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
@@ -285,7 +285,7 @@ pub async fn release_allows_reclaim<S: ClaimStore>(store: &S) {
 }
 
 /// Completing twice with the same token succeeds (a retry after an ambiguous error).
-pub async fn completion_is_idempotent_per_token<S: ClaimStore>(store: &S) {
+pub(super) async fn completion_is_idempotent_per_token<S: ClaimStore>(store: &S) {
     let key = prefix("complete-twice");
     let now = base_time();
     let token = must_acquire(store, request(&key, now), "first claim").await;
@@ -300,7 +300,7 @@ pub async fn completion_is_idempotent_per_token<S: ClaimStore>(store: &S) {
 }
 
 /// The fingerprint stored at claim time comes back with a completed record.
-pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
+pub(super) async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
     let key = prefix("fingerprint");
     let now = base_time();
     let mut req = request(&key, now);
@@ -319,7 +319,7 @@ pub async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
 }
 
 /// Keys with unicode, separators and lengths past DynamoDB's 2048-byte limit work.
-pub async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
+pub(super) async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
     let p = prefix("odd");
     let now = base_time();
     let long_a = format!("{p}#{}", "a".repeat(5000));

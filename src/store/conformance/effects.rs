@@ -2,7 +2,7 @@
 
 use super::*;
 
-/// How the suite makes and observes a store's effects (see [`atomic_effects`]).
+/// How the suite makes and observes a store's effects (see [`run_effects`](super::run_effects)).
 pub trait EffectProbe<S: ClaimStore>: Sync {
     /// An effect that, once committed, makes `applied(marker)` true.
     fn write(&self, marker: &str) -> S::Effect;
@@ -13,7 +13,7 @@ pub trait EffectProbe<S: ClaimStore>: Sync {
 }
 
 /// Effects commit with the completion, or not at all.
-pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+pub(super) async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
     let key = prefix("effects");
     let (m_ok, m_bad, m_again) = (
         format!("{key}#ok"),
@@ -130,7 +130,7 @@ pub async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: 
 /// One-shot effects commit with the record, or not at all: a refused effect writes nothing
 /// (the key stays free, no effect applied), a committed write applies its effects once, and a
 /// duplicate applies none.
-pub async fn one_shot_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+pub(super) async fn one_shot_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
     let key = prefix("one-shot-effects");
     let (m_ok, m_bad, m_dup) = (
         format!("{key}#ok"),
@@ -188,7 +188,7 @@ pub async fn one_shot_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe
 /// fare: a fresh key committed with its effect, a duplicate answered `Completed` with nothing
 /// applied, a write with a refused effect `EffectRejected` with nothing applied and its key
 /// left free. A write answered [`Packed::Unsent`] is sent again, as the packer does.
-pub async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+pub(super) async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
     let key = prefix("packed");
     let keys: Vec<String> = ["fresh", "dup", "refused", "fresh2"]
         .iter()

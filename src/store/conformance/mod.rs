@@ -5,9 +5,9 @@
 //! (`sqs-claim = { version = "…", features = ["conformance"] }`) and call [`run_all`] from a test
 //! against your backend.
 //!
-//! Every store's integration test calls [`run_all`] (and [`atomic_effects`] where the store
-//! supports effects, and [`admin_operations`] and [`init_is_idempotent`] for its
-//! [`StoreAdmin`]) against the real server. The checks panic with a message naming the broken
+//! Every store's integration test calls [`run_all`] (and [`run_effects`] where the store
+//! supports effects, and [`run_admin`] for its [`StoreAdmin`]) against the real server. A
+//! store's own tests can use [`request`] and [`acquire`] to set up a claim. The checks panic with a message naming the broken
 //! rule, so they read as test failures. Keys are prefixed with a fresh UUID, so the suite can run
 //! against a shared server and in parallel with itself.
 //!
@@ -40,18 +40,20 @@ mod one_shot;
 mod race;
 mod response;
 
-pub use admin::{admin_operations, init_is_idempotent};
-pub use claim::{
+use admin::{admin_operations, init_is_idempotent};
+use claim::{
     completed_key_is_a_duplicate, completion_is_idempotent_per_token,
     expired_record_counts_as_absent, expiry_boundary_is_inclusive, fingerprint_is_returned,
     fresh_claim_is_acquired, lapsed_lease_is_taken_over, lease_boundary_is_inclusive,
     live_lease_is_held_elsewhere, long_and_odd_keys, release_allows_reclaim,
     short_ttl_never_ends_a_live_lease, stale_token_cannot_complete, stale_token_cannot_release,
 };
-pub use effects::{EffectProbe, atomic_effects, one_shot_effects, packed_one_shot};
-pub use one_shot::one_shot_claims_completed;
-pub use race::{one_shot_race, race, takeover_race};
-pub use response::{expired_response_is_not_inherited, response_size_limit, stored_response};
+pub use effects::EffectProbe;
+use effects::{atomic_effects, one_shot_effects, packed_one_shot};
+use one_shot::one_shot_claims_completed;
+use race::one_shot_race;
+pub use race::{race, takeover_race};
+use response::{expired_response_is_not_inherited, response_size_limit, stored_response};
 
 const LEASE: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(3600);
@@ -94,7 +96,9 @@ async fn must_acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>, why: &str
     }
 }
 
-/// Runs every check of the contract except atomic effects (see [`atomic_effects`]).
+/// Runs every check of the claim contract: claims, leases, expiry, fencing, stored responses,
+/// odd keys, races and one-shot writes. Effects ([`run_effects`]) and administration
+/// ([`run_admin`]) are checked apart, since not every store has them.
 pub async fn run_all<S: ClaimStore>(store: &S) {
     fresh_claim_is_acquired(store).await;
     completed_key_is_a_duplicate(store).await;
@@ -124,4 +128,22 @@ fn completed_record(found: Result<Claim, crate::Error>, why: &str) -> super::Cla
         Ok(Claim::Completed(record)) => record,
         other => panic!("{why}: expected Completed, got {other:?}"),
     }
+}
+
+/// Runs the checks of effects committed with a completion, through `probe`: they commit with
+/// the completion or not at all, with a one-shot write or not at all, and each write of a pack
+/// ([`ClaimStore::claim_completed_packed`]) gets its own answer.
+pub async fn run_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, probe: &P) {
+    atomic_effects(store, probe).await;
+    one_shot_effects(store, probe).await;
+    packed_one_shot(store, probe).await;
+}
+
+/// Runs the checks of [`StoreAdmin`]: `init` is idempotent and leaves a store that claims and
+/// completes (pass a store on a table nobody made yet to check that it creates what the store
+/// needs; one already made works too), then the operator's methods for one key
+/// (`inspect`, `force_release`, `forget`) read or delete exactly what the contract says.
+pub async fn run_admin<S: ClaimStore + StoreAdmin>(store: &S) {
+    init_is_idempotent(store).await;
+    admin_operations(store).await;
 }

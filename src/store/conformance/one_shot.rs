@@ -6,7 +6,7 @@ use super::*;
 /// committed (completed at once, fingerprint kept), a completed key is a duplicate, a live
 /// lease is held elsewhere and left as it is, a lapsed lease or an expired record is taken
 /// over, and the in-progress holder of a taken-over key has lost it.
-pub async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
+pub(super) async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
     let p = prefix("one-shot");
     let now = base_time();
     let fresh = format!("{p}#fresh");

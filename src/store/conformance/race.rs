@@ -70,7 +70,7 @@ pub async fn takeover_race<S: ClaimStore>(store: &S, keys: usize, claimers: usiz
 
 /// Of many one-shot writers of one key, exactly one commits; the others see a duplicate (or,
 /// racing a claimer, a holder).
-pub async fn one_shot_race<S: ClaimStore>(store: &S, keys: usize, writers: usize) {
+pub(super) async fn one_shot_race<S: ClaimStore>(store: &S, keys: usize, writers: usize) {
     let p = prefix("one-shot-race");
     let now = base_time();
     let keys: Vec<String> = (0..keys).map(|i| format!("{p}#{i}")).collect();

@@ -12,7 +12,7 @@ pub(super) const AWKWARD_RESPONSE: &str = "{\"statusCode\": 201,\n  \"body\":\"{
 /// one-shot write of the key; a completion without one stores none; a repeated completion
 /// with the same token keeps the first; the one that took a lapsed lease over stores its own
 /// and the stale claimant's is refused.
-pub async fn stored_response<S: ClaimStore>(store: &S) {
+pub(super) async fn stored_response<S: ClaimStore>(store: &S) {
     let p = prefix("response");
     let now = base_time();
 
@@ -120,9 +120,9 @@ pub async fn stored_response<S: ClaimStore>(store: &S) {
 
 /// After a completion with a response has expired: a new claim's own completion without a
 /// response and a one-shot write each carry no response (the in-progress record, as `inspect`
-/// shows it, is checked by [`admin_operations`]); a stale response replayed for the new record would answer a duplicate with
+/// shows it, is checked by [`run_admin`](super::run_admin)); a stale response replayed for the new record would answer a duplicate with
 /// another message's result.
-pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
+pub(super) async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
     let p = prefix("replaced");
     let now = base_time();
     let expired = now + Duration::from_secs(10);
@@ -170,7 +170,7 @@ pub async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) {
 /// A response of exactly [`Capabilities::max_response_bytes`](crate::store::Capabilities::max_response_bytes) is stored and replayed whole, even
 /// under a key past DynamoDB's key limit; one byte more is refused with `ResponseTooLarge`,
 /// writes nothing, and leaves the claim in progress with its owner, who can release it.
-pub async fn response_size_limit<S: ClaimStore>(store: &S) {
+pub(super) async fn response_size_limit<S: ClaimStore>(store: &S) {
     let p = prefix("response-limit");
     let now = base_time();
     let limit = store.capabilities().max_response_bytes;

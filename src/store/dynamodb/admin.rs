@@ -238,7 +238,7 @@ pub async fn create_table_with_key(client: &Client, table: &str, key: &str) -> R
 }
 
 /// [`create_table_with_key`] with an optional string sort key `sort`.
-pub async fn create_table_with_keys(
+pub(crate) async fn create_table_with_keys(
     client: &Client,
     table: &str,
     partition: &str,

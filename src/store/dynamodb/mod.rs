@@ -113,11 +113,11 @@ mod pack;
 mod schema;
 mod settings;
 
-pub use admin::{create_table_with_key, create_table_with_keys, table_status};
+pub use admin::{create_table_with_key, table_status};
 pub use errors::classify;
 pub use schema::{
-    DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema, KEY_PLACEHOLDER, MAX_EFFECTS,
-    MAX_FINGERPRINT_BYTES, MAX_ITEM_BYTES, MAX_KEY_BYTES, MAX_SORT_KEY_BYTES,
+    DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema, MAX_FINGERPRINT_BYTES,
+    MAX_ITEM_BYTES,
 };
 pub use settings::DynamoDbSettings;
 
@@ -166,7 +166,10 @@ impl DynamoDbStore {
     /// [`from_env`](Self::from_env) with other timeouts and retries. They replace whatever the
     /// environment says (`AWS_MAX_ATTEMPTS`, `AWS_RETRY_MODE`): the store's bounds are part of
     /// the invocation's time budget, and must not change with a variable nobody remembers.
-    pub async fn from_env_with(table: impl Into<String>, settings: DynamoDbSettings) -> Self {
+    pub(crate) async fn from_env_with(
+        table: impl Into<String>,
+        settings: DynamoDbSettings,
+    ) -> Self {
         // The standard environment, with the HTTPS client on bundled roots (`crate::aws`).
         let config = crate::aws::load_config().await;
         Self::from_sdk_config(&config, table, settings)

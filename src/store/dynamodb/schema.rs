@@ -4,10 +4,10 @@
 use super::*;
 
 /// DynamoDB's limit on a partition key value, in bytes.
-pub const MAX_KEY_BYTES: usize = 2048;
+pub(crate) const MAX_KEY_BYTES: usize = 2048;
 
 /// DynamoDB's limit on a sort key value, in bytes.
-pub const MAX_SORT_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_SORT_KEY_BYTES: usize = 1024;
 
 /// DynamoDB's limit on one item, in bytes: 400 KB, attribute names and values (UTF-8) included.
 pub const MAX_ITEM_BYTES: usize = 409_600;
@@ -33,12 +33,15 @@ pub(super) const HASHED_KEY_BYTES: usize = "sha256:".len() + 64;
 
 /// The most effects one completion can carry: `TransactWriteItems` takes 100 actions, one of
 /// which is the completion itself.
-pub const MAX_EFFECTS: usize = 99;
+pub(crate) const MAX_EFFECTS: usize = 99;
 
 /// The most actions one `TransactWriteItems` takes.
 pub(super) const MAX_TRANSACTION_ACTIONS: usize = 100;
 
 /// Attribute names of the claims table. The defaults match Powertools idempotency tables.
+/// Change a field on the defaults (`let mut a = DynamoDbAttributes::default(); a.data =
+/// "response".into();`): the struct is `non_exhaustive`, so a name added later keeps your code
+/// compiling.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DynamoDbAttributes {
@@ -74,55 +77,6 @@ impl Default for DynamoDbAttributes {
 }
 
 impl DynamoDbAttributes {
-    /// The default names, to change some of them:
-    /// `DynamoDbAttributes::new().with_key("pk")`.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Sets the partition key attribute name.
-    pub fn with_key(mut self, name: impl Into<String>) -> Self {
-        self.key = name.into();
-        self
-    }
-
-    /// Sets the expiry (TTL) attribute name.
-    pub fn with_expiration(mut self, name: impl Into<String>) -> Self {
-        self.expiration = name.into();
-        self
-    }
-
-    /// Sets the lease attribute name.
-    pub fn with_lease(mut self, name: impl Into<String>) -> Self {
-        self.lease = name.into();
-        self
-    }
-
-    /// Sets the status attribute name.
-    pub fn with_status(mut self, name: impl Into<String>) -> Self {
-        self.status = name.into();
-        self
-    }
-
-    /// Sets the fingerprint attribute name.
-    pub fn with_fingerprint(mut self, name: impl Into<String>) -> Self {
-        self.fingerprint = name.into();
-        self
-    }
-
-    /// Sets the owner token attribute name.
-    pub fn with_token(mut self, name: impl Into<String>) -> Self {
-        self.token = name.into();
-        self
-    }
-
-    /// Sets the stored response attribute name.
-    pub fn with_data(mut self, name: impl Into<String>) -> Self {
-        self.data = name.into();
-        self
-    }
-
-    /// The names of the attributes that are not part of the key, with what each holds.
     pub(super) fn non_key(&self) -> [(&str, &'static str); 6] {
         [
             (&self.expiration, "expiration"),
@@ -146,7 +100,7 @@ impl DynamoDbAttributes {
 }
 
 /// The placeholder a key template replaces with the claim key.
-pub const KEY_PLACEHOLDER: &str = "{key}";
+pub(crate) const KEY_PLACEHOLDER: &str = "{key}";
 
 /// One key attribute of the claims table: its name, and the template its value is made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,13 +115,13 @@ impl DynamoDbKeyAttribute {
         &self.name
     }
 
-    /// The template of its value: fixed text, with [`KEY_PLACEHOLDER`] (`{key}`) at most once.
+    /// The template of its value: fixed text, with `{key}` at most once.
     pub fn template(&self) -> &str {
         &self.template
     }
 
     /// Whether the value carries the claim key.
-    pub fn has_key(&self) -> bool {
+    pub(crate) fn has_key(&self) -> bool {
         self.template.contains(KEY_PLACEHOLDER)
     }
 

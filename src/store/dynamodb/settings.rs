@@ -2,7 +2,9 @@
 
 use super::*;
 
-/// How the client [`DynamoDbStore::from_env_with`] builds bounds its calls.
+/// How the client [`DynamoDbStore::from_sdk_config`] builds bounds its calls ([`DynamoDbStore::from_env`]
+/// uses the defaults). Change a field on the defaults: the struct is `non_exhaustive`, so a
+/// setting added later keeps your code compiling.
 ///
 /// The defaults fit a Lambda invocation. A DynamoDB write answers in single-digit
 /// milliseconds; an attempt that has not answered in 2 s is lost, not slow, and is better
@@ -15,9 +17,9 @@ use super::*;
 /// use std::time::Duration;
 /// use sqs_claim::store::dynamodb::DynamoDbSettings;
 ///
-/// let settings = DynamoDbSettings::default()
-///     .with_attempt_timeout(Duration::from_millis(500))
-///     .with_max_attempts(2);
+/// let mut settings = DynamoDbSettings::default();
+/// settings.attempt_timeout = Duration::from_millis(500);
+/// settings.max_attempts = 2;
 /// assert_eq!(settings.operation_timeout, Duration::from_secs(4));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,37 +54,6 @@ impl Default for DynamoDbSettings {
 }
 
 impl DynamoDbSettings {
-    /// Sets the connect timeout.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the timeout of one attempt.
-    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.attempt_timeout = timeout;
-        self
-    }
-
-    /// Sets the timeout of a whole call, retries included.
-    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
-        self.operation_timeout = timeout;
-        self
-    }
-
-    /// Sets the attempts per call (values below 1 count as 1).
-    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
-        self
-    }
-
-    /// Sets the SDK's first and longest backoff.
-    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.initial_backoff = initial;
-        self.max_backoff = max;
-        self
-    }
-
     /// Applies these settings to an SDK configuration builder.
     pub(super) fn apply(
         &self,

@@ -148,7 +148,7 @@ use errors::*;
 use schema::*;
 
 /// The default table name.
-pub const DEFAULT_TABLE: &str = "sqs_claim_processed_events";
+pub(crate) const DEFAULT_TABLE: &str = "sqs_claim_processed_events";
 
 /// Keys longer than this (in bytes) are stored as their SHA-256 (see "Long keys").
 const MAX_VERBATIM_KEY: usize = 512;

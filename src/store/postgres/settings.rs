@@ -5,6 +5,8 @@ use super::*;
 /// The bounds [`PostgresStore::connect_with`] puts on connections and calls. See "Timeouts" in
 /// the module docs for why each exists; the defaults fit a Lambda invocation (a store call
 /// normally takes a millisecond or two, so seconds mean the server or the network is gone).
+/// Change a field on the defaults (`let mut s = PostgresSettings::default(); s.pool_size = 4;`):
+/// the struct is `non_exhaustive`, so a setting added later keeps your code compiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PostgresSettings {
@@ -44,44 +46,6 @@ impl Default for PostgresSettings {
 }
 
 impl PostgresSettings {
-    /// Sets the client-side bound on each store call.
-    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
-        self.call_timeout = timeout;
-        self
-    }
-
-    /// Sets (or, with `None`, leaves alone) the server-side `statement_timeout`.
-    pub fn with_statement_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.statement_timeout = timeout;
-        self
-    }
-
-    /// Sets the connect timeout.
-    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Sets the keepalive idle time, probe interval and probe count.
-    pub fn with_keepalives(mut self, idle: Duration, interval: Duration, retries: u32) -> Self {
-        self.keepalives_idle = idle;
-        self.keepalives_interval = interval;
-        self.keepalives_retries = retries;
-        self
-    }
-
-    /// Sets the TCP user timeout.
-    pub fn with_tcp_user_timeout(mut self, timeout: Duration) -> Self {
-        self.tcp_user_timeout = timeout;
-        self
-    }
-
-    /// Sets the pool size (at least 1).
-    pub fn with_pool_size(mut self, size: usize) -> Self {
-        self.pool_size = size.max(1);
-        self
-    }
-
     pub(super) fn apply(&self, config: &mut tokio_postgres::Config) {
         config
             .connect_timeout(self.connect_timeout)

@@ -101,10 +101,10 @@ use errors::*;
 use settings::*;
 
 /// The default key prefix.
-pub const DEFAULT_PREFIX: &str = "sqs-claim:";
+pub(crate) const DEFAULT_PREFIX: &str = "sqs-claim:";
 
 /// How long a record outlives its `expires_at` on the server, by default (see the module docs).
-pub const DEFAULT_EXPIRY_SLACK: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_EXPIRY_SLACK: Duration = Duration::from_secs(60);
 
 /// A write committed atomically with a [`RedisStore`] completion, inside the same Lua script.
 ///
