@@ -11,7 +11,9 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, Subcommand};
 
-use crate::{AnyStore, Settings, StoreUrl, doctor, operator};
+use sqs_claim::store::{BoxStore, StoreAdmin};
+
+use crate::{Settings, StoreUrl, doctor, operator};
 use sqs_claim::settings::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
 
 /// The help of `--store`, with every URL form.
@@ -191,7 +193,7 @@ impl AdminCommand {
         let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e:#}"));
         match self {
             AdminCommand::Prune { limit } => {
-                let claims = AnyStore::open(url).await.map_err(cannot_open)?;
+                let claims = url.open().await.map_err(cannot_open)?;
                 prune(&claims, store, limit).await
             }
             AdminCommand::Doctor(args) => doctor::run(&args, settings, url)
@@ -199,7 +201,8 @@ impl AdminCommand {
                 .map_err(CliError::failed),
             AdminCommand::Operator(command) => {
                 // Bounded, as the consumer's start: SQS_CLAIM_STARTUP_TIMEOUT_MS.
-                let claims = AnyStore::open_checked(url, settings.startup_timeout)
+                let claims = url
+                    .open_checked(settings.startup_timeout)
                     .await
                     .map_err(cannot_open)?;
                 operator::run(command, &claims, settings, store)
@@ -215,7 +218,8 @@ impl AdminCommand {
 
 /// `init`: creates the claims table (or schema) if missing, migrates an older one.
 pub async fn init(url: &StoreUrl, store: &str) -> Result<(), CliError> {
-    let claims = AnyStore::open(url)
+    let claims = url
+        .open()
         .await
         .map_err(|e| CliError::failed(format!("cannot open store {store}: {e:#}")))?;
     claims
@@ -227,7 +231,7 @@ pub async fn init(url: &StoreUrl, store: &str) -> Result<(), CliError> {
 }
 
 /// `prune`: deletes at most `limit` expired claim records, prints how many.
-async fn prune(claims: &AnyStore, store: &str, limit: u32) -> Result<(), CliError> {
+async fn prune(claims: &BoxStore, store: &str, limit: u32) -> Result<(), CliError> {
     let pruned = claims
         .prune_expired(SystemTime::now(), limit)
         .await

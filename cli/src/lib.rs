@@ -19,7 +19,7 @@
 //!
 //! | what | where |
 //! |------|-------|
-//! | whichever claims store a URL names, opened; its administration ([`sqs_claim::store::StoreAdmin`]) | [`stores`] ([`AnyStore`]) |
+//! | whichever claims store a URL names, opened as one [`BoxStore`](sqs_claim::store::BoxStore) ([`StoreUrl::open`](sqs_claim::settings::StoreUrl::open)); its administration ([`sqs_claim::store::StoreAdmin`]) | the library, [`sqs_claim::settings`] |
 //! | the commands, the store flags over the environment, one-line errors and exit codes | [`command`] |
 //! | `doctor`: facts, pure rules, the report | [`doctor`] |
 //! | `inspect`, `release`, `forget` | [`operator`] |
@@ -30,9 +30,6 @@
 pub mod command;
 pub mod doctor;
 pub mod operator;
-pub mod stores;
-
-pub use stores::AnyStore;
 
 // The settings and store URLs every consumer reads are the library's (`sqs_claim::settings`).
 pub(crate) use sqs_claim::settings::{Settings, StoreUrl};

@@ -27,7 +27,9 @@ use sqs_claim::powertools::{HashFunction, PowertoolsFormat};
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::{Inspected, Status};
 
-use crate::{AnyStore, Settings};
+use sqs_claim::store::{BoxStore, StoreAdmin};
+
+use crate::Settings;
 
 /// `inspect`, `release` and `forget`: flattened into the CLI's commands.
 // The fields' doc comments would be clap's help text; the variants' say what each field is.
@@ -205,7 +207,7 @@ impl Failure {
 /// store in messages.
 pub async fn run(
     command: OperatorCommand,
-    claims: &AnyStore,
+    claims: &BoxStore,
     settings: &Settings,
     store: &str,
 ) -> Result<(), Failure> {
@@ -235,7 +237,7 @@ pub async fn run(
     }
 }
 
-async fn inspect_on(claims: &AnyStore, key: &str, store: &str) -> Result<Inspected, Failure> {
+async fn inspect_on(claims: &BoxStore, key: &str, store: &str) -> Result<Inspected, Failure> {
     match claims.inspect(key).await {
         Ok(Some(found)) => Ok(found),
         Ok(None) => Err(Failure::failed(format!(
@@ -246,7 +248,7 @@ async fn inspect_on(claims: &AnyStore, key: &str, store: &str) -> Result<Inspect
     }
 }
 
-async fn release_on(claims: &AnyStore, key: &str, store: &str, yes: bool) -> Result<(), Failure> {
+async fn release_on(claims: &BoxStore, key: &str, store: &str, yes: bool) -> Result<(), Failure> {
     let found = inspect_on(claims, key, store).await?;
     let now = SystemTime::now();
     if found.record.status == Status::Completed {
@@ -278,7 +280,7 @@ async fn release_on(claims: &AnyStore, key: &str, store: &str, yes: bool) -> Res
     }
 }
 
-async fn forget_on(claims: &AnyStore, key: &str, store: &str, yes: bool) -> Result<(), Failure> {
+async fn forget_on(claims: &BoxStore, key: &str, store: &str, yes: bool) -> Result<(), Failure> {
     let found = inspect_on(claims, key, store).await?;
     let now = SystemTime::now();
     if found.record.status == Status::InProgress {
