@@ -73,3 +73,33 @@ mod tests {
         assert!(!webpki_root_certs::TLS_SERVER_ROOT_CERTS.is_empty());
     }
 }
+
+/// An SQS client on `config` with its retries and timeouts set here rather than left to the
+/// environment: the SDK retries a failed call (standard mode, 3 attempts, backoff from 50 ms
+/// capped at 1 s), each attempt bounded at 2 s and the whole call at 4 s, like the DynamoDB
+/// client. The publisher retries only entries that failed inside a `200` answer, which the SDK
+/// cannot see: the two never stack. What the failure destination, the redelivery and the
+/// publisher of a consumer configured from the environment use
+/// ([`Settings::configure_sqs`](crate::settings::Settings::configure_sqs)).
+#[cfg(feature = "sqs")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
+pub fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
+    use aws_sdk_sqs::config::retry::RetryConfig;
+    use aws_sdk_sqs::config::timeout::TimeoutConfig;
+    let config = aws_sdk_sqs::config::Builder::from(config)
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(std::time::Duration::from_millis(50))
+                .with_max_backoff(std::time::Duration::from_secs(1)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(std::time::Duration::from_secs(1))
+                .operation_attempt_timeout(std::time::Duration::from_secs(2))
+                .operation_timeout(std::time::Duration::from_secs(4))
+                .build(),
+        )
+        .build();
+    aws_sdk_sqs::Client::from_conf(config)
+}

@@ -143,6 +143,12 @@ where
         self.inner.config.terms.lease
     }
 
+    /// Whether it runs in one-shot mode ([`Processor::one_shot`]): one write per message,
+    /// the claim completed with the handler's effects.
+    pub fn is_one_shot(&self) -> bool {
+        self.inner.config.one_shot
+    }
+
     /// Processes one invocation's batch and reports every message's outcome.
     ///
     /// With a deadline in the context, it returns by `deadline - answer_reserve` whatever

@@ -1,191 +1,185 @@
-//! [`AnyLedger`]: whichever ledger an [`AppStore`] names, opened. The claims store comes from
-//! [`AnyStore::open`] (the one place that maps a URL to a store type); each ledger wraps its
-//! store with the balances beside it. Everything else (the Lambda binary, the `payments`
-//! binary) is written once, generic over [`Ledger`], and reached through
-//! [`with_ledger!`](crate::with_ledger).
+//! [`BoxLedger`]: any [`Ledger`] as one type, and [`open`]: the ledger a store URL names.
+//!
+//! The claims store comes from [`StoreUrl::open`] (the library's one place that maps a URL to a
+//! store, as one [`BoxStore`]); the ledger wraps that same store (got back with
+//! [`BoxStore::downcast_ref`]) with the balances beside it. Everything else (the Lambda binary,
+//! the `payments` binary) is written once, over [`BoxLedger`], as the library's front doors are
+//! over [`BoxStore`].
 
+use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures::future::BoxFuture;
+use sqs_claim::settings::{StoreUrl, bounded_startup};
+use sqs_claim::store::{AnyEffect, BoxStore};
 use sqs_claim::{Error, ErrorKind};
-use sqs_claim_cli::AnyStore;
 
-#[cfg(feature = "postgres")]
-use crate::PostgresLedger;
 use crate::config::AppStore;
 use crate::{DynamoDbLedger, Ledger, MemoryLedger, SqliteLedger};
-#[cfg(feature = "redis")]
-use crate::{RedisLedger, TieredLedger};
 
-/// The ledger a store URL opened: one variant per store (and per durable store behind a
-/// `tiered:` cache). Cheap to clone; clones share connections.
-///
-/// Each operation is a `match` whose every arm calls one generic function on the concrete
-/// ledger ([`with_ledger!`](crate::with_ledger)), so a store's code is monomorphic and a new
-/// store is one variant plus its arm in [`AnyLedger::open`].
-///
-/// Not `#[non_exhaustive]`: [`with_ledger!`](crate::with_ledger) matches every variant, so a
-/// new store that lacks its arm does not compile.
-#[derive(Debug, Clone)]
-pub enum AnyLedger {
-    /// `memory:`.
-    Memory(MemoryLedger),
-    /// `sqlite:PATH`.
-    Sqlite(SqliteLedger),
-    /// `dynamodb:TABLE`.
-    DynamoDb(DynamoDbLedger),
-    /// `redis://...` (feature `redis`).
-    #[cfg(feature = "redis")]
-    Redis(RedisLedger),
-    /// `postgres://...` (feature `postgres`).
-    #[cfg(feature = "postgres")]
-    Postgres(PostgresLedger),
-    /// `tiered:REDIS_URL|memory:` (feature `redis`).
-    #[cfg(feature = "redis")]
-    TieredMemory(TieredLedger<MemoryLedger>),
-    /// `tiered:REDIS_URL|sqlite:PATH` (feature `redis`).
-    #[cfg(feature = "redis")]
-    TieredSqlite(TieredLedger<SqliteLedger>),
-    /// `tiered:REDIS_URL|dynamodb:TABLE` (feature `redis`).
-    #[cfg(feature = "redis")]
-    TieredDynamoDb(TieredLedger<DynamoDbLedger>),
-    /// `tiered:REDIS_URL|redis://...` (feature `redis`).
-    #[cfg(feature = "redis")]
-    TieredRedis(TieredLedger<RedisLedger>),
-    /// `tiered:REDIS_URL|postgres://...` (features `redis` and `postgres`).
-    #[cfg(all(feature = "redis", feature = "postgres"))]
-    TieredPostgres(TieredLedger<PostgresLedger>),
+/// The object-safe half of [`Ledger`]: its methods with boxed futures and an erased effect,
+/// implemented for every ledger.
+trait DynLedger: Send + Sync + 'static {
+    fn credit(&self, account: &str, amount_cents: i64) -> AnyEffect;
+    fn balances(&self) -> BoxFuture<'_, Result<Vec<(String, i64)>, Error>>;
+    fn init(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn prepare(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn prune_expired(&self, now: SystemTime, limit: u32)
+    -> BoxFuture<'_, Result<Option<u64>, Error>>;
+    fn ledger_type(&self) -> &'static str;
 }
 
-/// Runs `$body` with `$ledger` bound to the concrete ledger inside an [`AnyLedger`] (by value
-/// for an owned enum, by reference for `&AnyLedger`): one arm per variant, each the same
-/// generic code.
-///
-/// ```ignore
-/// let balances = payments::with_ledger!(&ledger, l => l.balances().await)?;
-/// ```
-///
-/// For this package's own targets (its binaries and tests): the arms' `cfg(feature = ...)` are
-/// evaluated where the macro is expanded, so another crate would see other features.
-#[macro_export]
-macro_rules! with_ledger {
-    ($any:expr, $ledger:ident => $body:expr) => {
-        match $any {
-            $crate::AnyLedger::Memory($ledger) => $body,
-            $crate::AnyLedger::Sqlite($ledger) => $body,
-            $crate::AnyLedger::DynamoDb($ledger) => $body,
-            #[cfg(feature = "redis")]
-            $crate::AnyLedger::Redis($ledger) => $body,
-            #[cfg(feature = "postgres")]
-            $crate::AnyLedger::Postgres($ledger) => $body,
-            #[cfg(feature = "redis")]
-            $crate::AnyLedger::TieredMemory($ledger) => $body,
-            #[cfg(feature = "redis")]
-            $crate::AnyLedger::TieredSqlite($ledger) => $body,
-            #[cfg(feature = "redis")]
-            $crate::AnyLedger::TieredDynamoDb($ledger) => $body,
-            #[cfg(feature = "redis")]
-            $crate::AnyLedger::TieredRedis($ledger) => $body,
-            #[cfg(all(feature = "redis", feature = "postgres"))]
-            $crate::AnyLedger::TieredPostgres($ledger) => $body,
+impl<L: Ledger> DynLedger for L {
+    fn credit(&self, account: &str, amount_cents: i64) -> AnyEffect {
+        AnyEffect::new(Ledger::credit(self, account, amount_cents))
+    }
+    fn balances(&self) -> BoxFuture<'_, Result<Vec<(String, i64)>, Error>> {
+        Box::pin(Ledger::balances(self))
+    }
+    fn init(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(Ledger::init(self))
+    }
+    fn prepare(&self) -> BoxFuture<'_, Result<(), Error>> {
+        Box::pin(Ledger::prepare(self))
+    }
+    fn prune_expired(
+        &self,
+        now: SystemTime,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, Error>> {
+        Box::pin(Ledger::prune_expired(self, now, limit))
+    }
+    fn ledger_type(&self) -> &'static str {
+        std::any::type_name::<L>()
+    }
+}
+
+/// Any ledger as one type: its store boxed ([`BoxStore`]) and its credits erased
+/// ([`AnyEffect`]), so that a ledger picked from a URL at run time is one value. Cheap to clone.
+#[derive(Clone)]
+pub struct BoxLedger {
+    inner: Arc<dyn DynLedger>,
+    store: BoxStore,
+}
+
+impl BoxLedger {
+    /// Boxes `ledger`, and its store with it.
+    pub fn new<L: Ledger>(ledger: L) -> Self {
+        if let Some(boxed) = (&ledger as &dyn std::any::Any).downcast_ref::<BoxLedger>() {
+            return boxed.clone();
         }
-    };
+        BoxLedger {
+            store: BoxStore::new(ledger.store().clone()),
+            inner: Arc::new(ledger),
+        }
+    }
 }
 
-impl AnyLedger {
-    /// Opens the store `store` names ([`AnyStore::open`]) and the balances beside it. Nothing
-    /// is created or checked: see [`AnyLedger::prepare`] and [`AnyLedger::init`].
-    pub async fn open(store: &AppStore) -> Result<AnyLedger, Error> {
-        let missing = |feature: &str| {
-            Error::new(
-                ErrorKind::Config,
-                format!(
-                    "store URL {} needs the `{feature}` feature, which this build lacks",
-                    store.claims
-                ),
-            )
-        };
-        let _ = &missing; // unused when every feature is enabled
-        let dynamodb = |s: sqs_claim::DynamoDbStore| {
-            let accounts = store.accounts_table_for(s.table());
-            DynamoDbLedger::new(s, accounts)
-        };
-        Ok(match AnyStore::open(&store.claims).await? {
-            AnyStore::Memory(_) => AnyLedger::Memory(MemoryLedger::new()),
-            AnyStore::Sqlite(s) => AnyLedger::Sqlite(SqliteLedger::new(s)),
-            AnyStore::DynamoDb(s) => AnyLedger::DynamoDb(dynamodb(s)),
-            #[cfg(feature = "redis")]
-            AnyStore::Redis(s) => AnyLedger::Redis(RedisLedger::new(s)),
-            #[cfg(feature = "postgres")]
-            AnyStore::Postgres(s) => AnyLedger::Postgres(PostgresLedger::new(s)),
-            #[cfg(feature = "redis")]
-            AnyStore::TieredMemory(s) => {
-                AnyLedger::TieredMemory(TieredLedger::new(s.cache().clone(), MemoryLedger::new()))
-            }
-            #[cfg(feature = "redis")]
-            AnyStore::TieredSqlite(s) => AnyLedger::TieredSqlite(TieredLedger::new(
-                s.cache().clone(),
-                SqliteLedger::new(s.get_ref().clone()),
-            )),
-            #[cfg(feature = "redis")]
-            AnyStore::TieredDynamoDb(s) => AnyLedger::TieredDynamoDb(TieredLedger::new(
-                s.cache().clone(),
-                dynamodb(s.get_ref().clone()),
-            )),
-            #[cfg(feature = "redis")]
-            AnyStore::TieredRedis(s) => AnyLedger::TieredRedis(TieredLedger::new(
-                s.cache().clone(),
-                RedisLedger::new(s.get_ref().clone()),
-            )),
-            #[cfg(all(feature = "redis", feature = "postgres"))]
-            AnyStore::TieredPostgres(s) => AnyLedger::TieredPostgres(TieredLedger::new(
-                s.cache().clone(),
-                PostgresLedger::new(s.get_ref().clone()),
-            )),
-            #[cfg(not(feature = "redis"))]
-            AnyStore::Redis(_)
-            | AnyStore::TieredMemory(_)
-            | AnyStore::TieredSqlite(_)
-            | AnyStore::TieredDynamoDb(_)
-            | AnyStore::TieredRedis(_)
-            | AnyStore::TieredPostgres(_) => return Err(missing("redis")),
-            #[cfg(not(feature = "postgres"))]
-            AnyStore::Postgres(_) => return Err(missing("postgres")),
-            #[cfg(all(feature = "redis", not(feature = "postgres")))]
-            AnyStore::TieredPostgres(_) => return Err(missing("postgres")),
-        })
+impl fmt::Debug for BoxLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("BoxLedger")
+            .field(&format_args!("{}", self.inner.ledger_type()))
+            .finish()
+    }
+}
+
+impl Ledger for BoxLedger {
+    type Store = BoxStore;
+
+    fn store(&self) -> &BoxStore {
+        &self.store
     }
 
-    /// [`open`](Self::open), then [`prepare`](Self::prepare), the two together bounded by
-    /// `startup` (the binaries use [`sqs_claim::settings::Settings::startup_timeout`]). A store that
-    /// does not answer in time (a partition, a port that accepts connections and never
-    /// replies) fails with [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging
-    /// the start.
-    pub async fn open_prepared(store: &AppStore, startup: Duration) -> Result<AnyLedger, Error> {
-        sqs_claim_cli::stores::bounded_startup(startup, async {
-            let ledger = AnyLedger::open(store).await?;
-            ledger.prepare().await?;
-            Ok(ledger)
-        })
-        .await
+    fn credit(&self, account: &str, amount_cents: i64) -> AnyEffect {
+        self.inner.credit(account, amount_cents)
     }
 
-    /// [`Ledger::balances`] of the ledger inside.
-    pub async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
-        with_ledger!(self, l => l.balances().await)
+    async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
+        self.inner.balances().await
     }
 
-    /// [`Ledger::init`] of the ledger inside.
-    pub async fn init(&self) -> Result<(), Error> {
-        with_ledger!(self, l => l.init().await)
+    async fn init(&self) -> Result<(), Error> {
+        self.inner.init().await
     }
 
-    /// [`Ledger::prepare`] of the ledger inside.
-    pub async fn prepare(&self) -> Result<(), Error> {
-        with_ledger!(self, l => l.prepare().await)
+    async fn prepare(&self) -> Result<(), Error> {
+        self.inner.prepare().await
     }
 
-    /// [`Ledger::prune_expired`] of the ledger inside.
-    pub async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {
-        with_ledger!(self, l => l.prune_expired(now, limit).await)
+    async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {
+        self.inner.prune_expired(now, limit).await
     }
+}
+
+/// Opens the store `store` names ([`StoreUrl::open`]) and the balances beside it. Nothing is
+/// created or checked: see [`Ledger::prepare`] and [`Ledger::init`], or [`open_prepared`].
+pub async fn open(store: &AppStore) -> Result<BoxLedger, Error> {
+    let claims = store.claims.open().await?;
+    ledger_on(store, &store.claims, claims)
+}
+
+/// [`open`], then [`prepare`](Ledger::prepare), the two together bounded by `startup` (the
+/// binaries use [`sqs_claim::settings::Settings::startup_timeout`]). A store that does not
+/// answer in time (a partition, a port that accepts connections and never replies) fails with
+/// [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging the start.
+pub async fn open_prepared(store: &AppStore, startup: Duration) -> Result<BoxLedger, Error> {
+    bounded_startup(startup, async {
+        let ledger = open(store).await?;
+        Ledger::prepare(&ledger).await?;
+        Ok(ledger)
+    })
+    .await
+}
+
+/// The ledger of the store `url` opened as `claims`: the store it boxes, taken back out.
+fn ledger_on(app: &AppStore, url: &StoreUrl, claims: BoxStore) -> Result<BoxLedger, Error> {
+    let missing = |feature: &str| {
+        Error::new(
+            ErrorKind::Config,
+            format!("store URL {url} needs the `{feature}` feature of the example app, which this build lacks"),
+        )
+    };
+    let _ = &missing; // unused when every feature is enabled
+    let not_the_store = || {
+        Error::new(
+            ErrorKind::Config,
+            format!("store URL {url} opened {claims:?}, which the example has no ledger for"),
+        )
+    };
+    Ok(match url {
+        StoreUrl::Memory => BoxLedger::new(MemoryLedger::new()),
+        StoreUrl::Sqlite(_) => {
+            let store = claims.downcast_ref().ok_or_else(not_the_store)?;
+            BoxLedger::new(SqliteLedger::new(Clone::clone(store)))
+        }
+        StoreUrl::DynamoDb { table, .. } => {
+            let store: &sqs_claim::DynamoDbStore =
+                claims.downcast_ref().ok_or_else(not_the_store)?;
+            BoxLedger::new(DynamoDbLedger::new(store.clone(), app.accounts_table_for(table)))
+        }
+        #[cfg(feature = "redis")]
+        StoreUrl::Redis(_) => {
+            let store = claims.downcast_ref().ok_or_else(not_the_store)?;
+            BoxLedger::new(crate::RedisLedger::new(Clone::clone(store)))
+        }
+        #[cfg(feature = "postgres")]
+        StoreUrl::Postgres(_) => {
+            let store = claims.downcast_ref().ok_or_else(not_the_store)?;
+            BoxLedger::new(crate::PostgresLedger::new(Clone::clone(store)))
+        }
+        #[cfg(feature = "redis")]
+        StoreUrl::Tiered { durable, .. } => {
+            use sqs_claim::store::tiered::TieredStore;
+            let tiered: &TieredStore<BoxStore> =
+                claims.downcast_ref().ok_or_else(not_the_store)?;
+            let durable = ledger_on(app, durable, tiered.get_ref().clone())?;
+            BoxLedger::new(crate::TieredLedger::new(tiered.cache().clone(), durable))
+        }
+        #[cfg(not(feature = "redis"))]
+        StoreUrl::Redis(_) | StoreUrl::Tiered { .. } => return Err(missing("redis")),
+        #[cfg(not(feature = "postgres"))]
+        StoreUrl::Postgres(_) => return Err(missing("postgres")),
+        _ => return Err(not_the_store()),
+    })
 }

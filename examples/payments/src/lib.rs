@@ -23,21 +23,22 @@
 //! | what | where |
 //! |------|-------|
 //! | the ledgers: one per store, each holding its store ([`Ledger`]), one file each | `memory.rs`, `sqlite.rs`, `dynamodb.rs`, `redis.rs`, `postgres.rs` |
-//! | whichever ledger a store URL names, opened ([`AnyLedger`]) | `ledgers.rs` |
+//! | whichever ledger a store URL names, opened ([`open`]), as one type ([`BoxLedger`]) | `ledgers.rs` |
 //! | the body, and its validation | [`Payment`] |
 //! | the handler | [`PaymentHandler`] |
 //! | settings from the environment (every consumer's, from [`sqs_claim::settings`], and the accounts table) | [`config`] |
 //!
 //! The operator's commands (`doctor`, `inspect`, `release`, `forget`, `prune`) are
-//! `sqs-claim`'s ([`sqs_claim_cli`]); the `payments` binary offers them on the app's store too.
+//! `sqs-claim`'s (the `sqs-claim-cli` crate); the `payments` binary offers them on the app's store too.
 
 use std::future::Future;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use tower::Service;
+use tower::util::BoxCloneSyncService;
+use tower::{Service, ServiceExt};
 
-use sqs_claim::store::{CachedStore, ClaimStore, Effects, StoreAdmin};
+use sqs_claim::store::{AnyEffect, BoxStore, ClaimStore, Effects, StoreAdmin};
 use sqs_claim::{BoxError, Error, ErrorKind, Message, OneShot, Processor, ProcessorBuilder};
 
 pub mod config;
@@ -52,7 +53,7 @@ pub mod sqlite;
 
 pub use config::{AppStore, Settings, StoreUrl};
 pub use dynamodb::DynamoDbLedger;
-pub use ledgers::AnyLedger;
+pub use ledgers::{BoxLedger, open, open_prepared};
 pub use memory::MemoryLedger;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresLedger;
@@ -64,7 +65,7 @@ pub use sqlite::SqliteLedger;
 /// processor is built over [`Ledger::store`]) and credits an account as an effect of a
 /// completion.
 ///
-/// One implementation per store, each in its own file; [`AnyLedger::open`] picks one from a
+/// One implementation per store, each in its own file; [`open`] picks one from a
 /// [`StoreUrl`].
 pub trait Ledger: Clone + Send + Sync + 'static {
     /// The claim store the balances live beside.
@@ -407,80 +408,45 @@ pub fn processor<L: Ledger>(
 /// ([`sqs_claim::FailureDestination`]), through an SQS client like the output queue's, and
 /// with `SQS_CLAIM_DEAD_LETTER_AT_ONCE` a permanent failure (a body that does not parse) on any
 /// receive. With `SQS_CLAIM_BACKOFF=on` each message reported for retry gets its own visibility
-/// timeout ([`sqs_claim::Redelivery`]) through the same client.
-pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer<L>, Error> {
-    let needs_sqs = settings.output_queue_url.is_some()
-        || settings.failure_queue_url.is_some()
-        || settings.backoff.is_some();
-    let sqs = match needs_sqs {
+/// timeout ([`sqs_claim::Redelivery`]) through the same client. With `SQS_CLAIM_WARM_CACHE` an
+/// in-process cache of completed keys sits in front of the store
+/// ([`Settings::with_warm_cache`](sqs_claim::settings::Settings::with_warm_cache)).
+///
+/// Whatever the ledger and the mode, the answer is one type, [`Consumer`]: the ledger's store
+/// boxed ([`BoxStore`]) and the handler boxed ([`PaymentService`]).
+pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer, Error> {
+    let ledger = BoxLedger::new(ledger);
+    let sqs = match settings.needs_sqs() {
         false => None,
-        true => Some(sqs_client(&sqs_claim::aws::load_config().await)),
+        true => Some(sqs_claim::aws::sqs_client(&sqs_claim::aws::load_config().await)),
     };
-    let after = AfterBatch {
-        failures: settings
-            .failure_queue_url
-            .as_ref()
-            .zip(sqs.as_ref())
-            .map(|(url, client)| {
-                sqs_claim::FailureDestination::sqs(client.clone(), url.clone())
-                    .after_receives(settings.max_receives)
-                    .at_once(settings.dead_letter_at_once.clone())
-            }),
-        redelivery: settings
-            .backoff
-            .zip(sqs.as_ref())
-            .map(|(backoff, client)| redelivery(client.clone(), backoff, settings)),
-    };
-    if settings.output_queue_url.is_none()
-        && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed
-    {
-        if let Some(entries) = settings.warm_cache {
-            let store = CachedStore::new(ledger.store().clone()).with_capacity(entries);
-            let builder = Processor::one_shot(store, credit_fn(ledger));
-            return Ok(Consumer::OneShotCached(
-                configure(builder, settings, after).build(),
-            ));
+    let store = settings.with_warm_cache(ledger.store().clone());
+    let one_shot = settings.output_queue_url.is_none()
+        && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed;
+    let builder = if one_shot {
+        Processor::one_shot(store, credit_fn(ledger)).map_handler(PaymentService::new)
+    } else {
+        let mut handler = PaymentHandler::new(ledger);
+        if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
+            let publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
+            handler = handler.with_output(publisher);
         }
-        return Ok(Consumer::OneShot(one_shot_to(ledger, settings, after)));
+        Processor::builder(store, PaymentService::new(handler.map_err(BoxError::from)))
+    };
+    let mut builder = configure(builder, settings);
+    if let Some(client) = &sqs {
+        builder = settings.configure_sqs(builder, client);
     }
-    let mut handler = PaymentHandler::new(ledger);
-    if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
-        let publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
-        handler = handler.with_output(publisher);
-    }
-    if let Some(entries) = settings.warm_cache {
-        let store = CachedStore::new(handler.ledger().store().clone()).with_capacity(entries);
-        return Ok(Consumer::ClaimedCached(
-            configure(Processor::builder(store, handler), settings, after).build(),
-        ));
-    }
-    Ok(Consumer::Claimed(processor_to(handler, settings, after)))
+    Ok(builder.build())
 }
 
-/// What runs after the batch, each with an SQS client: the failure destination
-/// (`SQS_CLAIM_FAILURE_QUEUE_URL`, `SQS_CLAIM_DEAD_LETTER_AT_ONCE`) and the per-message
-/// visibility changes (`SQS_CLAIM_BACKOFF*`).
-#[derive(Default)]
-struct AfterBatch {
-    failures: Option<sqs_claim::FailureDestination>,
-    redelivery: Option<sqs_claim::Redelivery>,
-}
+/// The handler of either mode, boxed ([`PaymentHandler`] under a held claim, the credit alone
+/// in one-shot mode): one processor type whichever mode the settings chose.
+pub type PaymentService = BoxCloneSyncService<Message, Effects<AnyEffect>, BoxError>;
 
-/// The visibility changes `SQS_CLAIM_BACKOFF*` and `SQS_CLAIM_SOURCE_QUEUE_URL` describe.
-fn redelivery(
-    client: sqs_claim::aws_sdk_sqs::Client,
-    backoff: sqs_claim::Backoff,
-    settings: &Settings,
-) -> sqs_claim::Redelivery {
-    let mut r = sqs_claim::Redelivery::sqs(client).backoff(backoff);
-    for (kind, policy) in &settings.backoff_for {
-        r = r.backoff_for(*kind, *policy);
-    }
-    if let Some(url) = &settings.source_queue_url {
-        r = r.queue_url(url.clone());
-    }
-    r
-}
+/// The reference consumer's processor, in the mode [`build`] chose
+/// ([`Processor::is_one_shot`]), over the store of the ledger a URL named.
+pub type Consumer = Processor<BoxStore, PaymentService>;
 
 /// The one-shot handler of the reference consumer: the credit, computed from the body.
 pub type CreditFn<L> =
@@ -489,110 +455,13 @@ pub type CreditFn<L> =
 /// [`CreditFn`] as the processor's handler.
 pub type CreditHandler<L> = OneShot<CreditFn<L>, EffectOf<L>>;
 
-/// The reference consumer's processor, in the mode [`build`] chose.
-pub enum Consumer<L: Ledger> {
-    /// Claim, handler (credit and notice), completion with the credit.
-    Claimed(Processor<L::Store, PaymentHandler<L>>),
-    /// One write per message: the claim, completed, with the credit.
-    OneShot(Processor<L::Store, CreditHandler<L>>),
-    /// [`Consumer::Claimed`] behind an in-process cache of completed keys
-    /// (`SQS_CLAIM_WARM_CACHE`): a warm duplicate costs no request.
-    ClaimedCached(Processor<CachedStore<L::Store>, PaymentHandler<L>>),
-    /// [`Consumer::OneShot`] behind an in-process cache of completed keys.
-    OneShotCached(Processor<CachedStore<L::Store>, CreditHandler<L>>),
-}
-
-/// `$body` with `$p` bound to the consumer's processor, whichever variant it is.
-macro_rules! each_variant {
-    ($consumer:expr, $p:ident => $body:expr) => {
-        match $consumer {
-            Consumer::Claimed($p) => $body,
-            Consumer::OneShot($p) => $body,
-            Consumer::ClaimedCached($p) => $body,
-            Consumer::OneShotCached($p) => $body,
-        }
-    };
-}
-
-// By hand: a derive would ask for `CreditFn<L>: Clone`; a processor clones as an `Arc`.
-impl<L: Ledger> Clone for Consumer<L> {
-    fn clone(&self) -> Self {
-        match self {
-            Consumer::Claimed(p) => Consumer::Claimed(p.clone()),
-            Consumer::OneShot(p) => Consumer::OneShot(p.clone()),
-            Consumer::ClaimedCached(p) => Consumer::ClaimedCached(p.clone()),
-            Consumer::OneShotCached(p) => Consumer::OneShotCached(p.clone()),
-        }
-    }
-}
-
-impl<L: Ledger> std::fmt::Debug for Consumer<L> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Consumer::Claimed(p) => f.debug_tuple("Claimed").field(p).finish(),
-            Consumer::OneShot(p) => f.debug_tuple("OneShot").field(p).finish(),
-            Consumer::ClaimedCached(p) => f.debug_tuple("ClaimedCached").field(p).finish(),
-            Consumer::OneShotCached(p) => f.debug_tuple("OneShotCached").field(p).finish(),
-        }
-    }
-}
-
-impl<L: Ledger> Consumer<L> {
-    /// Processes one batch (see [`Processor::process`]).
-    pub async fn process(
-        &self,
-        event: lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>,
-    ) -> Result<sqs_claim::BatchReport, Error> {
-        each_variant!(self, p => p.process(event).await)
-    }
-
-    /// Whether it runs in one-shot mode.
-    pub fn is_one_shot(&self) -> bool {
-        matches!(self, Consumer::OneShot(_) | Consumer::OneShotCached(_))
-    }
-
-    /// Whether a cache of completed keys sits in front of the store (`SQS_CLAIM_WARM_CACHE`).
-    pub fn is_cached(&self) -> bool {
-        matches!(
-            self,
-            Consumer::ClaimedCached(_) | Consumer::OneShotCached(_)
-        )
-    }
-}
-
-impl<L: Ledger> Service<lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>> for Consumer<L> {
-    type Response = sqs_claim::events::SqsBatchResponse;
-    type Error = lambda_runtime::Error;
-    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(
-        &mut self,
-        event: lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent>,
-    ) -> Self::Future {
-        each_variant!(self, p => Box::pin(p.call(event)))
-    }
-}
-
 /// The reference consumer in one-shot mode over `ledger`, as `settings` describe it.
 pub fn one_shot<L: Ledger>(
     ledger: L,
     settings: &Settings,
 ) -> Processor<L::Store, CreditHandler<L>> {
-    one_shot_to(ledger, settings, AfterBatch::default())
-}
-
-fn one_shot_to<L: Ledger>(
-    ledger: L,
-    settings: &Settings,
-    after: AfterBatch,
-) -> Processor<L::Store, CreditHandler<L>> {
     let store = ledger.store().clone();
-    let builder = Processor::one_shot(store, credit_fn(ledger));
-    configure(builder, settings, after).build()
+    configure(Processor::one_shot(store, credit_fn(ledger)), settings).build()
 }
 
 /// The one-shot handler: the credit, computed from the payload.
@@ -605,96 +474,22 @@ fn credit_fn<L: Ledger>(ledger: L) -> CreditFn<L> {
     })
 }
 
-/// The output queue's SQS client, with its retries and timeouts set here rather than left to
-/// the environment: the SDK retries a failed `SendMessageBatch` call (standard mode, 3
-/// attempts, backoff from 50 ms capped at 1 s), each attempt bounded at 2 s and the whole call
-/// at 4 s, like the DynamoDB client. The publisher retries only entries that failed inside a
-/// `200` answer, which the SDK cannot see: the two never stack.
-fn sqs_client(config: &sqs_claim::aws_config::SdkConfig) -> sqs_claim::aws_sdk_sqs::Client {
-    use sqs_claim::aws_sdk_sqs::config::retry::RetryConfig;
-    use sqs_claim::aws_sdk_sqs::config::timeout::TimeoutConfig;
-    use std::time::Duration;
-    let config = sqs_claim::aws_sdk_sqs::config::Builder::from(config)
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(3)
-                .with_initial_backoff(Duration::from_millis(50))
-                .with_max_backoff(Duration::from_secs(1)),
-        )
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(1))
-                .operation_attempt_timeout(Duration::from_secs(2))
-                .operation_timeout(Duration::from_secs(4))
-                .build(),
-        )
-        .build();
-    sqs_claim::aws_sdk_sqs::Client::from_conf(config)
-}
-
 /// The processor over the store of `handler`'s ledger, configured by `settings`.
 pub fn processor_with_handler<L: Ledger>(
     handler: PaymentHandler<L>,
     settings: &Settings,
 ) -> Processor<L::Store, PaymentHandler<L>> {
-    processor_to(handler, settings, AfterBatch::default())
-}
-
-fn processor_to<L: Ledger>(
-    handler: PaymentHandler<L>,
-    settings: &Settings,
-    after: AfterBatch,
-) -> Processor<L::Store, PaymentHandler<L>> {
     let store = handler.ledger().store().clone();
-    configure(Processor::builder(store, handler), settings, after).build()
+    configure(Processor::builder(store, handler), settings).build()
 }
 
-/// The settings every mode shares.
-fn configure<S, H>(
-    builder: ProcessorBuilder<S, H>,
-    settings: &Settings,
-    after: AfterBatch,
-) -> ProcessorBuilder<S, H> {
-    let mut builder = builder
+/// The settings every mode shares: the app's defaults for the key and the namespace, then
+/// whatever the `SQS_CLAIM_*` variables set ([`sqs_claim::settings::Settings::configure`]).
+fn configure<S, H>(builder: ProcessorBuilder<S, H>, settings: &Settings) -> ProcessorBuilder<S, H> {
+    let builder = builder
         .key(settings.key())
-        .envelope(settings.envelope)
-        .namespace(settings.namespace())
-        .ttl(settings.ttl)
-        .lease_policy(match settings.lease_at_least {
-            Some(at_least) => sqs_claim::Lease::at_least(at_least),
-            None => sqs_claim::Lease::until_deadline(settings.lease),
-        })
-        .fifo(settings.fifo)
-        .on_store_unavailable(settings.store_unavailable)
-        .deadline_margin(settings.deadline_margin)
-        .answer_reserve(settings.answer_reserve);
-    // Unset: what the store carries (256 for DynamoDB, the pool for PostgreSQL).
-    if let Some(n) = settings.concurrency {
-        builder = builder.concurrency(n);
-    }
-    if let Some(limit) = settings.handler_timeout {
-        builder = builder.handler_timeout(limit);
-    }
-    if let Some(failures) = after.failures {
-        builder = builder.failure_destination(failures);
-    }
-    if let Some(redelivery) = after.redelivery {
-        builder = builder.redelivery(redelivery);
-    }
-    // A Powertools-written table: its keys (the namespace does not enter them) and its
-    // `validation` hashes, in both modes.
-    if let Some(format) = &settings.powertools {
-        builder = builder.key_format(format.clone());
-    }
-    // Validated when the settings were read; `Emf` writes to stdout inside Lambda.
-    if let Some(emf) = settings
-        .metrics_namespace
-        .as_deref()
-        .and_then(|ns| sqs_claim::metrics::Emf::new(ns).ok())
-    {
-        builder = builder.metrics(emf);
-    }
-    builder
+        .namespace(settings.namespace());
+    settings.configure(builder)
 }
 
 #[cfg(test)]

@@ -15,21 +15,8 @@
 
 use std::process::ExitCode;
 
-use payments::{AnyLedger, Ledger, Settings};
+use payments::Settings;
 use sqs_claim::logging::{LogFormat, Logging};
-
-/// Runs the Lambda runtime loop on `ledger`, once it is open and ready.
-async fn serve_on<L: Ledger>(ledger: L, settings: &Settings) -> Result<(), lambda_runtime::Error> {
-    let processor = payments::build(ledger, settings).await?;
-    // Lambda Managed Instances set AWS_LAMBDA_MAX_CONCURRENCY: `run` would only warn and serve
-    // one invocation at a time; `run_concurrent` polls with that many workers (the same switch
-    // as `sqs_claim::lambda::run`). A clone of the consumer is an `Arc` bump.
-    if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
-        lambda_runtime::run_concurrent(processor).await
-    } else {
-        lambda_runtime::run(processor).await
-    }
-}
 
 /// `lambda_runtime` panics on a missing runtime variable; say what is wrong instead.
 fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
@@ -54,7 +41,9 @@ fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
     Ok(())
 }
 
-async fn serve() -> Result<(), lambda_runtime::Error> {
+/// The settings read, the store opened and checked, the consumer built: everything before the
+/// first invocation, with a clear error for whatever is wrong.
+async fn start() -> Result<payments::Consumer, lambda_runtime::Error> {
     let settings = Settings::from_env()?;
     let url = settings.lambda_store()?;
     tracing::info!(
@@ -68,8 +57,8 @@ async fn serve() -> Result<(), lambda_runtime::Error> {
     );
     check_lambda_environment()?;
     // Bounded: a store that is dark at start-up fails the init with one line, never a hang.
-    let ledger = AnyLedger::open_prepared(&url, settings.startup_timeout).await?;
-    payments::with_ledger!(ledger, l => serve_on(l, &settings).await)
+    let ledger = payments::open_prepared(&url, settings.startup_timeout).await?;
+    Ok(payments::build(ledger, &settings).await?)
 }
 
 #[tokio::main]
@@ -80,8 +69,10 @@ async fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
-    match serve().await {
-        Ok(()) => ExitCode::SUCCESS,
+    match start().await {
+        // The library's loop: `run_concurrent` under AWS_LAMBDA_MAX_CONCURRENCY (Lambda
+        // Managed Instances), `run` otherwise.
+        Ok(consumer) => sqs_claim::lambda::run(consumer).await,
         Err(e) => {
             // One JSON line that says what to fix; Lambda reports the init failure and
             // retries the batch later.

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use lambda_runtime::{Context, LambdaEvent};
-use payments::{AnyLedger, Ledger, Settings};
+use payments::{BoxLedger, Ledger, Settings};
 use sqs_claim::BatchReport;
 use sqs_claim::events::SqsEvent;
 use sqs_claim_cli::command::{self, AdminCommand, CliError, StoreArgs, StoreFlags};
@@ -165,13 +165,13 @@ fn read_event(path: &Path) -> Result<SqsEvent, CliError> {
 /// `invoke` on whichever ledger is open: the batch response (or the `--report json`
 /// object) on stdout, the summary on stderr.
 async fn invoke(
-    ledger: &AnyLedger,
+    ledger: &BoxLedger,
     settings: &Settings,
     event: SqsEvent,
     format: Option<Report>,
     store: &str,
 ) -> Result<(), CliError> {
-    let report = payments::with_ledger!(ledger, l => invoke_on(l.clone(), settings, event).await)?;
+    let report = invoke_on(ledger.clone(), settings, event).await?;
     let out = match format {
         Some(Report::Json) => report.to_json(),
         None => serde_json::to_value(report.response()).map_err(CliError::failed)?,
@@ -183,8 +183,8 @@ async fn invoke(
 }
 
 /// The reference consumer over `event` on `ledger`, as Lambda would run it.
-async fn invoke_on<L: Ledger>(
-    ledger: L,
+async fn invoke_on(
+    ledger: BoxLedger,
     settings: &Settings,
     event: SqsEvent,
 ) -> Result<BatchReport, CliError> {
@@ -211,7 +211,7 @@ fn summary(report: &BatchReport, store: &str) -> String {
 }
 
 /// `balances`: one `account<TAB>cents` line per account on stdout.
-async fn balances(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
+async fn balances(ledger: &BoxLedger, store: &str) -> Result<(), CliError> {
     let balances = ledger
         .balances()
         .await
@@ -226,7 +226,7 @@ async fn balances(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
 }
 
 /// `init`: creates the store's tables.
-async fn init(ledger: &AnyLedger, store: &str) -> Result<(), CliError> {
+async fn init(ledger: &BoxLedger, store: &str) -> Result<(), CliError> {
     ledger
         .init()
         .await
@@ -252,20 +252,20 @@ async fn run(command: Command, flags: Flags) -> Result<(), CliError> {
     let startup = settings.startup_timeout;
     match command {
         Command::Invoke { report, .. } => {
-            let ledger = AnyLedger::open_prepared(&app, startup)
+            let ledger = payments::open_prepared(&app, startup)
                 .await
                 .map_err(cannot_open)?;
             let event = event.unwrap_or_default();
             invoke(&ledger, &settings, event, report, &store).await
         }
         Command::Balances => {
-            let ledger = AnyLedger::open_prepared(&app, startup)
+            let ledger = payments::open_prepared(&app, startup)
                 .await
                 .map_err(cannot_open)?;
             balances(&ledger, &store).await
         }
         Command::Init => {
-            let ledger = AnyLedger::open(&app).await.map_err(cannot_open)?;
+            let ledger = payments::open(&app).await.map_err(cannot_open)?;
             init(&ledger, &store).await
         }
         Command::Admin(admin) => {
