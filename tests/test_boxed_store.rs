@@ -537,3 +537,14 @@ async fn the_idempotency_layer_over_a_boxed_store() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     assert!(store.inspect("orders#o-1").await.unwrap().is_some());
 }
+
+/// A tiered store takes a boxed durable store, and is boxed in turn (the bounds allow it; the
+/// tiered store's own tests run it against Redis).
+#[cfg(feature = "redis")]
+#[allow(dead_code)]
+fn a_tiered_store_over_a_boxed_store(
+    cache: sqs_claim::store::redis::RedisStore,
+    durable: BoxStore,
+) -> BoxStore {
+    BoxStore::new(sqs_claim::store::tiered::TieredStore::new(cache, durable))
+}

@@ -64,7 +64,7 @@
 //! An effect of another type than the inner store's (a DynamoDB write given to a boxed SQLite
 //! store, say) is a handler written for another store. It is refused, never a panic: the
 //! completion or one-shot write it came with fails with
-//! [`ErrorKind::EffectRejected`](crate::ErrorKind::EffectRejected), as a refused effect does,
+//! [`ErrorKind::EffectRejected`], as a refused effect does,
 //! and **writes nothing**: the check runs before the inner store is called, so the processor
 //! releases the claim and the message fails, to be redelivered or sent to the failure
 //! destination, as for any refused effect. `EffectRejected` rather than `Config` because that
