@@ -100,7 +100,9 @@ impl Settings {
     /// Whether any setting needs an SQS client: an output queue, a failure queue or the
     /// per-message backoff.
     pub fn needs_sqs(&self) -> bool {
-        self.output_queue_url.is_some() || self.failure_queue_url.is_some() || self.backoff.is_some()
+        self.output_queue_url.is_some()
+            || self.failure_queue_url.is_some()
+            || self.backoff.is_some()
     }
 
     /// `builder` with the after-batch steps that talk to SQS through `client`, where

@@ -36,9 +36,9 @@ use crate::{
 
 mod configure;
 mod key_layout;
+mod open;
 #[cfg(feature = "powertools")]
 mod powertools;
-mod open;
 mod read;
 mod store_url;
 #[cfg(test)]
@@ -46,9 +46,9 @@ mod tests;
 mod variables;
 
 pub use key_layout::{describe_key_layout, key_layout, key_layout_values};
+pub use open::bounded_startup;
 #[cfg(feature = "powertools")]
 pub use powertools::powertools;
-pub use open::bounded_startup;
 pub use read::read;
 pub use store_url::{ServerUrl, StoreUrl};
 pub use variables::{VARIABLES, Variable, markdown_table};

@@ -78,7 +78,9 @@ pub async fn bounded_startup<T>(
 fn missing(url: &StoreUrl, feature: &str) -> Error {
     Error::new(
         ErrorKind::Config,
-        format!("store URL {url} needs the `{feature}` feature of sqs-claim, which this build lacks"),
+        format!(
+            "store URL {url} needs the `{feature}` feature of sqs-claim, which this build lacks"
+        ),
     )
 }
 
@@ -148,9 +150,9 @@ async fn open_durable(url: &StoreUrl) -> Result<BoxStore, Error> {
             BoxStore::new(store)
         }
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(server) => {
-            BoxStore::new(crate::store::postgres::PostgresStore::connect(server.expose())?)
-        }
+        StoreUrl::Postgres(server) => BoxStore::new(
+            crate::store::postgres::PostgresStore::connect(server.expose())?,
+        ),
         StoreUrl::Tiered { .. } => return Err(not_nested()),
         #[cfg(not(feature = "sqlite"))]
         StoreUrl::Sqlite(_) => return Err(missing(url, "sqlite")),

@@ -25,8 +25,11 @@ trait DynLedger: Send + Sync + 'static {
     fn balances(&self) -> BoxFuture<'_, Result<Vec<(String, i64)>, Error>>;
     fn init(&self) -> BoxFuture<'_, Result<(), Error>>;
     fn prepare(&self) -> BoxFuture<'_, Result<(), Error>>;
-    fn prune_expired(&self, now: SystemTime, limit: u32)
-    -> BoxFuture<'_, Result<Option<u64>, Error>>;
+    fn prune_expired(
+        &self,
+        now: SystemTime,
+        limit: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, Error>>;
     fn ledger_type(&self) -> &'static str;
 }
 
@@ -137,7 +140,9 @@ fn ledger_on(app: &AppStore, url: &StoreUrl, claims: BoxStore) -> Result<BoxLedg
     let missing = |feature: &str| {
         Error::new(
             ErrorKind::Config,
-            format!("store URL {url} needs the `{feature}` feature of the example app, which this build lacks"),
+            format!(
+                "store URL {url} needs the `{feature}` feature of the example app, which this build lacks"
+            ),
         )
     };
     let _ = &missing; // unused when every feature is enabled
@@ -156,7 +161,10 @@ fn ledger_on(app: &AppStore, url: &StoreUrl, claims: BoxStore) -> Result<BoxLedg
         StoreUrl::DynamoDb { table, .. } => {
             let store: &sqs_claim::DynamoDbStore =
                 claims.downcast_ref().ok_or_else(not_the_store)?;
-            BoxLedger::new(DynamoDbLedger::new(store.clone(), app.accounts_table_for(table)))
+            BoxLedger::new(DynamoDbLedger::new(
+                store.clone(),
+                app.accounts_table_for(table),
+            ))
         }
         #[cfg(feature = "redis")]
         StoreUrl::Redis(_) => {
@@ -171,8 +179,7 @@ fn ledger_on(app: &AppStore, url: &StoreUrl, claims: BoxStore) -> Result<BoxLedg
         #[cfg(feature = "redis")]
         StoreUrl::Tiered { durable, .. } => {
             use sqs_claim::store::tiered::TieredStore;
-            let tiered: &TieredStore<BoxStore> =
-                claims.downcast_ref().ok_or_else(not_the_store)?;
+            let tiered: &TieredStore<BoxStore> = claims.downcast_ref().ok_or_else(not_the_store)?;
             let durable = ledger_on(app, durable, tiered.get_ref().clone())?;
             BoxLedger::new(crate::TieredLedger::new(tiered.cache().clone(), durable))
         }

@@ -418,7 +418,9 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
     let ledger = BoxLedger::new(ledger);
     let sqs = match settings.needs_sqs() {
         false => None,
-        true => Some(sqs_claim::aws::sqs_client(&sqs_claim::aws::load_config().await)),
+        true => Some(sqs_claim::aws::sqs_client(
+            &sqs_claim::aws::load_config().await,
+        )),
     };
     let store = settings.with_warm_cache(ledger.store().clone());
     let one_shot = settings.output_queue_url.is_none()
@@ -486,9 +488,7 @@ pub fn processor_with_handler<L: Ledger>(
 /// The settings every mode shares: the app's defaults for the key and the namespace, then
 /// whatever the `SQS_CLAIM_*` variables set ([`sqs_claim::settings::Settings::configure`]).
 fn configure<S, H>(builder: ProcessorBuilder<S, H>, settings: &Settings) -> ProcessorBuilder<S, H> {
-    let builder = builder
-        .key(settings.key())
-        .namespace(settings.namespace());
+    let builder = builder.key(settings.key()).namespace(settings.namespace());
     settings.configure(builder)
 }
 

@@ -5,7 +5,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use payments::{
-    AnyLedger, DynamoDbLedger, Ledger, PostgresLedger, RedisLedger, SqliteLedger, TieredLedger,
+    BoxLedger, DynamoDbLedger, Ledger, PostgresLedger, RedisLedger, SqliteLedger, TieredLedger,
 };
 use serde::{Deserialize, Serialize};
 use sqs_claim::{PostgresStore, RedisStore, SqliteStore};
@@ -88,24 +88,22 @@ fn text(e: impl std::fmt::Display) -> String {
 
 /// Opens the ledger `spec` names with the library's ordinary constructors (connections are
 /// opened lazily, on first use, inside the invocation).
-pub async fn open(spec: &Spec) -> Result<AnyLedger, String> {
+pub async fn open(spec: &Spec) -> Result<BoxLedger, String> {
     Ok(match spec {
         Spec::Sqlite { path } => {
-            AnyLedger::Sqlite(SqliteLedger::new(SqliteStore::open(path).map_err(text)?))
+            BoxLedger::new(SqliteLedger::new(SqliteStore::open(path).map_err(text)?))
         }
-        Spec::Postgres { url, table } => {
-            AnyLedger::Postgres(PostgresLedger::new(postgres(url, table)?))
-        }
-        Spec::Redis { url, prefix } => AnyLedger::Redis(RedisLedger::new(redis(url, prefix)?)),
+        Spec::Postgres { url, table } => BoxLedger::new(PostgresLedger::new(postgres(url, table)?)),
+        Spec::Redis { url, prefix } => BoxLedger::new(RedisLedger::new(redis(url, prefix)?)),
         Spec::DynamoDb {
             table, accounts, ..
-        } => AnyLedger::DynamoDb(DynamoDbLedger::from_env(table, accounts).await),
+        } => BoxLedger::new(DynamoDbLedger::from_env(table, accounts).await),
         Spec::Tiered {
             redis_url,
             prefix,
             pg_url,
             table,
-        } => AnyLedger::TieredPostgres(TieredLedger::new(
+        } => BoxLedger::new(TieredLedger::new(
             redis(redis_url, prefix)?,
             PostgresLedger::new(postgres(pg_url, table)?),
         )),

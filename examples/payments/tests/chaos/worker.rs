@@ -99,7 +99,7 @@ async fn run() -> Result<String, String> {
         seed,
     };
     let ledger = open(&spec).await?;
-    payments::with_ledger!(ledger, l => task.run(l).await)
+    task.run(ledger).await
 }
 
 struct Invoke {
