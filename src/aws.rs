@@ -65,15 +65,6 @@ fn bundled() -> Result<SharedHttpClient, HttpClientError> {
         .build_https())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_bundle_builds_a_client() {
-        assert!(super::bundled().is_ok());
-        assert!(!webpki_root_certs::TLS_SERVER_ROOT_CERTS.is_empty());
-    }
-}
-
 /// An SQS client on `config` with its retries and timeouts set here rather than left to the
 /// environment: the SDK retries a failed call (standard mode, 3 attempts, backoff from 50 ms
 /// capped at 1 s), each attempt bounded at 2 s and the whole call at 4 s, like the DynamoDB
@@ -103,3 +94,13 @@ pub fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
         .build();
     aws_sdk_sqs::Client::from_conf(config)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_bundle_builds_a_client() {
+        assert!(super::bundled().is_ok());
+        assert!(!webpki_root_certs::TLS_SERVER_ROOT_CERTS.is_empty());
+    }
+}
+
