@@ -103,4 +103,3 @@ mod tests {
         assert!(!webpki_root_certs::TLS_SERVER_ROOT_CERTS.is_empty());
     }
 }
-

@@ -175,7 +175,14 @@ pub struct FifoDoctests;
 #[cfg(all(doctest, feature = "apigw", feature = "sqlite"))]
 #[doc = include_str!("../docs/idempotency.md")]
 pub struct IdempotencyDoctests;
-#[cfg(all(doctest, feature = "redis", feature = "postgres", feature = "dynamodb"))]
+#[cfg(all(
+    doctest,
+    feature = "redis",
+    feature = "postgres",
+    feature = "dynamodb",
+    feature = "sqlite",
+    feature = "settings"
+))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;
 #[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 ///
 /// // 3 retries after the first attempt, from 50 ms, never more than 1 s apart.
 /// let policy = RetryPolicy::new(3, Duration::from_millis(50)).with_cap(Duration::from_secs(1));
-/// assert_eq!(policy.max_retries(), 3);
+/// assert_eq!(policy, RetryPolicy::new(3, Duration::from_millis(50)).with_cap(Duration::from_secs(1)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {

@@ -19,7 +19,7 @@ use sqs_claim::settings::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layou
 /// The help of `--store`, with every URL form.
 pub const STORE_HELP: &str = "Where claims live: sqlite:PATH | memory: | dynamodb:TABLE | \
 redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS) | postgres://USER@HOST[:PORT]/DB | \
-tiered:REDIS_URL|DURABLE_URL [default: sqlite:.sqs-claim/claims.db]";
+tiered:REDIS_URL|DURABLE_URL [default: sqlite:.sqs-claim/claims.db] [env: SQS_CLAIM_STORE]";
 
 /// Which store to use: flags of every command, each with an environment fallback.
 #[derive(Debug, Args)]
@@ -27,19 +27,22 @@ pub struct StoreArgs {
     // The help is a string, not a doc comment: rustdoc would read its brackets as links. No
     // `env = ...` on these flags: their variables are read once, by the settings
     // (`sqs_claim::settings::Settings`), and a flag beats them there ([`StoreFlags::apply`]).
+    // The help still names each flag's variable, as clap's `env` did, for whoever reads it.
     #[arg(long, global = true, value_name = "URL", help = STORE_HELP)]
     store: Option<String>,
 
     /// The DynamoDB claims table, when no store URL is given: the same as --store dynamodb:NAME
+    /// [env: SQS_CLAIM_TABLE]
     #[arg(long, global = true, value_name = "NAME")]
     table: Option<String>,
 
     /// The DynamoDB claims table's partition key, NAME=TEMPLATE, for a table shared with other
-    /// items: pk=CLAIM#{key} [default: id={key}]
+    /// items: pk=CLAIM#{key} [default: id={key}] [env: SQS_CLAIM_DYNAMODB_PARTITION_KEY]
     #[arg(long, global = true, value_name = "NAME=TEMPLATE")]
     partition_key: Option<String>,
 
-    /// The DynamoDB claims table's sort key, NAME=TEMPLATE: sk=CLAIM [default: none]
+    /// The DynamoDB claims table's sort key, NAME=TEMPLATE: sk=CLAIM [default: none] [env:
+    /// SQS_CLAIM_DYNAMODB_SORT_KEY]
     #[arg(long, global = true, value_name = "NAME=TEMPLATE")]
     sort_key: Option<String>,
 }

@@ -23,11 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::{Args, Subcommand, ValueEnum};
 use sqs_claim::powertools::{HashFunction, PowertoolsFormat};
-#[cfg(doc)]
-use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::{Inspected, Status};
-
-use sqs_claim::store::{BoxStore, StoreAdmin};
+use sqs_claim::store::{BoxStore, Inspected, Status, StoreAdmin};
 
 use crate::Settings;
 

@@ -346,7 +346,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// let processor = Processor::builder(MemoryStore::new(), handler)
     ///     .lease_policy(Lease::at_least(Duration::from_secs(3600)))
     ///     .build();
-    /// assert!(processor.lease().outlives_deadline());
+    /// assert_eq!(processor.lease(), Lease::at_least(Duration::from_secs(3600)));
     /// ```
     pub fn lease_policy(mut self, lease: Lease) -> Self {
         self.config.terms.lease = lease;

@@ -72,7 +72,7 @@ struct AppArgs {
     #[command(flatten)]
     store: StoreArgs,
 
-    /// The DynamoDB accounts table [default: TABLE-accounts]
+    /// The DynamoDB accounts table [default: TABLE-accounts] [env: SQS_CLAIM_ACCOUNTS_TABLE]
     // No `env = ...`: the variable is read once, by the settings (`payments::config`).
     #[arg(long, global = true, value_name = "NAME")]
     accounts_table: Option<String>,
