@@ -181,7 +181,8 @@ pub struct IdempotencyDoctests;
     feature = "postgres",
     feature = "dynamodb",
     feature = "sqlite",
-    feature = "settings"
+    feature = "settings",
+    feature = "sqs"
 ))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;

@@ -1363,3 +1363,55 @@ async fn an_after_batch_step_sees_every_outcome_and_its_changes_are_reported() {
     assert!(report.response().batch_item_failures.is_empty());
     assert_eq!(step.0.load(Ordering::Relaxed), 1);
 }
+
+/// A step of yours that hangs, or panics, cannot take the answer down with it: the processor
+/// cuts it off at the hard stop (deadline − answer reserve), or passes over its panic, and the
+/// batch is reported with the outcomes the run gave.
+#[tokio::test(start_paused = true)]
+async fn an_after_batch_step_that_hangs_or_panics_never_holds_the_answer() {
+    use futures::future::BoxFuture;
+    use sqs_claim::processor::{AfterBatch, Finished};
+
+    #[derive(Debug)]
+    struct Hangs;
+    impl AfterBatch for Hangs {
+        fn after<'a>(&'a self, _batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    #[derive(Debug)]
+    struct Panics;
+    impl AfterBatch for Panics {
+        fn after<'a>(&'a self, _batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
+            Box::pin(async { panic!("a step of yours") })
+        }
+    }
+
+    init_logs();
+    let clock = Clock::tokio();
+    let seen = Seen::new();
+    let p = Processor::builder(MemoryStore::new(), scripted(&seen))
+        .namespace("t")
+        .clock(clock.clone())
+        .answer_reserve(Duration::from_millis(250))
+        .after_batch(Panics)
+        .after_batch(Hangs)
+        .build();
+    let started = tokio::time::Instant::now();
+    let deadline = deadline_in(&clock, Duration::from_secs(10));
+    let report = p
+        .process(event_with_deadline(
+            &[rec("m1", "a"), rec("m2", "FAIL")],
+            deadline,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(outcome_names(&report), ["processed", "failed"]);
+    assert_eq!(failed_ids(&report.response()), ["m2"]);
+    let took = started.elapsed();
+    assert!(
+        took <= Duration::from_millis(9_750) + Duration::from_millis(50),
+        "answered by the hard stop, took {took:?}"
+    );
+}

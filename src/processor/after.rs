@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aws_lambda_events::sqs::SqsMessage;
+use futures::FutureExt;
 use futures::future::BoxFuture;
 
 use crate::claim::Lease;
@@ -317,7 +318,20 @@ impl Steps {
             counts: AfterCounts::default(),
         };
         for step in self.iter() {
-            step.after(&mut batch).await;
+            // Every step runs inside the batch's time budget and cannot take the answer down
+            // with it: one that is still running at the hard stop is cut off there, and one
+            // that panics is logged and passed over, as the metrics sink is. The steps of this
+            // crate bound their own calls; a step of yours is held to the same stop.
+            let run = std::panic::AssertUnwindSafe(step.after(&mut batch)).catch_unwind();
+            match budget.bounded(run).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    tracing::error!(step = ?step, "an after-batch step panicked: passed over");
+                }
+                Err(_) => {
+                    tracing::warn!(step = ?step, "an after-batch step was cut off at the hard stop")
+                }
+            }
         }
         (batch.items, batch.counts)
     }

@@ -10,7 +10,7 @@ use crate::claim::{KeyFormat, Lease, MissingKey, Namespace, NativeFormat, Payloa
 use crate::deadline::Clock;
 use crate::envelope::Envelope;
 use crate::key::KeySource;
-use crate::message::Payload;
+use crate::message::{Message, Payload};
 use crate::metrics::{MetricsSink, Sink};
 use crate::retry::RetryPolicy;
 
@@ -474,16 +474,22 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// The builder with its handler replaced by `f(handler)`: wrapped in a layer, or boxed so
-    /// that processors of several handlers are one type (tower's
-    /// [`BoxCloneSyncService`](tower::util::BoxCloneSyncService)), as a consumer that picks its
-    /// mode at run time needs. The mode stays what the builder was made for: in one-shot mode
-    /// ([`Processor::one_shot`]) the handler still runs before the claim and must only compute
-    /// effects.
-    pub fn map_handler<H2>(self, f: impl FnOnce(H) -> H2) -> ProcessorBuilder<S, H2> {
+    /// The builder with its handler boxed (tower's
+    /// [`BoxCloneSyncService`](tower::util::BoxCloneSyncService)), so that processors of
+    /// several handlers, or of either mode, are one type: what a consumer that picks its
+    /// handler or its mode at run time needs. Only the box is added: in one-shot mode
+    /// ([`Processor::one_shot`]) the handler inside is still the synchronous effects function,
+    /// which cannot await a side effect before the claim.
+    pub fn boxed_handler(
+        self,
+    ) -> ProcessorBuilder<S, tower::util::BoxCloneSyncService<Message, H::Response, H::Error>>
+    where
+        H: tower::Service<Message> + Clone + Send + Sync + 'static,
+        H::Future: Send + 'static,
+    {
         ProcessorBuilder {
             store: self.store,
-            handler: f(self.handler),
+            handler: tower::util::BoxCloneSyncService::new(self.handler),
             config: self.config,
         }
     }

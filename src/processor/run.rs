@@ -430,15 +430,22 @@ where
                 .await;
             }
             Claimed::Failed(e) => {
-                let what = match e.kind() {
-                    ErrorKind::StoreUnavailable => "claim failed, nothing ran",
-                    ErrorKind::Contention => "claim not written, nothing ran",
-                    _ => "claim refused by the store, nothing ran",
+                // A claim that fails is the store's failure, whatever kind its error carries:
+                // a store of yours that answers a claim with, say, `missing_key` must not send
+                // the message to the failure queue as if its body were at fault.
+                let (kind, what) = match e.kind() {
+                    ErrorKind::StoreUnavailable => {
+                        (FailureKind::StoreUnavailable, "claim failed, nothing ran")
+                    }
+                    ErrorKind::Contention => {
+                        (FailureKind::Contention, "claim not written, nothing ran")
+                    }
+                    _ => (
+                        FailureKind::StoreRejected,
+                        "claim refused by the store, nothing ran",
+                    ),
                 };
-                return Outcome::Failed(Failure::new(
-                    FailureKind::from(e.kind()),
-                    format!("{what}: {e:#}"),
-                ));
+                return Outcome::Failed(Failure::new(kind, format!("{what}: {e:#}")));
             }
         };
 

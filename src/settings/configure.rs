@@ -26,6 +26,8 @@ impl Settings {
     ///     let _order: serde_json::Value = msg.json()?;
     ///     Ok::<(), sqs_claim::Error>(())
     /// });
+    /// // Every builder setting; with feature `sqs`, `configure_all` adds the failure queue
+    /// // and the backoff (SQS_CLAIM_FAILURE_QUEUE_URL, SQS_CLAIM_BACKOFF*).
     /// let processor = settings.configure(Processor::builder(store, handler)).build();
     /// sqs_claim::lambda::run(processor).await;
     /// # Ok(()) }
@@ -53,8 +55,11 @@ impl Settings {
     /// answer reserve, the concurrency and handler timeout where set, the Powertools key format
     /// (feature `powertools`) and the EMF metrics line (`SQS_CLAIM_METRICS_NAMESPACE`).
     ///
-    /// The steps that need an SQS client (the failure queue, the per-message backoff) are
-    /// [`Settings::configure_sqs`]'s (feature `sqs`).
+    /// The steps that need an SQS client (the failure queue, the per-message backoff) are not
+    /// applied here: [`Settings::configure_all`] (feature `sqs`) applies this and them, with a
+    /// client from the standard AWS environment, and [`Settings::configure_sqs`] them alone,
+    /// with a client of yours. A consumer that sets `SQS_CLAIM_FAILURE_QUEUE_URL` or
+    /// `SQS_CLAIM_BACKOFF` wants one of the two.
     pub fn configure<S, H>(&self, builder: ProcessorBuilder<S, H>) -> ProcessorBuilder<S, H> {
         let mut builder = builder
             .envelope(self.envelope)
@@ -103,6 +108,23 @@ impl Settings {
         self.output_queue_url.is_some()
             || self.failure_queue_url.is_some()
             || self.backoff.is_some()
+    }
+
+    /// [`configure`](Self::configure), then, when a failure queue or the backoff is set,
+    /// [`configure_sqs`](Self::configure_sqs) with an SQS client on the standard AWS
+    /// environment ([`aws::sqs_client`](crate::aws::sqs_client)): every builder setting the
+    /// `SQS_CLAIM_*` variables give.
+    #[cfg(feature = "sqs")]
+    pub async fn configure_all<S, H>(
+        &self,
+        builder: ProcessorBuilder<S, H>,
+    ) -> ProcessorBuilder<S, H> {
+        let builder = self.configure(builder);
+        if self.failure_queue_url.is_none() && self.backoff.is_none() {
+            return builder;
+        }
+        let client = crate::aws::sqs_client(&crate::aws::load_config().await);
+        self.configure_sqs(builder, &client)
     }
 
     /// `builder` with the after-batch steps that talk to SQS through `client`, where

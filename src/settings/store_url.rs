@@ -68,13 +68,39 @@ impl fmt::Display for ServerUrl {
         let Some((scheme, rest)) = self.0.split_once("://") else {
             return f.write_str(&self.0);
         };
-        match rest.rsplit_once('@') {
+        let host = match rest.rsplit_once('@') {
             Some((userinfo, host)) if userinfo.contains(':') => {
                 let user = userinfo.split(':').next().unwrap_or("");
-                write!(f, "{scheme}://{user}:***@{host}")
+                write!(f, "{scheme}://{user}:***@")?;
+                host
             }
-            _ => f.write_str(&self.0),
+            Some((userinfo, host)) => {
+                write!(f, "{scheme}://{userinfo}@")?;
+                host
+            }
+            None => {
+                write!(f, "{scheme}://")?;
+                rest
+            }
+        };
+        // A password may also come as a query parameter (`?password=...`, which
+        // tokio-postgres and the redis crate accept).
+        let Some((path, query)) = host.split_once('?') else {
+            return f.write_str(host);
+        };
+        write!(f, "{path}?")?;
+        for (i, pair) in query.split('&').enumerate() {
+            if i > 0 {
+                f.write_str("&")?;
+            }
+            match pair.split_once('=') {
+                Some((name, _)) if name.eq_ignore_ascii_case("password") => {
+                    write!(f, "{name}=***")?;
+                }
+                _ => f.write_str(pair)?,
+            }
         }
+        Ok(())
     }
 }
 

@@ -446,6 +446,16 @@ fn store_urls() {
             "{shown}"
         );
     }
+    // A password in the query string is hidden too; the rest of the URL is shown as it is.
+    let url = StoreUrl::parse("postgres://u@db:5432/x?sslmode=require&password=hunter2&a=b")
+        .expect("postgres");
+    for shown in [url.to_string(), format!("{url:?}")] {
+        assert!(
+            !shown.contains("hunter2")
+                && shown.contains("postgres://u@db:5432/x?sslmode=require&password=***&a=b"),
+            "{shown}"
+        );
+    }
     assert!(
         StoreUrl::parse("tiered:postgres://db/x|memory:").is_err(),
         "cache must be Redis"

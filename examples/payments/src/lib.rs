@@ -426,14 +426,14 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
     let one_shot = settings.output_queue_url.is_none()
         && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed;
     let builder = if one_shot {
-        Processor::one_shot(store, credit_fn(ledger)).map_handler(PaymentService::new)
+        Processor::one_shot(store, credit_fn(ledger)).boxed_handler()
     } else {
         let mut handler = PaymentHandler::new(ledger);
         if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
             let publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
             handler = handler.with_output(publisher);
         }
-        Processor::builder(store, PaymentService::new(handler.map_err(BoxError::from)))
+        Processor::builder(store, handler.map_err(BoxError::from)).boxed_handler()
     };
     let mut builder = configure(builder, settings);
     if let Some(client) = &sqs {
@@ -447,7 +447,8 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
 pub type PaymentService = BoxCloneSyncService<Message, Effects<AnyEffect>, BoxError>;
 
 /// The reference consumer's processor, in the mode [`build`] chose
-/// ([`Processor::is_one_shot`]), over the store of the ledger a URL named.
+/// ([`Processor::is_one_shot`]), over the store of the ledger a URL named, its handler boxed
+/// ([`ProcessorBuilder::boxed_handler`]).
 pub type Consumer = Processor<BoxStore, PaymentService>;
 
 /// The one-shot handler of the reference consumer: the credit, computed from the body.
