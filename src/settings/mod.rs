@@ -1,11 +1,25 @@
 //! A consumer's settings from the `SQS_CLAIM_*` environment variables (feature `settings`),
-//! and the store URLs that name a claims store. Everything here is parsing: no file, socket or
-//! clock is touched (opening the store a URL names is the caller's).
+//! the store URLs that name a claims store, and the store a URL opens, as one
+//! [`BoxStore`](crate::store::BoxStore) ([`StoreUrl::open`]: the one place that maps a URL to
+//! a store type, as sqlx's `AnyPool` does). Reading the settings is parsing only; opening is
+//! [`StoreUrl::open`]'s and [`Settings::open_store`]'s.
 //!
 //! The example app's consumer reads these, the `sqs-claim` operator commands read the ones
 //! they need (the store, its key layout, the namespace, the Powertools interop, the TTL and
-//! lease the doctor checks) exactly as a consumer does, and a consumer of your own may read
-//! them too: [`Settings::from_env`], then the store of [`Settings::lambda_store`].
+//! lease the doctor checks) exactly as a consumer does, and a consumer of your own reads them
+//! too, without the operator CLI: [`Settings::from_env`], [`Settings::open_store`], then
+//! [`Settings::configure`] (or, with feature `sqs`, `Settings::configure_all`, which adds the
+//! failure queue and the backoff) on its builder.
+//!
+//! | file | what it holds |
+//! |------|---------------|
+//! | `mod.rs` | [`Settings`] and its reader ([`Settings::from_lookup`]) |
+//! | `read.rs` | [`read`]: one variable, parsed with `FromStr`, one error naming it |
+//! | `variables.rs` | [`VARIABLES`]: every variable, its default and meaning |
+//! | `store_url.rs` | [`StoreUrl`], [`ServerUrl`] (passwords hidden) |
+//! | `open.rs` | [`StoreUrl::open`], [`StoreUrl::open_checked`], [`bounded_startup`] |
+//! | `configure.rs` | [`Settings::open_store`], [`Settings::configure`], the SQS steps |
+//! | `key_layout.rs`, `powertools.rs` | the DynamoDB key layout, the Powertools interop |
 //!
 //! Every variable is optional; an invalid value is a startup error naming the variable (a
 //! consumer that starts with a typo in its configuration would quietly do the wrong thing).
