@@ -26,6 +26,9 @@
 #   SQS_CLAIM_DEPLOY_PARAMS    parameter overrides, "Key=Value Key=Value" (default none: the
 #                              template's defaults)
 #   SQS_CLAIM_DEPLOY_WAIT      seconds to wait for the input queue to empty (default 120)
+#   SQS_CLAIM_DEPLOY_BINARY    a consumer binary already built for this host: no build (CI
+#                              passes the one `make test` built, which has other features
+#                              unified and would otherwise be built again)
 #   SQS_CLAIM_CACHE            cache dir for the venv (default ~/.cache/sqs-claim)
 #   SQS_CLAIM_PYTHON           python used to make the venv (default python3)
 #   CARGO                      cargo (default cargo)
@@ -95,13 +98,19 @@ on_term() {
 trap cleanup EXIT
 trap on_term TERM INT
 
-# The same features as `make build`/`make test`, so CI reuses their build of the binary.
-log "building the consumer ($CARGO build --workspace --all-features --bin consumer)"
-"$CARGO" build --workspace --all-features --bin consumer >&2
-target_dir="$("$CARGO" metadata --format-version 1 --no-deps |
-    "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-[[ -x "$target_dir/debug/consumer" ]] || die "no $target_dir/debug/consumer after the build"
-cp "$target_dir/debug/consumer" "$tmp/bootstrap"
+if [[ -n "${SQS_CLAIM_DEPLOY_BINARY:-}" ]]; then
+    [[ -x "$SQS_CLAIM_DEPLOY_BINARY" ]] || die "SQS_CLAIM_DEPLOY_BINARY=$SQS_CLAIM_DEPLOY_BINARY is not an executable"
+    log "the consumer: $SQS_CLAIM_DEPLOY_BINARY (SQS_CLAIM_DEPLOY_BINARY; not built)"
+    cp "$SQS_CLAIM_DEPLOY_BINARY" "$tmp/bootstrap"
+else
+    # The same features as `make build`.
+    log "building the consumer ($CARGO build --workspace --all-features --bin consumer)"
+    "$CARGO" build --workspace --all-features --bin consumer >&2
+    target_dir="$("$CARGO" metadata --format-version 1 --no-deps |
+        "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+    [[ -x "$target_dir/debug/consumer" ]] || die "no $target_dir/debug/consumer after the build"
+    cp "$target_dir/debug/consumer" "$tmp/bootstrap"
+fi
 strip "$tmp/bootstrap" 2>/dev/null || log "strip failed or is missing: uploading the binary unstripped"
 
 # ---------------------------------------------------------------------------------- the run
