@@ -370,13 +370,24 @@ def leftovers(session_clients: dict, stack: str, bucket: str) -> list[str]:
     left += [f"table {t}" for t in ddb.list_tables().get("TableNames", []) if t.startswith(stack)]
     left += [f"function {f['FunctionName']}" for f in lam.list_functions().get("Functions", [])
              if f["FunctionName"].startswith(stack)]
-    left += [f"bucket {b['Name']}" for b in s3.list_buckets().get("Buckets", []) if b["Name"] == bucket]
+    left += [f"bucket {b['Name']}" for b in s3.list_buckets().get("Buckets", [])
+             if b["Name"] == bucket or b["Name"].startswith(stack.lower())]
     left += [f"log group {g['logGroupName']}" for g in
              logs.describe_log_groups().get("logGroups", []) if stack in g["logGroupName"]]
     left += [f"stack {s['StackName']} ({s['StackStatus']})" for s in
              cfn.list_stacks().get("StackSummaries", [])
              if s["StackName"] == stack and s["StackStatus"] != "DELETE_COMPLETE"]
     return left
+
+
+def empty_and_delete_bucket(s3, bucket: str) -> None:
+    while True:
+        objects = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+        if not objects:
+            break
+        for o in objects:
+            s3.delete_object(Bucket=bucket, Key=o["Key"])
+    s3.delete_bucket(Bucket=bucket)
 
 
 def clean_up(c: dict, stack: str, bucket: str, template: dict, created: bool) -> bool:
@@ -418,6 +429,9 @@ def clean_up(c: dict, stack: str, bucket: str, template: dict, created: bool) ->
                         log(f"deleted {physical} (DeletionPolicy: Retain keeps it after DeleteStack, as on AWS)")
                     except c["ddb"].exceptions.ResourceNotFoundException:
                         note(f"{physical} is gone after DeleteStack although its DeletionPolicy is Retain")
+                elif rtype == "AWS::S3::Bucket":
+                    empty_and_delete_bucket(c["s3"], physical)
+                    log(f"deleted bucket {physical} (DeletionPolicy: Retain keeps it after DeleteStack, as on AWS)")
                 else:
                     log(f"clean-up: ERROR: retained {rtype} {physical}: this script cannot delete it")
                     ok = False
@@ -425,10 +439,7 @@ def clean_up(c: dict, stack: str, bucket: str, template: dict, created: bool) ->
                 log(f"clean-up: ERROR deleting retained {rtype} {physical}: {e}")
                 ok = False
     try:
-        s3 = c["s3"]
-        for o in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
-            s3.delete_object(Bucket=bucket, Key=o["Key"])
-        s3.delete_bucket(Bucket=bucket)
+        empty_and_delete_bucket(c["s3"], bucket)
     except Exception as e:  # noqa: BLE001
         if "NoSuchBucket" not in str(e):
             log(f"clean-up: ERROR deleting bucket {bucket}: {e}")
