@@ -557,6 +557,9 @@ def main() -> int:
     except KeyboardInterrupt:
         log("interrupted")
     finally:
+        # A second TERM (or Ctrl-C, which the shell script passes on as TERM) must not cut the
+        # clean-up short and leave the stack behind.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         cleaned = clean_up(c, stack, bucket, template, created)
     elapsed = time.monotonic() - t0
     if ok and cleaned:
