@@ -16,7 +16,7 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy clean-state fuzz fuzz-check
+        bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -121,6 +121,13 @@ bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	PATH="$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" cargo lambda watch -A 127.0.0.1 --bin consumer
+
+# make deploy-local: template.yaml deployed onto the stand-ins' ministack as a CloudFormation stack
+# (its parameters' defaults; SQS_CLAIM_DEPLOY_PARAMS="Key=Value ..." overrides), fed payments with
+# duplicates and a body that does not parse, checked (balances, the DLQ and its reason), deleted.
+# SQS_CLAIM_DEPLOY_ENDPOINT=http://127.0.0.1:PORT uses another ministack (docs/deploy.md).
+deploy-local: ## Deploy template.yaml onto ministack (no AWS account), feed it, check balances and DLQ, delete it
+	CARGO="$(CARGO)" scripts/deploy-local.sh
 
 deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time)
 	PATH="$$(dirname "$$(scripts/pytool.sh sam aws-sam-cli)"):$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" \

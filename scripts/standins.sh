@@ -2,7 +2,12 @@
 # Local stand-ins for the AWS services the tests talk to, on loopback only:
 #   - DynamoDB Local (AWS's own, Java; from the npm package amplify-dynamodb-simulator),
 #     started through scripts/DynamoDbLocalLoopback.java so it binds 127.0.0.1 only;
-#   - ministack (PyPI), for SQS, started with BIND_HOST=127.0.0.1.
+#   - ministack (PyPI), for SQS (and S3, Lambda, CloudFormation...), started with
+#     BIND_HOST=127.0.0.1, with aws-sam-translator beside it (its CloudFormation then expands
+#     `Transform: AWS::Serverless-2016-10-31`: `make deploy-local`), and with a clean environment
+#     plus AWS_ENDPOINT_URL pointing at itself: ministack hands its own environment to the
+#     functions it runs as local processes, so they reach its services and nothing of the caller's
+#     (an AWS_ENDPOINT_URL_DYNAMODB pointing at DynamoDB Local, say) leaks into them.
 #
 # Usage: scripts/standins.sh up|down|status|env
 #   up      install what is missing (into the cache dir), start both in the background,
@@ -20,6 +25,7 @@
 #   SQS_CLAIM_STANDINS_TIMEOUT  seconds to wait for each to answer (default 60)
 #   SQS_CLAIM_DDB_NPM_VERSION   amplify-dynamodb-simulator version (default 2.9.30 = DynamoDB Local 1.25.1)
 #   SQS_CLAIM_MINISTACK_VERSION ministack version    (default 1.5.33)
+#   SQS_CLAIM_SAM_TRANSLATOR_VERSION  aws-sam-translator version beside it (default 1.115.0)
 #   SQS_CLAIM_MINISTACK_SERVICES  ministack SERVICES filter, e.g. "sqs" (default: all services)
 #   SQS_CLAIM_DDB_JAVA_OPTS     extra JVM options    (default -Xmx1g)
 #   SQS_CLAIM_PYTHON            python used to make the ministack venv (default python3)
@@ -40,6 +46,7 @@ SQS_PORT="${SQS_CLAIM_SQS_PORT:-4566}"
 TIMEOUT="${SQS_CLAIM_STANDINS_TIMEOUT:-60}"
 DDB_NPM_VERSION="${SQS_CLAIM_DDB_NPM_VERSION:-2.9.30}"
 MINISTACK_VERSION="${SQS_CLAIM_MINISTACK_VERSION:-1.5.33}"
+SAM_TRANSLATOR_VERSION="${SQS_CLAIM_SAM_TRANSLATOR_VERSION:-1.115.0}"
 MINISTACK_SERVICES="${SQS_CLAIM_MINISTACK_SERVICES:-}"
 DDB_JAVA_OPTS="${SQS_CLAIM_DDB_JAVA_OPTS:--Xmx1g}"
 PYTHON="${SQS_CLAIM_PYTHON:-python3}"
@@ -321,8 +328,14 @@ ministack_version() {
     "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("ministack"))' 2>/dev/null
 }
 
+sam_translator_version() {
+    [[ -x "$VENV/bin/python" ]] || return 1
+    "$VENV/bin/python" -c 'import importlib.metadata as m, samtranslator; print(m.version("aws-sam-translator"))' 2>/dev/null
+}
+
 install_ministack() {
     if [[ "$(ministack_version || true)" == "$MINISTACK_VERSION" && -x "$VENV/bin/ministack" ]]; then
+        install_sam_translator
         return 0
     fi
     have "$PYTHON" || die "$PYTHON not found: ministack needs Python 3.10+"
@@ -336,6 +349,18 @@ install_ministack() {
         die "pip install ministack==$MINISTACK_VERSION failed"
     fi
     [[ -x "$VENV/bin/ministack" ]] || die "ministack installed but $VENV/bin/ministack is missing"
+    install_sam_translator
+}
+
+# aws-sam-translator alone (the `ministack[full]` extra pulls far more): what ministack's
+# CloudFormation imports to expand the SAM transform. Added to a venv made before it, too; a
+# ministack already running sees it only once restarted.
+install_sam_translator() {
+    [[ "$(sam_translator_version || true)" == "$SAM_TRANSLATOR_VERSION" ]] && return 0
+    log "$SQS_NAME: installing aws-sam-translator==$SAM_TRANSLATOR_VERSION into the venv $VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+        "aws-sam-translator==$SAM_TRANSLATOR_VERSION" >&2 ||
+        die "pip install aws-sam-translator==$SAM_TRANSLATOR_VERSION failed"
 }
 
 # ------------------------------------------------------------------- starts
@@ -373,11 +398,17 @@ start_ddb() {
 
 start_ministack() {
     mkdir -p "$RUN/ministack-tmp"
-    local -a envs=(BIND_HOST="$HOST" GATEWAY_PORT="$SQS_PORT" TMPDIR="$RUN/ministack-tmp" LOG_LEVEL=INFO)
+    # A clean environment (env -i): ministack passes its own to every function it runs as a
+    # local process, before the function's variables. AWS_ENDPOINT_URL (itself) and test
+    # credentials are what a deployed function needs to reach the stack's tables and queues;
+    # HOME is a dir of its own, so no ~/.aws/config of the caller's is read by a function.
+    local -a envs=(PATH="$PATH" HOME="$RUN/ministack-tmp" LANG=C.UTF-8
+        BIND_HOST="$HOST" GATEWAY_PORT="$SQS_PORT" TMPDIR="$RUN/ministack-tmp" LOG_LEVEL=INFO
+        AWS_ENDPOINT_URL="http://$HOST:$SQS_PORT" AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+        AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true)
     [[ -n "$MINISTACK_SERVICES" ]] && envs+=(SERVICES="$MINISTACK_SERVICES")
-    # -u EDGE_PORT: GATEWAY_PORT wins anyway; keep an inherited one from confusing anyone.
     start_one "$SQS_NAME" "$SQS_MARK" "$SQS_PORT" sqs_answers SQS_CLAIM_SQS_PORT -- \
-        env -u EDGE_PORT -u PERSIST_STATE "${envs[@]}" "$VENV/bin/ministack"
+        env -i "${envs[@]}" "$VENV/bin/ministack"
 }
 
 env_lines() {
