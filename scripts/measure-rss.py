@@ -216,7 +216,7 @@ def main():
         "AWS_REGION": "us-east-1",
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    for k in ("MALLOC_ARENA_MAX", "SQS_CLAIM_RSS_EXTRA"):
+    for k in ("MALLOC_ARENA_MAX",):  # a what-if, passed through when set
         if k in os.environ:
             base[k] = os.environ[k]
     run_id = uuid.uuid4().hex[:8]
