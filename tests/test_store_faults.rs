@@ -900,6 +900,8 @@ const LAMBDA_BUDGET: Duration = Duration::from_secs(10);
 
 /// A processor on `store` whose handler records each key it runs and returns one effect: +1 on
 /// the key's counter.
+// The handler's type is only ever named here.
+#[allow(clippy::type_complexity)]
 fn counting<R: Rig>(
     rig: &R,
     store: R::Store,
