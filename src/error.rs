@@ -117,6 +117,9 @@ struct Inner {
     kind: ErrorKind,
     message: String,
     source: Option<BoxError>,
+    /// The store did not answer within its bound (no reply at all, not an error reply): what
+    /// tells a store gone dark from one that answers (`claim/liveness.rs`).
+    no_answer: bool,
 }
 
 impl Error {
@@ -127,6 +130,7 @@ impl Error {
                 kind,
                 message: message.into(),
                 source: None,
+                no_answer: false,
             }),
         }
     }
@@ -142,6 +146,7 @@ impl Error {
                 kind,
                 message: message.into(),
                 source: Some(source.into()),
+                no_answer: false,
             }),
         }
     }
@@ -163,6 +168,39 @@ impl Error {
             self.inner.kind,
             ErrorKind::StoreUnavailable | ErrorKind::Contention
         )
+    }
+
+    /// The same error, marked as the store's silence: the call got no reply within the
+    /// store's own bound (a client-side timeout), as opposed to a reply that was an error.
+    #[cfg_attr(
+        not(any(feature = "dynamodb", feature = "redis", feature = "postgres")),
+        allow(dead_code)
+    )]
+    pub(crate) fn no_answer(mut self) -> Self {
+        self.inner.no_answer = true;
+        self
+    }
+
+    /// Whether the store gave no reply within its bound ([`Error::no_answer`]), or, for an
+    /// error of a store of your own, whether its chain holds an I/O error of kind `TimedOut`
+    /// or a `tokio::time` timeout: a silent store, not one that answered with an error.
+    pub(crate) fn is_no_answer(&self) -> bool {
+        if self.inner.no_answer {
+            return true;
+        }
+        let mut next: Option<&(dyn std::error::Error + 'static)> =
+            self.inner.source.as_deref().map(|e| e as _);
+        while let Some(e) = next {
+            if e.downcast_ref::<tokio::time::error::Elapsed>().is_some()
+                || e.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+                || e.downcast_ref::<Error>().is_some_and(Error::is_no_answer)
+            {
+                return true;
+            }
+            next = e.source();
+        }
+        false
     }
 
     pub(crate) fn lost_claim(key: &str) -> Self {

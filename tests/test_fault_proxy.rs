@@ -184,6 +184,43 @@ async fn dark_holds_traffic_both_ways_and_delivers_it_when_healed() {
 }
 
 #[tokio::test]
+async fn slow_holds_each_answer_back_and_delivers_it_in_order() {
+    let echo = Echo::start().await;
+    let proxy = FaultProxy::start(echo.addr).await.expect("start proxy");
+    let mut s = connect(&proxy).await;
+    s.write_all(b"one").await.unwrap();
+    expect_echo(&mut s, b"one").await;
+
+    // Answers far later than QUIET: the request reaches the server at once, the answer waits.
+    let late = Duration::from_secs(60);
+    proxy.set(Fault::Slow {
+        min: late,
+        max: late,
+    });
+    s.write_all(b"two").await.unwrap();
+    eventually("the request reaches the server", || echo.received() == 6).await;
+    s.write_all(b"three").await.unwrap();
+    eventually("the second request reaches the server", || {
+        echo.received() == 11
+    })
+    .await;
+    expect_silence(&mut s).await;
+    // Healed: what was held arrives at once, in order, and nothing was lost.
+    proxy.set(Fault::Pass);
+    expect_echo(&mut s, b"twothree").await;
+
+    // A short delay: answered, late but whole, without healing.
+    proxy.set(Fault::Slow {
+        min: Duration::from_millis(10),
+        max: Duration::from_millis(30),
+    });
+    for word in [&b"four"[..], b"five", b"six"] {
+        s.write_all(word).await.unwrap();
+        expect_echo(&mut s, word).await;
+    }
+}
+
+#[tokio::test]
 async fn drop_answer_applies_the_request_and_loses_the_answer() {
     let echo = Echo::start().await;
     let proxy = FaultProxy::start(echo.addr).await.expect("start proxy");

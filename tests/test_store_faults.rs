@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use common::{Rec, Seen, event_with_deadline, failed_ids, init_logs, rec};
+use common::{Rec, Seen, event, event_with_deadline, failed_ids, init_logs, rec};
 use redis::AsyncCommands;
 use sqs_claim::store::{ClaimStore, Effects};
 use sqs_claim::{
@@ -83,6 +83,15 @@ trait Rig {
 
     /// Drops what the rig created.
     fn cleanup(self) -> impl Future<Output = ()>;
+
+    /// The store through the proxy as a consumer builds it, every call bounded by the store's
+    /// own default timeout (the DynamoDB test client above has none).
+    fn bounded(&self) -> impl Future<Output = Self::Store> {
+        async { self.store() }
+    }
+
+    /// The word a failure on this store names it by.
+    fn store_word(&self) -> &'static str;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -94,6 +103,7 @@ struct Dynamo {
     counters: String,
     proxied: DynamoDbStore,
     proxy: FaultProxy,
+    endpoint: String,
 }
 
 impl Dynamo {
@@ -114,6 +124,7 @@ impl Dynamo {
             counters,
             proxied,
             proxy,
+            endpoint,
         }
     }
 }
@@ -123,6 +134,26 @@ impl Rig for Dynamo {
 
     fn name(&self) -> String {
         "dynamodb".into()
+    }
+
+    async fn bounded(&self) -> DynamoDbStore {
+        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(&self.endpoint)
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "test", "test", None, None, "test",
+            ))
+            .load()
+            .await;
+        DynamoDbStore::from_sdk_config(
+            &config,
+            self.direct.table(),
+            sqs_claim::store::dynamodb::DynamoDbSettings::default(),
+        )
+    }
+
+    fn store_word(&self) -> &'static str {
+        "DynamoDB"
     }
 
     fn store(&self) -> DynamoDbStore {
@@ -265,6 +296,10 @@ impl Rig for Pg {
         "postgres".into()
     }
 
+    fn store_word(&self) -> &'static str {
+        "PostgreSQL"
+    }
+
     fn store(&self) -> PostgresStore {
         self.0.proxied.clone()
     }
@@ -340,6 +375,10 @@ impl Rig for Redis {
         "redis".into()
     }
 
+    fn store_word(&self) -> &'static str {
+        "Redis"
+    }
+
     fn store(&self) -> RedisStore {
         self.keys.proxied.clone()
     }
@@ -399,6 +438,13 @@ impl Rig for Tiered {
                 Tier::Durable => "durable store",
             }
         )
+    }
+
+    fn store_word(&self) -> &'static str {
+        match self.faulted {
+            Tier::Cache => "Redis",
+            Tier::Durable => "PostgreSQL",
+        }
     }
 
     fn store(&self) -> TieredStore<PostgresStore> {
@@ -832,4 +878,384 @@ fault_tests! {
     tiered_durable_drop_answer: || Tiered::new(Tier::Durable), Fault::DropAnswer, true;
     tiered_durable_reset: || Tiered::new(Tier::Durable), Fault::Reset, true;
     tiered_durable_dark_no_effects: || Tiered::new(Tier::Durable), Fault::Dark, false;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dark and slow: a store that stopped answering fails fast; a store that answers late is used
+// ---------------------------------------------------------------------------------------------
+
+/// Messages of a dark or slow batch (distinct keys).
+const LONG_BATCH: usize = 60;
+
+/// Messages in flight at most in the dark and slow runs.
+const DARK_CONCURRENCY: usize = 16;
+
+/// The lease of a claim without a deadline in the dark and slow runs: what the timed-out claims
+/// wrote, once the partition heals and TCP delivers them, lapses this soon.
+const SHORT_LEASE: Duration = Duration::from_secs(3);
+
+/// The deadline of the dark runs under Lambda: more than one store timeout (5 s at most) plus
+/// the deadline margin (2 s), so that the dark store, not the deadline, ends the batch.
+const LAMBDA_BUDGET: Duration = Duration::from_secs(10);
+
+/// A processor on `store` whose handler records each key it runs and returns one effect: +1 on
+/// the key's counter.
+// The handler's type is only ever named here.
+#[allow(clippy::type_complexity)]
+fn counting<R: Rig>(
+    rig: &R,
+    store: R::Store,
+    namespace: &str,
+    seen: &Seen,
+    concurrency: Option<usize>,
+) -> Processor<
+    R::Store,
+    impl tower::Service<
+        Message,
+        Response = Effects<<R::Store as ClaimStore>::Effect>,
+        Error = BoxError,
+        Future = impl Future<Output = Result<Effects<<R::Store as ClaimStore>::Effect>, BoxError>>
+                 + Send
+                 + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static,
+> {
+    let increment = rig.increment();
+    let seen = seen.clone();
+    let handler = service_fn(move |msg: Message| {
+        let seen = seen.clone();
+        let increment = Arc::clone(&increment);
+        async move {
+            let key = msg.key().ok_or("the message has no key")?.to_owned();
+            seen.saw(&key);
+            Ok::<_, BoxError>(Effects::one(increment(&key)))
+        }
+    });
+    let builder = Processor::builder(store, handler)
+        .namespace(namespace)
+        .clock(Clock::system())
+        .lease_policy(sqs_claim::Lease::until_deadline(SHORT_LEASE));
+    match concurrency {
+        Some(c) => builder.concurrency(c).build(),
+        None => builder.build(),
+    }
+}
+
+/// What a dark or slow run found: its problems, and its figure for the printed table.
+struct Ran {
+    problems: Vec<String>,
+    figure: String,
+}
+
+/// 60 messages on `rig`'s store gone dark after a healthy warm-up, without a deadline (as
+/// `payments invoke`) or under one (as Lambda): every message reported for retry, none run,
+/// the not-started ones reported at once as "store dark", naming the store. Then healed: every
+/// message processed on redelivery, each effect applied exactly once.
+async fn dark_batch<R: Rig>(rig: &R, lambda: bool) -> Ran {
+    let mut problems = Vec::new();
+    let seen = Seen::new();
+    let namespace = format!("dark-{}", uuid::Uuid::new_v4().simple());
+    // Fewer in flight than the batch on every store (as PostgreSQL's pool of 16 does by
+    // itself): some messages have not started when the first timeouts come.
+    let p = counting(
+        rig,
+        rig.bounded().await,
+        &namespace,
+        &seen,
+        Some(DARK_CONCURRENCY),
+    );
+    let key = |id: &str| format!("{namespace}#{id}");
+    let warm = p.process(event(&[rec("warm", "{}")])).await;
+    if !warm
+        .as_ref()
+        .is_ok_and(|r| r.response().batch_item_failures.is_empty())
+    {
+        return Ran {
+            problems: vec![format!(
+                "the warm-up failed: {:?}",
+                warm.map(|r| r.to_json())
+            )],
+            figure: String::new(),
+        };
+    }
+    let batch: Vec<Rec> = (0..LONG_BATCH)
+        .map(|i| rec(&format!("d{i:02}"), "{}"))
+        .collect();
+    let ids: Vec<String> = (0..LONG_BATCH).map(|i| format!("d{i:02}")).collect();
+    rig.proxy().set(Fault::Dark);
+    let deadline_ms = if lambda {
+        common::deadline_in(&Clock::system(), LAMBDA_BUDGET)
+    } else {
+        0
+    };
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(
+        Duration::from_secs(120),
+        p.process(event_with_deadline(&batch, deadline_ms)),
+    )
+    .await;
+    let took = started.elapsed();
+    let mut figure = format!(
+        "{}, dark, {}: answered in {} ms",
+        rig.name(),
+        if lambda {
+            "under a deadline"
+        } else {
+            "no deadline"
+        },
+        took.as_millis()
+    );
+    match result {
+        Err(_) => problems.push("process had not returned after 120 s".into()),
+        Ok(Err(e)) => problems.push(format!("process failed: {e}")),
+        Ok(Ok(report)) => {
+            problems.extend(check_accounted(&report, &batch, &ids));
+            let reported = failed_ids(&report.response());
+            if reported.len() != LONG_BATCH {
+                problems.push(format!(
+                    "every message must be reported for retry, {} were: {}",
+                    reported.len(),
+                    summary(&report)
+                ));
+            }
+            let dark: Vec<&Outcome> = report
+                .items()
+                .iter()
+                .map(|i| &i.outcome)
+                .filter(|o| matches!(o, Outcome::Failed(f) if f.message.contains("store dark")))
+                .collect();
+            if dark.is_empty() {
+                problems.push(format!(
+                    "no message was reported as \"store dark\": {}",
+                    report.to_json()
+                ));
+            }
+            for outcome in &dark {
+                if let Outcome::Failed(f) = outcome
+                    && (f.kind != sqs_claim::FailureKind::StoreUnavailable
+                        || !f.message.contains(rig.store_word()))
+                {
+                    problems.push(format!(
+                        "a store-dark report must be store_unavailable and name {}: {f:?}",
+                        rig.store_word()
+                    ));
+                }
+            }
+            figure = format!(
+                "{figure}: {} ({} of them store dark)",
+                summary(&report),
+                dark.len()
+            );
+        }
+    }
+    for id in &ids {
+        if seen.count(&key(id)) > 0 {
+            problems.push(format!("{id}: the handler ran on a dark store"));
+        }
+    }
+
+    // Healed: once the claims that reached the server lapse, every message is processed.
+    rig.proxy().set(Fault::Pass);
+    let lease_end = SystemTime::now() + if lambda { LAMBDA_BUDGET } else { SHORT_LEASE };
+    sleep_past(lease_end).await;
+    let mut pending: Vec<usize> = (0..LONG_BATCH).collect();
+    for _ in 0..ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        let again: Vec<Rec> = pending.iter().map(|&i| batch[i].clone()).collect();
+        if let Ok(report) = p.process(event(&again)).await {
+            let done: HashSet<&str> = report
+                .items()
+                .iter()
+                .filter(|i| i.outcome.is_success())
+                .map(|i| i.message_id.as_str())
+                .collect();
+            pending.retain(|&i| !done.contains(ids[i].as_str()));
+        }
+        if !pending.is_empty() {
+            tokio::time::sleep(SHORT_LEASE).await;
+        }
+    }
+    if !pending.is_empty() {
+        problems.push(format!(
+            "{} messages never processed once healed",
+            pending.len()
+        ));
+    }
+    let counts = rig.counts().await;
+    for id in &ids {
+        match counts.get(&key(id)) {
+            Some(1) => {}
+            Some(n) => problems.push(format!("{id}: its effect was applied {n} times")),
+            None => problems.push(format!("{id}: its effect was never applied")),
+        }
+    }
+    Ran { problems, figure }
+}
+
+/// 60 messages on `rig`'s store with every answer `min..=max` late (under the store's
+/// timeout), or with `fault` in force: all processed, none reported, each effect applied once.
+async fn answering_batch<R: Rig>(rig: &R, fault: Fault) -> Ran {
+    let mut problems = Vec::new();
+    let seen = Seen::new();
+    let namespace = format!("slow-{}", uuid::Uuid::new_v4().simple());
+    let p = counting(
+        rig,
+        rig.bounded().await,
+        &namespace,
+        &seen,
+        Some(DARK_CONCURRENCY),
+    );
+    let key = |id: &str| format!("{namespace}#{id}");
+    let batch: Vec<Rec> = (0..LONG_BATCH)
+        .map(|i| rec(&format!("s{i:02}"), "{}"))
+        .collect();
+    let ids: Vec<String> = (0..LONG_BATCH).map(|i| format!("s{i:02}")).collect();
+    let warm = p.process(event(&[rec("warm", "{}")])).await;
+    if !warm
+        .as_ref()
+        .is_ok_and(|r| r.response().batch_item_failures.is_empty())
+    {
+        return Ran {
+            problems: vec![format!(
+                "the warm-up failed: {:?}",
+                warm.map(|r| r.to_json())
+            )],
+            figure: String::new(),
+        };
+    }
+    rig.proxy().set(fault);
+    let started = std::time::Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(300), p.process(event(&batch))).await;
+    let took = started.elapsed();
+    rig.proxy().set(Fault::Pass);
+    let mut figure = format!(
+        "{}, {fault:?}: answered in {} ms",
+        rig.name(),
+        took.as_millis()
+    );
+    match result {
+        Err(_) => problems.push("process had not returned after 300 s".into()),
+        Ok(Err(e)) => problems.push(format!("process failed: {e}")),
+        Ok(Ok(report)) => {
+            problems.extend(check_accounted(&report, &batch, &ids));
+            if report
+                .items()
+                .iter()
+                .any(|i| i.outcome != Outcome::Processed)
+            {
+                problems.push(format!(
+                    "every message must be processed, nothing reported: {}",
+                    report.to_json()
+                ));
+            }
+            figure = format!(
+                "{figure}: {} (concurrency {})",
+                summary(&report),
+                p.concurrency()
+            );
+        }
+    }
+    let counts = rig.counts().await;
+    for id in &ids {
+        if seen.count(&key(id)) != 1 {
+            problems.push(format!(
+                "{id}: the handler ran {} times",
+                seen.count(&key(id))
+            ));
+        }
+        if counts.get(&key(id)) != Some(&1) {
+            problems.push(format!("{id}: effect count {:?}", counts.get(&key(id))));
+        }
+    }
+    Ran { problems, figure }
+}
+
+async fn check(runs: Vec<Ran>) {
+    let mut problems = Vec::new();
+    for run in runs {
+        eprintln!("{}", run.figure);
+        problems.extend(
+            run.problems
+                .into_iter()
+                .map(|p| format!("{}: {p}", run.figure)),
+        );
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+/// Dark without a deadline and under one, at once, on rigs of their own.
+async fn dark_both<R: Rig, F: Future<Output = R>>(make: impl Fn() -> F) {
+    init_logs();
+    let (cli, lambda) = tokio::join!(
+        async {
+            let rig = make().await;
+            let ran = dark_batch(&rig, false).await;
+            rig.cleanup().await;
+            ran
+        },
+        async {
+            let rig = make().await;
+            let ran = dark_batch(&rig, true).await;
+            rig.cleanup().await;
+            ran
+        },
+    );
+    check(vec![cli, lambda]).await;
+}
+
+/// A slow store: answers `min..=max` late.
+fn slow(min_ms: u64, max_ms: u64) -> Fault {
+    Fault::Slow {
+        min: Duration::from_millis(min_ms),
+        max: Duration::from_millis(max_ms),
+    }
+}
+
+async fn answering<R: Rig, F: Future<Output = R>>(make: impl Fn() -> F, fault: Fault) {
+    init_logs();
+    let rig = make().await;
+    let ran = answering_batch(&rig, fault).await;
+    rig.cleanup().await;
+    check(vec![ran]).await;
+}
+
+macro_rules! dark_tests {
+    ($($name:ident: $make:expr;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            dark_both($make).await;
+        }
+    )*};
+}
+
+dark_tests! {
+    dynamodb_gone_dark_fails_the_batch_fast: Dynamo::new;
+    postgres_gone_dark_fails_the_batch_fast: Pg::new;
+    redis_gone_dark_fails_the_batch_fast: Redis::new;
+    tiered_durable_gone_dark_fails_the_batch_fast: || Tiered::new(Tier::Durable);
+}
+
+macro_rules! answering_tests {
+    ($($name:ident: $make:expr, $fault:expr;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            answering($make, $fault).await;
+        }
+    )*};
+}
+
+// Each store's calls answer late, under its own bound: DynamoDB's attempt timeout and Redis'
+// response timeout are 2 s (one round trip a call); PostgreSQL's call timeout is 5 s for a
+// call of several round trips (a completion: begin, update, the effect, commit), each late.
+answering_tests! {
+    dynamodb_slow_is_used_not_failed: Dynamo::new, slow(500, 1500);
+    postgres_slow_is_used_not_failed: Pg::new, slow(250, 1000);
+    redis_slow_is_used_not_failed: Redis::new, slow(500, 1500);
+    tiered_durable_slow_is_used_not_failed: || Tiered::new(Tier::Durable), slow(250, 1000);
+    // Its cache dark, the tiered store still answers (from PostgreSQL): not a dark store.
+    tiered_cache_dark_is_used_not_failed: || Tiered::new(Tier::Cache), Fault::Dark;
 }

@@ -16,6 +16,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
+use super::liveness::Liveness;
 use super::locks::{Held, ItemLocks, claim_item};
 use super::{Lease, PayloadCheck, PayloadVerdict};
 use crate::deadline::{self, Budget, OutOfTime};
@@ -80,6 +81,9 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     stats: Option<&'a BatchStats>,
     /// Writes of this attempt cancelled on contention so far.
     conflicts: AtomicU32,
+    /// The batch's view of whether the store still answers, when the front door keeps one
+    /// (the SQS processor does): every store call says how it ended.
+    liveness: Option<&'a Liveness>,
 }
 
 /// Where an attempt sends its one-shot write with effects instead of the store's own
@@ -167,7 +171,21 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             packer: None,
             stats: None,
             conflicts: AtomicU32::new(0),
+            liveness: None,
         }
+    }
+
+    /// The same attempt, telling `liveness` how each of its store calls ended, and sparing a
+    /// store that has gone dark the calls that would only wait out its timeout (a completion's
+    /// retries, a release).
+    pub(crate) fn with_liveness(mut self, liveness: &'a Liveness) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
+
+    /// Whether the batch has seen the store go dark (see `liveness.rs`).
+    fn store_dark(&self) -> bool {
+        self.liveness.is_some_and(|l| l.dark().is_some())
     }
 
     /// The same attempt, counting its conflicts, retries and (when measuring) store latencies
@@ -232,9 +250,13 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             .retry(
                 self.budget.hard_stop(),
                 |_| {
+                    let sent_at = tokio::time::Instant::now();
                     let sent = send();
                     async move {
                         let answer = sent.await;
+                        if let Some(liveness) = self.liveness {
+                            liveness.observe(sent_at, &answer);
+                        }
                         if answer
                             .as_ref()
                             .is_err_and(|e| e.kind() == ErrorKind::Contention)
@@ -425,7 +447,8 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         let retried = policy.retry(
             self.budget.hard_stop(),
             |_| self.contended(&send),
-            |e: &Error| e.kind() == ErrorKind::StoreUnavailable,
+            // Not on a store gone dark: each retry would only wait out its timeout again.
+            |e: &Error| e.kind() == ErrorKind::StoreUnavailable && !self.store_dark(),
             |retry, e| {
                 if let Some(stats) = self.stats {
                     stats.note_retry();
@@ -466,6 +489,15 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
     /// Releases the claim. Not fatal either way: an unreleased claim lapses with its lease,
     /// after which a redelivery or a retry takes it over.
     pub(crate) async fn release(&self, token: &ClaimToken) {
+        if self.store_dark() {
+            // It would only wait out the store's timeout.
+            warn!(
+                message_id = self.message_id,
+                key = self.key,
+                "the store has gone dark: the claim is not released; it will lapse with its lease"
+            );
+            return;
+        }
         let released = self
             .budget
             .bounded(Box::pin(

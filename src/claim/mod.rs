@@ -22,6 +22,7 @@
 //! | `format.rs` | [`KeyFormat`], [`NativeFormat`]: how a key becomes the stored key, a payload its fingerprint (`PowertoolsFormat`, feature `powertools`, is another) |
 //! | `attempt.rs` | the steps of one attempt: the claim request, the claim and the judgement of a stored record, the guarded handler call (panic, timeout, budget), the completion retried under the one [`RetryPolicy`](crate::RetryPolicy), the release; every write sent again while it is cancelled on contention |
 //! | `locks.rs` | item locks: writes of one process on one item take turns, so a batch never cancels its own transactions on a hot item |
+//! | `liveness.rs` | whether the store still answers, as a batch sees it: a store gone dark (a call unanswered past its timeout, nothing answered since it was sent) told from a slow one |
 //!
 //! # The namespace rule
 //!
@@ -41,6 +42,7 @@
 mod attempt;
 mod format;
 mod lease;
+mod liveness;
 mod locks;
 mod policy;
 
@@ -50,5 +52,6 @@ pub use policy::{MissingKey, PayloadCheck};
 
 pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, OneShotSink, Recorded, Terms, guarded};
 pub(crate) use format::text;
+pub(crate) use liveness::Liveness;
 pub(crate) use locks::ItemLocks;
 pub(crate) use policy::{Namespace, PayloadVerdict, differs};

@@ -26,7 +26,9 @@ use super::config::{FifoMode, StoreUnavailable};
 use super::limit::Limit;
 use super::pack::Packer;
 use super::plan::{Action, Meta, Plan, Work};
-use crate::claim::{Attempt, Claimed, HandlerEnd, PayloadCheck, PayloadVerdict, Recorded, guarded};
+use crate::claim::{
+    Attempt, Claimed, HandlerEnd, Liveness, PayloadCheck, PayloadVerdict, Recorded, guarded,
+};
 use crate::deadline::Budget;
 use crate::error::Chain;
 use crate::message::Message;
@@ -76,9 +78,17 @@ where
             actions,
             lanes,
         } = plan;
+        // Whether the store still answers, as this batch sees it (`claim/liveness.rs`).
+        let liveness = Liveness::default();
         let outcomes = match lanes {
-            None => self.run_standard(&metas, actions, budget, stats).await,
-            Some(lanes) => self.run_fifo(&metas, actions, &lanes, budget, stats).await,
+            None => {
+                self.run_standard(&metas, actions, budget, stats, &liveness)
+                    .await
+            }
+            Some(lanes) => {
+                self.run_fifo(&metas, actions, &lanes, budget, stats, &liveness)
+                    .await
+            }
         };
         metas
             .into_iter()
@@ -103,6 +113,7 @@ where
         actions: Vec<Action>,
         budget: &Budget,
         stats: &BatchStats,
+        liveness: &Liveness,
     ) -> Vec<Outcome> {
         struct Copy {
             index: usize,
@@ -156,20 +167,29 @@ where
         let batch = stream::iter(groups)
             .map(|group| async move {
                 // A place under the adaptive limit; `buffered` below only bounds how many
-                // messages' futures exist at once.
-                let permit = self.limit().acquire().await;
+                // messages' futures exist at once. A message for the store does not wait for
+                // one behind calls to a store gone dark: it is reported at once (`execute`).
+                let permit = match group.work {
+                    Work::Claim { .. } => liveness.unless_dark(self.limit().acquire()).await,
+                    _ => Some(self.limit().acquire().await),
+                };
                 let conflicts = AtomicU32::new(0);
                 let outcome = self
                     .execute(
                         group.work,
                         &metas[group.index].id,
-                        budget,
-                        stats,
+                        Ctx {
+                            budget,
+                            stats,
+                            liveness,
+                        },
                         &conflicts,
                         packer,
                     )
                     .await;
-                permit.finish(met_pressure(&outcome, conflicts.load(Ordering::Relaxed)));
+                if let Some(permit) = permit {
+                    permit.finish(met_pressure(&outcome, conflicts.load(Ordering::Relaxed)));
+                }
                 // Empty (no allocation) for the usual key without copies.
                 let copies = group
                     .copies
@@ -227,6 +247,7 @@ where
         lanes: &[Vec<usize>],
         budget: &Budget,
         stats: &BatchStats,
+        liveness: &Liveness,
     ) -> Vec<Outcome> {
         let mut previous = vec![None; actions.len()];
         for lane in lanes {
@@ -246,8 +267,12 @@ where
             let outcome: BoxFuture<'_, Outcome> = match action {
                 // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
                 Action::Do(work) => async move {
-                    self.execute(work, id, budget, stats, &AtomicU32::new(0), None)
-                        .await
+                    let ctx = Ctx {
+                        budget,
+                        stats,
+                        liveness,
+                    };
+                    self.execute(work, id, ctx, &AtomicU32::new(0), None).await
                 }
                 .boxed(),
                 Action::Follow {
@@ -330,8 +355,7 @@ where
         &'a self,
         work: Work,
         id: &'a str,
-        budget: &'a Budget,
-        stats: &'a BatchStats,
+        ctx: Ctx<'a>,
         conflicts: &'a AtomicU32,
         packer: Option<&'a Packer<'a, S>>,
     ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
@@ -339,7 +363,7 @@ where
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, budget, stats, conflicts, packer)
+        self.execute_work(work, id, ctx, conflicts, packer)
             .instrument(span)
     }
 
@@ -347,11 +371,15 @@ where
         &self,
         work: Work,
         id: &str,
-        budget: &Budget,
-        stats: &BatchStats,
+        ctx: Ctx<'_>,
         conflicts: &AtomicU32,
         packer: Option<&Packer<'_, S>>,
     ) -> Outcome {
+        let Ctx {
+            budget,
+            stats,
+            liveness,
+        } = ctx;
         match work {
             Work::Fail(failure) => Outcome::Failed(failure),
             Work::Unclaimed { message } => {
@@ -372,6 +400,9 @@ where
                 key,
                 fingerprint,
             } => {
+                if let Some(why) = liveness.dark() {
+                    return self.store_dark(message, budget, why).await;
+                }
                 let attempt = Attempt::new(
                     &self.store,
                     &self.config.terms,
@@ -381,6 +412,7 @@ where
                 )
                 .for_message(id)
                 .with_stats(stats)
+                .with_liveness(liveness)
                 .with_locks(&self.locks)
                 .with_packer(packer);
                 let outcome = self.run_claimed(message, id, &attempt, budget).await;
@@ -388,6 +420,27 @@ where
                 outcome
             }
         }
+    }
+
+    /// A message for a store the batch has seen go dark (`claim/liveness.rs`): reported for
+    /// retry at once, `store_unavailable` with `why` (which names the store), nothing sent to
+    /// the store and nothing run, instead of waiting out its timeout. Under
+    /// [`StoreUnavailable::FailOpen`] it runs unclaimed at once, as a claim that failed would.
+    async fn store_dark(&self, message: Box<Message>, budget: &Budget, why: String) -> Outcome {
+        if !budget.may_start() {
+            return Outcome::NotStarted(NotStarted::Deadline);
+        }
+        if self.config.on_store_unavailable == StoreUnavailable::FailOpen {
+            return Box::pin(self.run_unclaimed(
+                message,
+                budget,
+                FailureKind::StoreUnavailable,
+                "the store has gone dark and the message ran without a claim \
+                 (StoreUnavailable::FailOpen)",
+            ))
+            .await;
+        }
+        Outcome::Failed(Failure::new(FailureKind::StoreUnavailable, why))
     }
 
     /// claim → handler → complete or release, each step under the budget.
@@ -620,6 +673,15 @@ where
             }
         }
     }
+}
+
+/// What every message of a batch runs with: the time budget, the batch's counters, and its view
+/// of whether the store still answers.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    budget: &'a Budget,
+    stats: &'a BatchStats,
+    liveness: &'a Liveness,
 }
 
 /// Whether a message met pressure from the store, for the adaptive limit: a write cancelled

@@ -39,6 +39,8 @@
 //!
 //! proxy.set_after_bytes(4096, Fault::Stall); // once 4 KiB more went to the server
 //! proxy.set_after(Duration::from_millis(50), Fault::Reset); // or after a while
+//! // a slow server: every answer 1-3 s late, none lost
+//! proxy.set(Fault::Slow { min: Duration::from_secs(1), max: Duration::from_secs(3) });
 //! proxy.set(Fault::Pass); // heal (and cancel anything armed)
 //! # Ok(())
 //! # }
@@ -51,6 +53,7 @@
 //! | [`Fault::Dark`] | nothing is read on either side, so nothing moves, and nothing is ever closed (a partition, a security-group change: bytes sit unacknowledged in the kernel buffers) | accepted, never read, never answered |
 //! | [`Fault::DropAnswer`] | the client's bytes reach the server, the server's answer is discarded: the request is applied, the answer is lost | connected upstream, requests forwarded, answers discarded |
 //! | [`Fault::Reset`] | closed at once with a TCP RST (`SO_LINGER` 0) | accepted and reset |
+//! | [`Fault::Slow`] | forwarded both ways, each chunk of the server's answer held back a random time between `min` and `max` (answers stay in order; answers on one connection are held side by side, not one after another) | connected upstream and forwarded, answers late |
 //!
 //! # Healing
 //!
@@ -100,22 +103,48 @@ pub enum Fault {
     DropAnswer,
     /// Reset every connection, existing and new.
     Reset,
+    /// Forward both ways, each chunk the server sends held back a random time in
+    /// `min..=max` before it reaches the client: a server (or a path) that answers late, but
+    /// answers. Switching to [`Fault::Pass`] delivers what is held at once.
+    Slow {
+        /// The least delay of an answer.
+        min: Duration,
+        /// The most delay of an answer (taken as `min` if smaller).
+        max: Duration,
+    },
 }
 
 impl Fault {
     /// Whether client bytes reach the server.
     fn forwards_up(self) -> bool {
-        matches!(self, Fault::Pass | Fault::DropAnswer)
+        matches!(self, Fault::Pass | Fault::DropAnswer | Fault::Slow { .. })
     }
 
-    /// Whether server bytes reach the client.
+    /// Whether server bytes reach the client (late, under `Slow`).
     fn forwards_down(self) -> bool {
-        self == Fault::Pass
+        matches!(self, Fault::Pass | Fault::Slow { .. })
     }
 
     /// Whether sockets are read at all.
     fn reads(self) -> bool {
-        matches!(self, Fault::Pass | Fault::Stall | Fault::DropAnswer)
+        matches!(
+            self,
+            Fault::Pass | Fault::Stall | Fault::DropAnswer | Fault::Slow { .. }
+        )
+    }
+
+    /// How long to hold back a chunk of the server's answer: random in `min..=max` under
+    /// `Slow`, else nothing.
+    fn hold(self) -> Duration {
+        match self {
+            Fault::Slow { min, max } if max > min => {
+                let span = (max - min).as_nanos();
+                let pick = uuid::Uuid::new_v4().as_u128() % (span + 1);
+                min + Duration::from_nanos(u64::try_from(pick).unwrap_or(u64::MAX))
+            }
+            Fault::Slow { min, .. } => min,
+            _ => Duration::ZERO,
+        }
     }
 }
 
@@ -455,6 +484,9 @@ async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
     let mut server: Option<TcpStream> = None;
     let mut up = Lane::default();
     let mut down = Lane::default();
+    // Under `Slow`: chunks of the server's answers, each with when it may reach the client.
+    let mut held: std::collections::VecDeque<(tokio::time::Instant, Vec<u8>)> =
+        std::collections::VecDeque::new();
     let mut up_buf = vec![0u8; BUFFER];
     let mut down_buf = vec![0u8; BUFFER];
 
@@ -486,7 +518,7 @@ async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
         // Handle what was read, under the fault in force now.
         if !up.idle() {
             match now {
-                Fault::Pass | Fault::DropAnswer => {
+                Fault::Pass | Fault::DropAnswer | Fault::Slow { .. } => {
                     let Some(s) = server.as_mut() else { return };
                     if !up.pending.is_empty() {
                         let allowed = shared.take_up(up.pending.len());
@@ -514,9 +546,42 @@ async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
                 Fault::Dark | Fault::Reset => {}
             }
         }
-        if !down.idle() {
+        // Under `Slow`, what the server sent waits its turn; what is due (all of it once the
+        // fault is `Pass` again) goes to the client in order.
+        if let Fault::Slow { .. } = now
+            && !down.pending.is_empty()
+        {
+            let due = tokio::time::Instant::now() + now.hold();
+            // In order: never before the chunk ahead of it.
+            let due = held.back().map_or(due, |(ahead, _)| due.max(*ahead));
+            held.push_back((due, std::mem::take(&mut down.pending)));
+        }
+        if now.forwards_down()
+            && let Some((due, _)) = held.front()
+            && (now == Fault::Pass || *due <= tokio::time::Instant::now())
+        {
+            if let Some((_, chunk)) = held.pop_front() {
+                match write_or_reset(&mut client, &chunk, &mut fault).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        held.push_front((tokio::time::Instant::now(), chunk));
+                        continue;
+                    }
+                    Err(_) => return,
+                }
+                shared
+                    .bytes_down
+                    .fetch_add(chunk.len() as u64, Ordering::SeqCst);
+            }
+            continue;
+        }
+        if matches!(now, Fault::Stall | Fault::DropAnswer) && !held.is_empty() {
+            held.clear();
+            down.lost = true;
+        }
+        if !down.idle() && held.is_empty() {
             match now {
-                Fault::Pass => {
+                Fault::Pass | Fault::Slow { .. } => {
                     if !down.pending.is_empty() {
                         let n = down.pending.len();
                         match write_or_reset(&mut client, &down.pending, &mut fault).await {
@@ -540,13 +605,18 @@ async fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
                 Fault::Dark | Fault::Reset => {}
             }
         }
-        if up.eof_delivered && down.eof_delivered && now == Fault::Pass {
+        if up.eof_delivered && down.eof_delivered && held.is_empty() && now.forwards_down() {
             return;
         }
 
         let read_client = now.reads() && up.pending.is_empty() && !up.eof;
         let read_server = now.reads() && down.pending.is_empty() && !down.eof;
+        let next_due = held
+            .front()
+            .map(|(due, _)| *due)
+            .filter(|_| now.forwards_down());
         tokio::select! {
+            () = tokio::time::sleep_until(next_due.unwrap_or_else(tokio::time::Instant::now)), if next_due.is_some() => {}
             changed = fault.changed() => {
                 if changed.is_err() {
                     return;

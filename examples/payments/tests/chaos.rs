@@ -27,6 +27,13 @@
 //! changes on every delivery, so no redelivery is ever recognized; the credit still commits
 //! with the completion) must show double credits, proving the checks can fail.
 //!
+//! Before all that, for each networked store, the dark and slow figures (`chaos/dark.rs`): 60
+//! payments on a store that goes silent right after the start-up check, as `payments invoke`
+//! (no deadline) and as the `consumer` under a Lambda deadline: every message reported for
+//! retry (those not started at once, "store dark"), healed, each credited exactly once; and 60
+//! on a store that answers every call late, under its timeout: all processed. The time each
+//! took is printed beside the bound (one store timeout plus 1 s).
+//!
 //! Not run by plain `cargo test` (it prints a skip line): `SQS_CLAIM_CHAOS=1` turns it on.
 //!
 //! | variable | default | meaning |
@@ -39,6 +46,7 @@
 //! | `CHAOS_WORKERS` | `4` | invocations at once |
 //! | `CHAOS_BUDGET_MS` | `4000` | each invocation's deadline, from its start |
 //! | `CHAOS_FAULTS` | `1` | `0`: kills and stops only, no store faults |
+//! | `CHAOS_DARK` | `1` | the dark and slow figures first; `0` skips them, `only` runs nothing else |
 //!
 //! Servers: `SQS_CLAIM_POSTGRES_URL`, `SQS_CLAIM_REDIS_URL`, `AWS_ENDPOINT_URL_DYNAMODB` (and
 //! the AWS credentials of `.standins/env`). Every run uses tables and keys of its own and
@@ -48,12 +56,16 @@ use std::process::ExitCode;
 
 // The harness's parts, in `chaos/`.
 mod chaos {
+    pub(crate) mod dark;
     pub(crate) mod driver;
     pub(crate) mod stores;
     pub(crate) mod worker;
 }
 
-use chaos::{driver, stores, worker};
+// The example app's test support: the `consumer` binary under the fake Runtime API.
+mod support;
+
+use chaos::{dark, driver, stores, worker};
 
 use driver::{Config, Mode};
 use stores::Kind;
@@ -155,7 +167,34 @@ fn drive(cfg: Config, control_secs: u64, stores: &[Kind], seed: u64) -> ExitCode
     );
     let mut failed = Vec::new();
     let mut runs = 0usize;
-    for &kind in stores {
+    let dark_mode = std::env::var("CHAOS_DARK").unwrap_or_default();
+    if dark_mode.trim() != "0" {
+        for &kind in stores {
+            if kind == Kind::Sqlite {
+                println!("chaos dark/slow sqlite: skipped (embedded: no network to go dark)");
+                continue;
+            }
+            runs += 1;
+            let figures = runtime.block_on(dark::run(kind));
+            for line in &figures.lines {
+                println!("{line}");
+            }
+            if figures.violations.is_empty() {
+                println!("  ok");
+            } else {
+                for v in &figures.violations {
+                    println!("  VIOLATION: {v}");
+                }
+                failed.push(format!("{} [dark/slow]", kind.name()));
+            }
+        }
+    }
+    let chaos_stores = if dark_mode.trim() == "only" {
+        &[][..]
+    } else {
+        stores
+    };
+    for &kind in chaos_stores {
         for (mode, secs) in [(Mode::Dedup, cfg.secs), (Mode::Control, control_secs)] {
             if mode == Mode::Control && secs == 0 {
                 println!(

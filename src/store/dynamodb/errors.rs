@@ -101,11 +101,19 @@ where
             cause.to_string()
         }
     };
-    if detail.is_empty() {
+    // No reply within the client's timeouts (the operation's, or an attempt's or the connect's
+    // surfacing as a dispatch failure): the endpoint is silent, not answering with an error.
+    let silent = match &e {
+        SdkError::TimeoutError(_) => true,
+        SdkError::DispatchFailure(d) => d.is_timeout(),
+        _ => false,
+    };
+    let error = if detail.is_empty() {
         Error::new(kind, what)
     } else {
         Error::with_source(kind, what, detail)
-    }
+    };
+    if silent { error.no_answer() } else { error }
 }
 
 /// How far a request that failed in dispatch got.

@@ -329,7 +329,8 @@ impl PostgresStore {
                     self.call_timeout.as_millis(),
                     self.sql.table
                 ),
-            )),
+            )
+            .no_answer()),
         }
     }
 
@@ -366,16 +367,27 @@ impl PostgresStore {
                     self.call_timeout.as_millis(),
                     self.sql.table
                 ),
-            ),
-            other => Error::with_source(
-                ErrorKind::StoreUnavailable,
-                format!(
-                    "no PostgreSQL connection available for table {:?}; check that the database \
-                     is up and reachable, and the pool size against max_connections",
-                    self.sql.table
-                ),
-                other,
-            ),
+            )
+            .no_answer(),
+            other => {
+                // Every pooled connection busy past the bound: the calls on them have not
+                // answered either.
+                let waited = matches!(
+                    other,
+                    PoolError::Timeout(deadpool_postgres::TimeoutType::Wait)
+                );
+                let e = Error::with_source(
+                    ErrorKind::StoreUnavailable,
+                    format!(
+                        "no PostgreSQL connection available for table {:?}; check that the \
+                         database is up and reachable, and the pool size against \
+                         max_connections",
+                        self.sql.table
+                    ),
+                    other,
+                );
+                if waited { e.no_answer() } else { e }
+            }
         })
     }
 

@@ -21,11 +21,14 @@ pub(super) fn map_err(op: &str, key: &str, e: RedisError) -> Error {
         || e.code() == Some("BUSY");
     let key = short(key);
     if transient {
-        Error::with_source(
+        let silent = e.is_timeout();
+        let e = Error::with_source(
             ErrorKind::StoreUnavailable,
             format!("Redis unavailable during {op} {key:?}; check the server and the network"),
             e,
-        )
+        );
+        // No reply within the connection's response timeout: the server is silent.
+        if silent { e.no_answer() } else { e }
     } else {
         Error::with_source(
             ErrorKind::StoreRejected,
