@@ -468,3 +468,58 @@ async fn a_failure_queue_or_a_redelivery_is_refused() {
     assert_eq!(e.kind(), sqs_claim::ErrorKind::Config);
     assert!(e.to_string().contains("event source mapping"), "{e}");
 }
+
+/// The events ministack's stream mappings sent (events/streams/): the Kinesis batch's third
+/// record is not JSON, so it alone is reported; the DynamoDB batch succeeds, keyed by eventID.
+#[tokio::test]
+async fn the_captured_events_answer_as_documented() {
+    let read = |name: &str| -> Value {
+        let path = format!("{}/events/streams/{name}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    };
+    let keys: Arc<Mutex<Vec<String>>> = Arc::default();
+    let handler = {
+        let keys = Arc::clone(&keys);
+        tower::service_fn(move |msg: Message| {
+            keys.lock()
+                .unwrap()
+                .push(msg.key().unwrap_or("").to_owned());
+            let decoded = msg.json::<Value>();
+            async move { decoded.map(|_| ()) }
+        })
+    };
+    let kinesis =
+        Kinesis::new(Processor::builder(MemoryStore::new(), handler.clone()).namespace("k"))
+            .unwrap();
+    let response = kinesis
+        .process(LambdaEvent::new(read("kinesis.json"), Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(response).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": "000000017963183600620000000007"}]})
+    );
+    assert_eq!(
+        keys.lock().unwrap()[0],
+        "k#shardId-000000000000:000000017963183600620000000005"
+    );
+    keys.lock().unwrap().clear();
+    let ddb = DynamoDbStreams::new(Processor::builder(MemoryStore::new(), handler).namespace("d"))
+        .unwrap();
+    let response = ddb
+        .process(LambdaEvent::new(read("dynamodb.json"), Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(response).unwrap(),
+        json!({"batchItemFailures": []})
+    );
+    assert_eq!(
+        *keys.lock().unwrap(),
+        vec![
+            "d#d62d8b0c-3e30-4608-91db-e82d7212f99c",
+            "d#6c3b1e44-825e-4d3f-ac5b-54bc33c3fb0c",
+            "d#71ea6128-2485-4d54-9f32-7445cf1592d0"
+        ]
+    );
+}
