@@ -199,6 +199,9 @@ pub struct EventsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/retries.md")]
 pub struct RetriesDoctests;
+#[cfg(all(doctest, feature = "streams", feature = "dynamodb"))]
+#[doc = include_str!("../docs/streams.md")]
+pub struct StreamsDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

@@ -3,7 +3,7 @@
 //!
 //! A stream consumer is the SQS processor in its FIFO mode with the group = the shard and the
 //! record's identifier = its sequence number: each record is handed to your handler as a
-//! [`Message`](crate::Message), claimed under its key, run, completed (with the handler's
+//! [`Message`], claimed under its key, run, completed (with the handler's
 //! effects, one-shot or not) under the same deadline, metrics, spans and fail-fast on a store
 //! gone dark as an SQS batch. What differs is the response:
 //!
@@ -28,14 +28,14 @@
 //!   a stream record (DynamoDB Streams) fails alone, never the batch: as the first failure of
 //!   its shard it stops the shard, so it is retried (and at last given up on by the mapping)
 //!   with the records after it. A body that is not the JSON the handler wants fails its record
-//!   the same way ([`Message::json`](crate::Message::json)). Only a record without a sequence
+//!   the same way ([`Message::json`]). Only a record without a sequence
 //!   number fails the whole invocation: it cannot be named in the response.
 //!
-//! What the handler sees: [`Message::id`](crate::Message::id) is the `eventID`,
-//! [`Message::group_id`](crate::Message::group_id) the shard (Kinesis, from the `eventID`) or
+//! What the handler sees: [`Message::id`] is the `eventID`,
+//! [`Message::group_id`] the shard (Kinesis, from the `eventID`) or
 //! the stream's ARN (DynamoDB Streams, whose records do not name their shard: a Lambda batch
-//! comes from one shard), [`Message::body`](crate::Message::body) the payload above, and
-//! [`Message::sqs`](crate::Message::sqs) the record's metadata as attributes
+//! comes from one shard), [`Message::body`] the payload above, and
+//! [`Message::sqs`] the record's metadata as attributes
 //! (`SequenceNumber`, `PartitionKey` and `ApproximateArrivalTimestamp` for Kinesis,
 //! `SequenceNumber` and `eventName` for DynamoDB Streams).
 //!
