@@ -523,6 +523,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn gives_up_by_record_age() {
+        let mut stream = Stream::kinesis("s");
+        let seqs: Vec<String> = (0..3)
+            .map(|i| stream.put("shard-1", &json!({"n": i})))
+            .collect();
+        let mapping = Mapping {
+            max_record_age: Some(Duration::from_secs(10)),
+            ..Mapping::default()
+        };
+        let first = seqs[0].clone();
+        let drained = mapping
+            .drain(&stream, |_| {
+                let first = first.clone();
+                async move { Ok(json!({"batchItemFailures": [{"itemIdentifier": first}]})) }
+            })
+            .await;
+        // Records arrived at 1..3 s, the first batch goes at 4 s, one more each second: the
+        // first record is 11 s old (past 10) when the ninth would go.
+        assert_eq!(drained.invocations, 8);
+        assert_eq!(drained.on_failure.len(), 1);
+        assert_eq!(drained.on_failure[0].condition, "RecordAgeExceeded");
+        assert_eq!(drained.given_up(&stream), seqs);
+    }
+
+    #[tokio::test]
     async fn bisects_a_failing_batch() {
         let mut stream = Stream::dynamodb("t");
         let seqs: Vec<String> = (0..4)
