@@ -86,6 +86,7 @@
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
 //! | `settings` | no | `settings`: a consumer's settings from the `SQS_CLAIM_*` variables (`Settings`), the store URLs (`StoreUrl`), the table of the variables (`VARIABLES`); turns on `dynamodb` |
+//! | `streams` | no | `stream`: Kinesis Data Streams and DynamoDB Streams consumers on the same claim core, in order per shard, answering the streams' partial batch response (docs/streams.md) |
 //! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
@@ -126,6 +127,9 @@ pub mod retry;
 #[cfg_attr(docsrs, doc(cfg(feature = "settings")))]
 pub mod settings;
 pub mod store;
+#[cfg(feature = "streams")]
+#[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
+pub mod stream;
 
 pub use claim::{Lease, MissingKey, PayloadCheck};
 pub use deadline::Clock;
@@ -195,10 +199,15 @@ pub struct EventsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/retries.md")]
 pub struct RetriesDoctests;
+#[cfg(all(doctest, feature = "streams", feature = "dynamodb"))]
+#[doc = include_str!("../docs/streams.md")]
+pub struct StreamsDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {
     pub use aws_lambda_events::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent, SqsMessage};
+    #[cfg(feature = "streams")]
+    pub use aws_lambda_events::streams::{DynamoDbEventResponse, KinesisEventResponse};
 }
 
 /// The DynamoDB SDK `DynamoDbStore` is built on, re-exported so a store can be given a client of

@@ -100,6 +100,10 @@ pub(crate) struct Config {
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
+    /// Set only by the stream consumers ([`crate::stream`]): every batch runs in ordered lanes
+    /// (the record's `MessageGroupId` is its shard), and a record the consumer could not
+    /// decode fails at once.
+    pub(super) stream: bool,
 }
 
 impl Config {
@@ -212,6 +216,7 @@ impl Default for Config {
             after: Steps::default(),
             metrics: None,
             one_shot: false,
+            stream: false,
         }
     }
 }
@@ -492,6 +497,29 @@ impl<S, H> ProcessorBuilder<S, H> {
             handler: tower::util::BoxCloneSyncService::new(self.handler),
             config: self.config,
         }
+    }
+
+    /// Finishes the processor for a stream consumer ([`crate::stream`]): ordered lanes per
+    /// shard, always. Refuses what only an SQS queue can do: a failure queue or per-message
+    /// redelivery delays (a stream's retries are its event source mapping's: retry attempts,
+    /// record age, bisection, its on-failure destination).
+    #[cfg(feature = "streams")]
+    pub(crate) fn build_stream(mut self, source: &str) -> Result<Processor<S, H>, crate::Error> {
+        if self.config.after.divert.is_some() || self.config.after.settle.is_some() {
+            return Err(crate::Error::new(
+                crate::ErrorKind::Config,
+                format!(
+                    "a {source} consumer cannot have a failure destination or a redelivery: a \
+                     stream has no visibility timeout and no per-record delete; its retries \
+                     are the event source mapping's (MaximumRetryAttempts, \
+                     MaximumRecordAgeInSeconds, BisectBatchOnFunctionError) and what it gives \
+                     up on goes to the mapping's on-failure destination"
+                ),
+            ));
+        }
+        self.config.stream = true;
+        self.config.fifo = FifoMode::PerGroup;
+        Ok(self.build())
     }
 
     /// Finishes the processor.

@@ -68,6 +68,10 @@ use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error};
 use plan::Plan;
 
+/// The attribute a stream consumer (`crate::stream`) sets on a record it could not decode,
+/// with why: the plan fails that record at once (read only in a stream consumer's processor).
+pub(crate) const STREAM_UNDECODABLE: &str = "sqs-claim.undecodable";
+
 struct Inner<S, H> {
     store: S,
     handler: H,

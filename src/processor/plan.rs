@@ -93,7 +93,8 @@ impl Plan {
                 ));
             }
         }
-        let lanes = is_fifo(&records).then(|| lanes(&records, config.fifo));
+        // A stream's batch is always ordered, per shard (`crate::stream`).
+        let lanes = (config.stream || is_fifo(&records)).then(|| lanes(&records, config.fifo));
 
         // First copy of each key: its index and its fingerprint.
         let mut leaders: HashMap<String, (usize, Option<String>)> = HashMap::new();
@@ -102,6 +103,21 @@ impl Plan {
         for (i, record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
             let trace_header = record.attributes.get("AWSTraceHeader").cloned();
+            if config.stream
+                && let Some(why) = record.attributes.get(super::STREAM_UNDECODABLE)
+            {
+                // The stream consumer could not decode this record: it fails alone (and, being
+                // its shard's first failure, stops its shard).
+                let failure = Failure::new(FailureKind::Handler, why.clone())
+                    .with_error_kind(Some(ErrorKind::BadBody));
+                metas.push(Meta {
+                    id,
+                    key: None,
+                    trace_header,
+                });
+                actions.push(Action::Do(Work::Fail(failure)));
+                continue;
+            }
             let read = config.read(&record, namespace);
             let payload = read.payload;
             let (key, action) = match read.key {

@@ -9,7 +9,9 @@
 //!   item first awaits the one before it in its lane, and does not start if that one stopped the
 //!   lane; a later copy of a key awaits its leader (lower index, so it already exists). A copy in
 //!   another group can drive its leader without running it out of order: the leader still waits
-//!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once.
+//!   for its own lane. A FIFO batch (at most 10 messages) polls all of them at once; a stream's
+//!   batch (`crate::stream`, up to 10,000 records) runs the same way, each item told by the one
+//!   before it whether its lane goes on (a channel, so polling never descends the lane).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,6 +20,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, join_all};
 use futures::stream::{self, StreamExt};
+use tokio::sync::oneshot;
 use tower::{Service, ServiceExt};
 use tracing::{Instrument, error, warn};
 
@@ -37,12 +40,11 @@ use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step
 use crate::store::{ClaimStore, ClaimToken, Effects};
 use crate::{BoxError, Error, ErrorKind};
 
-/// A FIFO item's result, as the items that depend on it see it.
+/// A FIFO item's result, as the later copies of its key see it (the next item of its lane
+/// is told whether the lane goes on by a channel).
 #[derive(Debug, Clone)]
 struct Done {
     outcome: Outcome,
-    /// Why the rest of the item's lane does not start, once something in it did not succeed.
-    stops_lane: Option<NotStarted>,
 }
 
 type Item<'a> = Shared<BoxFuture<'a, Done>>;
@@ -249,10 +251,19 @@ where
         stats: &BatchStats,
         liveness: &Liveness,
     ) -> Vec<Outcome> {
-        let mut previous = vec![None; actions.len()];
+        // Each item tells the next one in its lane whether the lane goes on, by a channel,
+        // not by the next one awaiting it: awaiting each other, a lane of thousands of
+        // records (a stream's batch) polled itself as deep as it was long (a stack overflow
+        // at 2,000) and in quadratic time.
+        let mut tell_next: Vec<Option<oneshot::Sender<Option<NotStarted>>>> =
+            (0..actions.len()).map(|_| None).collect();
+        let mut wait_previous: Vec<Option<oneshot::Receiver<Option<NotStarted>>>> =
+            (0..actions.len()).map(|_| None).collect();
         for lane in lanes {
             for pair in lane.windows(2) {
-                previous[pair[1]] = Some(pair[0]);
+                let (tx, rx) = oneshot::channel();
+                tell_next[pair[0]] = Some(tx);
+                wait_previous[pair[1]] = Some(rx);
             }
         }
         let skip_reason = match self.config.fifo {
@@ -262,7 +273,8 @@ where
 
         let mut items: Vec<Item<'_>> = Vec::with_capacity(actions.len());
         for (i, action) in actions.into_iter().enumerate() {
-            let before = previous[i].map(|p: usize| items[p].clone());
+            let before = wait_previous[i].take();
+            let next = tell_next[i].take();
             let id = metas[i].id.as_str();
             let outcome: BoxFuture<'_, Outcome> = match action {
                 // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
@@ -295,12 +307,16 @@ where
                 }
             };
             let item = async move {
+                // A sender dropped unsent cannot happen (every item sends before it ends);
+                // were it to, the lane stops rather than run out of order.
                 if let Some(before) = before
-                    && let Some(reason) = before.await.stops_lane
+                    && let Some(reason) = before.await.unwrap_or(Some(skip_reason))
                 {
+                    if let Some(next) = next {
+                        let _ = next.send(Some(reason));
+                    }
                     return Done {
                         outcome: Outcome::NotStarted(reason),
-                        stops_lane: Some(reason),
                     };
                 }
                 let outcome = outcome.await;
@@ -312,10 +328,10 @@ where
                     }
                     _ => skip_reason,
                 });
-                Done {
-                    outcome,
-                    stops_lane,
+                if let Some(next) = next {
+                    let _ = next.send(stops_lane);
                 }
+                Done { outcome }
             };
             items.push(item.boxed().shared());
         }

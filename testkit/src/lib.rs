@@ -57,3 +57,4 @@ pub mod store;
 #[cfg(feature = "proptest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proptest")))]
 pub mod strategies;
+pub mod stream;
