@@ -33,7 +33,7 @@ pub enum KeySource {
     /// The envelope's own id ([`Envelope`]): SNS's `MessageId`, EventBridge's `id`. Catches
     /// the envelope's redeliveries (SNS resends a notification under its first `MessageId`,
     /// and each resend is a new SQS message id), not a producer that publishes twice. Needs an
-    /// envelope that has an id ([`Envelope::has_id`]); without one every message lacks its key.
+    /// envelope that has an id (`Envelope::has_id`); without one every message lacks its key.
     EnvelopeId,
 }
 

@@ -31,14 +31,14 @@
 //! {"timestamp":"2026-12-01T03:00:00.123456Z","level":"WARN","message":"message failed","target":"sqs_claim::processor::run","message_id":"...","key":"payments#ord-1","kind":"handler_error","reason":"...","request_id":"...","requestId":"...","records":10}
 //! ```
 //!
-//! Whatever the filter says, `lambda_runtime`'s TRACE events are dropped ([`no_raw_events`]):
+//! Whatever the filter says, `lambda_runtime`'s TRACE events are dropped (`no_raw_events`):
 //! they carry whole raw events, message bodies included. [`Logging::init`] drops them for the
 //! whole process (a global filter), not only for its own layer: `lambda_runtime` 1.5 reads
 //! each raw event as UTF-8 *to log it*, and when that log line is enabled anywhere, a payload
 //! that is not UTF-8 ends its runtime loop (the error of the log line is returned out of the
 //! loop) instead of failing that one invocation. Disabled, the event is never formatted, and
 //! `lambda_runtime` answers such a payload with an invocation error and goes on. A subscriber
-//! of your own must keep that line disabled too: add [`no_raw_events`] to it as a global
+//! of your own must keep that line disabled too: add `no_raw_events` to it as a global
 //! filter (`registry().with(no_raw_events()).with(...)`), not only as a layer's filter.
 
 use std::fmt;
@@ -71,7 +71,7 @@ pub fn init() -> Result<(), Error> {
 /// to a layer of your own with `.with_filter(no_raw_events())`. A separate filter rather than
 /// an `EnvFilter` directive, which a more specific directive (`lambda_runtime::x=trace`) would
 /// override.
-pub fn no_raw_events() -> FilterFn {
+pub(crate) fn no_raw_events() -> FilterFn {
     FilterFn::new(is_not_raw_event as fn(&Metadata<'_>) -> bool)
 }
 
@@ -191,7 +191,7 @@ impl Logging {
         self.format.unwrap_or(self.default_format)
     }
 
-    /// The filter in `EnvFilter` syntax (before the ceiling and [`no_raw_events`]).
+    /// The filter in `EnvFilter` syntax (before the ceiling and `no_raw_events`).
     pub fn filter(&self) -> &str {
         &self.directives
     }

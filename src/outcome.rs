@@ -224,7 +224,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// The error kind of the same meaning, for the kinds both taxonomies have (see
-    /// [`FailureKind::SHARED`]); `None` for a failure only a message can have (the handler's
+    /// `FailureKind::SHARED`); `None` for a failure only a message can have (the handler's
     /// error or timeout).
     ///
     /// ```
@@ -247,7 +247,7 @@ impl FailureKind {
     /// [`From<ErrorKind>`](#impl-From%3CErrorKind%3E-for-FailureKind). The names users see stay
     /// each taxonomy's own ([`FailureKind::as_str`], [`ErrorKind::as_str`]): they are the same
     /// but for [`FailureKind::Panicked`], `handler_panic`, which is `panicked` as an error.
-    pub const SHARED: &'static [(FailureKind, ErrorKind)] = &[
+    pub(crate) const SHARED: &'static [(FailureKind, ErrorKind)] = &[
         (FailureKind::Panicked, ErrorKind::Panicked),
         (FailureKind::MissingKey, ErrorKind::MissingKey),
         (FailureKind::PayloadMismatch, ErrorKind::PayloadMismatch),
@@ -291,7 +291,7 @@ impl FailureKind {
 
 impl From<ErrorKind> for FailureKind {
     /// The failure of a message whose store step (claim, completion, one-shot write) failed
-    /// with an error of `kind`: the failure kind beside it in [`FailureKind::SHARED`], else
+    /// with an error of `kind`: the failure kind beside it in `FailureKind::SHARED`, else
     /// [`FailureKind::StoreRejected`] (the store refused the request for a reason retrying
     /// will not fix). The processor maps every store error through this, and only this.
     ///

@@ -154,10 +154,10 @@ pub struct Backoff {
 
 impl Backoff {
     /// The longest visibility timeout SQS accepts: 12 hours.
-    pub const MAX: Duration = Duration::from_secs(12 * 3600);
+    pub(crate) const MAX: Duration = Duration::from_secs(12 * 3600);
 
     /// `first` after the first receive fails, doubling on each later one, at most `cap`
-    /// (itself at most [`Backoff::MAX`]), with jitter.
+    /// (itself at most `Backoff::MAX`), with jitter.
     pub fn exponential(first: Duration, cap: Duration) -> Self {
         let cap = cap.min(Self::MAX);
         Backoff {
@@ -168,7 +168,7 @@ impl Backoff {
         }
     }
 
-    /// The same delay after every receive, without jitter (at most [`Backoff::MAX`]).
+    /// The same delay after every receive, without jitter (at most `Backoff::MAX`).
     pub fn fixed(delay: Duration) -> Self {
         let delay = delay.min(Self::MAX);
         Backoff {

@@ -486,17 +486,22 @@ fn which_kinds_are_permanent_is_configurable() {
     use sqs_claim::processor::Permanent;
     use sqs_claim::{ErrorKind, FailureKind};
     assert_eq!(
-        Permanent::parse("default").expect("parses"),
+        "default".parse::<Permanent>().expect("parses"),
         Permanent::default()
     );
-    assert_eq!(Permanent::parse("off").expect("parses"), Permanent::none());
     assert_eq!(
-        Permanent::parse(" payload_mismatch , bad_body ").expect("parses"),
+        "off".parse::<Permanent>().expect("parses"),
+        Permanent::none()
+    );
+    assert_eq!(
+        " payload_mismatch , bad_body "
+            .parse::<Permanent>()
+            .expect("parses"),
         Permanent::none()
             .failure_kind(FailureKind::PayloadMismatch)
             .error_kind(ErrorKind::BadBody)
     );
-    let e = Permanent::parse("bad_bodies").expect_err("not a kind");
+    let e = "bad_bodies".parse::<Permanent>().expect_err("not a kind");
     assert_eq!(e.kind(), ErrorKind::Config);
     assert!(e.to_string().contains("bad_bodies"), "{e}");
 }

@@ -144,7 +144,7 @@ pub enum ApiGatewayRequest {
 }
 
 impl ApiGatewayRequest {
-    /// The body as API Gateway sent it (base64 when [`is_base64_encoded`](Self::is_base64_encoded)).
+    /// The body as API Gateway sent it (base64 when `is_base64_encoded`).
     pub fn body(&self) -> Option<&str> {
         match self {
             ApiGatewayRequest::Rest(r) => r.body.as_deref(),
@@ -167,7 +167,7 @@ impl ApiGatewayRequest {
     }
 
     /// Whether API Gateway base64-encoded the body.
-    pub fn is_base64_encoded(&self) -> bool {
+    pub(crate) fn is_base64_encoded(&self) -> bool {
         match self {
             ApiGatewayRequest::Rest(r) => r.is_base64_encoded,
             ApiGatewayRequest::Http(r) => r.is_base64_encoded,

@@ -98,10 +98,13 @@ pub struct FailureDestination {
 ///
 /// // bad_body, missing_key, payload_mismatch, and what the handler marks
 /// let p = Permanent::default();
-/// assert!(p.covers_error_kind(ErrorKind::BadBody));
+/// assert!(!p.is_none());
 /// let mine = Permanent::none().failure_kind(FailureKind::PayloadMismatch).marked(true);
-/// assert!(!mine.covers_error_kind(ErrorKind::BadBody));
-/// assert_eq!(Permanent::parse("bad_body,permanent").unwrap(), Permanent::none().error_kind(ErrorKind::BadBody).marked(true));
+/// assert_ne!(mine, p);
+/// assert_eq!(
+///     "bad_body,permanent".parse::<Permanent>().unwrap(),
+///     Permanent::none().error_kind(ErrorKind::BadBody).marked(true)
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permanent {
@@ -110,7 +113,7 @@ pub struct Permanent {
     marked: bool,
 }
 
-/// [`Permanent::parse`].
+/// The list `SQS_CLAIM_DEAD_LETTER_AT_ONCE` takes: `default`, `off`, or kinds separated by commas.
 impl std::str::FromStr for Permanent {
     type Err = crate::Error;
 
@@ -173,7 +176,7 @@ impl Permanent {
     /// kinds ([`FailureKind::as_str`]: `payload_mismatch`, ...), error kinds
     /// ([`ErrorKind::as_str`]: `bad_body`, ...), `permanent` (what the handler marks),
     /// `default` (those of [`Permanent::default`]), or `off` alone for none.
-    pub fn parse(list: &str) -> Result<Permanent, crate::Error> {
+    pub(crate) fn parse(list: &str) -> Result<Permanent, crate::Error> {
         let mut p = Permanent::none();
         for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             p = match word {
@@ -213,13 +216,8 @@ impl Permanent {
         self.failure_kinds.is_empty() && self.error_kinds.is_empty() && !self.marked
     }
 
-    /// Whether handler errors of `kind` are permanent.
-    pub fn covers_error_kind(&self, kind: ErrorKind) -> bool {
-        self.error_kinds.contains(&kind)
-    }
-
     /// Whether `failure` is permanent under this policy.
-    pub fn covers(&self, failure: &Failure) -> bool {
+    pub(crate) fn covers(&self, failure: &Failure) -> bool {
         (self.marked && failure.permanent)
             || self.failure_kinds.contains(&failure.kind)
             || (failure.kind == FailureKind::Handler

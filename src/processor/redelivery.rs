@@ -170,7 +170,7 @@ impl Redelivery {
     }
 
     /// The backoff failures of `kind` get.
-    pub fn policy(&self, kind: FailureKind) -> &Backoff {
+    pub(crate) fn policy(&self, kind: FailureKind) -> &Backoff {
         self.per_kind
             .iter()
             .find(|(k, _)| *k == kind)

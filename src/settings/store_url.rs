@@ -58,7 +58,7 @@ pub struct ServerUrl(String);
 
 impl ServerUrl {
     /// The URL, password included, to connect with.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
