@@ -9,7 +9,7 @@
 use aws_lambda_events::sqs::SqsMessage;
 use sha2::{Digest, Sha256};
 
-use crate::envelope::Envelope;
+use crate::Envelope;
 use crate::{Error, ErrorKind};
 
 /// Where the idempotency key of a message comes from.

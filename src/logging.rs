@@ -191,16 +191,6 @@ impl Logging {
         self.format.unwrap_or(self.default_format)
     }
 
-    /// The filter in `EnvFilter` syntax (before the ceiling and `no_raw_events`).
-    pub fn filter(&self) -> &str {
-        &self.directives
-    }
-
-    /// The most verbose level written (`AWS_LAMBDA_LOG_LEVEL`), if set.
-    pub fn ceiling(&self) -> Option<LevelFilter> {
-        self.ceiling
-    }
-
     /// The set-up as a layer writing to stdout (or stderr), its filters included, to add to a
     /// registry beside layers of your own (OpenTelemetry, say).
     pub fn layer<S>(&self) -> Box<dyn Layer<S> + Send + Sync + 'static>
@@ -462,7 +452,7 @@ mod tests {
     fn lambda_controls_then_rust_log() {
         let l = from(&[]);
         assert_eq!(
-            (l.format(), l.filter(), l.ceiling()),
+            (l.format(), l.directives.as_str(), l.ceiling),
             (LogFormat::Text, "info", None)
         );
         assert_eq!(
@@ -475,8 +465,8 @@ mod tests {
             ("AWS_LAMBDA_LOG_LEVEL", "WARN"),
         ]);
         assert_eq!(l.format(), LogFormat::Json);
-        assert_eq!(l.filter(), "warn");
-        assert_eq!(l.ceiling(), Some(LevelFilter::WARN));
+        assert_eq!(l.directives, "warn");
+        assert_eq!(l.ceiling, Some(LevelFilter::WARN));
         // The environment's format wins over the caller's default.
         let l = from(&[("AWS_LAMBDA_LOG_FORMAT", "Text")]).default_format(LogFormat::Json);
         assert_eq!(l.format(), LogFormat::Text);
@@ -486,10 +476,10 @@ mod tests {
             ("AWS_LAMBDA_LOG_LEVEL", "info"),
             ("RUST_LOG", "sqs_claim=debug,warn"),
         ]);
-        assert_eq!(l.filter(), "sqs_claim=debug,warn");
-        assert_eq!(l.ceiling(), Some(LevelFilter::INFO));
+        assert_eq!(l.directives, "sqs_claim=debug,warn");
+        assert_eq!(l.ceiling, Some(LevelFilter::INFO));
         assert_eq!(
-            from(&[("AWS_LAMBDA_LOG_LEVEL", "FATAL")]).ceiling(),
+            from(&[("AWS_LAMBDA_LOG_LEVEL", "FATAL")]).ceiling,
             Some(LevelFilter::ERROR)
         );
     }
@@ -502,8 +492,8 @@ mod tests {
             ("RUST_LOG", "sqs_claim=lots"),
         ]);
         assert_eq!(l.format(), LogFormat::Text);
-        assert_eq!(l.ceiling(), None);
-        assert_eq!(l.filter(), "info");
+        assert_eq!(l.ceiling, None);
+        assert_eq!(l.directives, "info");
         assert_eq!(l.notes.len(), 3, "{:?}", l.notes);
         assert!(l.notes.iter().any(|n| n.contains("RUST_LOG")));
         // An empty value is unset, not an error.

@@ -151,11 +151,11 @@ pub struct Failure {
     /// The report's `detail` shows it in brackets: `handler_error: [bad_body] ...`.
     pub error_kind: Option<ErrorKind>,
     /// The delay the handler asked for before the message comes back
-    /// ([`Retry::after`](crate::retry::Retry::after)), used by `Redelivery` (feature `sqs`)
+    /// ([`Retry::after`](crate::Retry::after)), used by `Redelivery` (feature `sqs`)
     /// instead of its backoff.
     pub retry_after: Option<std::time::Duration>,
     /// Whether the failure is known to be permanent: marked by the handler
-    /// ([`Retry::permanent`](crate::retry::Retry::permanent)), or, once the message went to the
+    /// ([`Retry::permanent`](crate::Retry::permanent)), or, once the message went to the
     /// failure destination at once, counted permanent by its `Permanent` policy.
     pub permanent: bool,
     /// Whether this message's claim is kept until its lease lapses (a handler cancelled by
@@ -259,7 +259,7 @@ impl FailureKind {
     ];
 
     /// Every kind, in the order they are declared.
-    pub const ALL: &'static [FailureKind] = &[
+    pub(crate) const ALL: &'static [FailureKind] = &[
         FailureKind::Handler,
         FailureKind::Panicked,
         FailureKind::MissingKey,

@@ -91,7 +91,7 @@ impl std::str::FromStr for HashFunction {
 
 impl HashFunction {
     /// Lowercase hex digest of `bytes`, as Python's `hexdigest()` writes it.
-    pub fn hex(self, bytes: &[u8]) -> String {
+    pub(crate) fn hex(self, bytes: &[u8]) -> String {
         match self {
             HashFunction::Md5 => {
                 use md5::Digest as _;

@@ -57,7 +57,7 @@ impl RetryPolicy {
     }
 
     /// The delay before retry number `retry` (0 for the first retry), jitter included.
-    pub fn delay(&self, retry: u32) -> Duration {
+    pub(crate) fn delay(&self, retry: u32) -> Duration {
         let step = self
             .first
             .saturating_mul(2u32.saturating_pow(retry.min(31)))
@@ -309,7 +309,7 @@ impl Retry {
     }
 
     /// The delay asked for, if any.
-    pub fn delay(&self) -> Option<Duration> {
+    pub(crate) fn delay(&self) -> Option<Duration> {
         match self.when {
             RetryWhen::After(d) => Some(d),
             RetryWhen::Never => None,

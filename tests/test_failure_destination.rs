@@ -322,7 +322,7 @@ async fn payments(msg: sqs_claim::Message) -> Result<(), sqs_claim::BoxError> {
     let p: Payment = msg.json()?;
     let why = |m: &str| sqs_claim::Error::new(sqs_claim::ErrorKind::Other, m.to_owned());
     match p.amount {
-        0 => Err(sqs_claim::retry::Retry::permanent(why("declined: amount 0")).into()),
+        0 => Err(sqs_claim::Retry::permanent(why("declined: amount 0")).into()),
         -1 => Err(why("provider down").into()),
         _ => Ok(()),
     }

@@ -175,7 +175,7 @@ impl ApiGatewayRequest {
     }
 
     /// The HTTP method (`POST`, ...).
-    pub fn method(&self) -> &str {
+    pub(crate) fn method(&self) -> &str {
         match self {
             ApiGatewayRequest::Rest(r) => r.http_method.as_str(),
             ApiGatewayRequest::Http(r) => r.request_context.http.method.as_str(),
@@ -183,7 +183,7 @@ impl ApiGatewayRequest {
     }
 
     /// The request path.
-    pub fn path(&self) -> Option<&str> {
+    pub(crate) fn path(&self) -> Option<&str> {
         match self {
             ApiGatewayRequest::Rest(r) => r.path.as_deref(),
             ApiGatewayRequest::Http(r) => r.raw_path.as_deref(),

@@ -27,7 +27,7 @@
 //!
 //! **At once** ([`FailureDestination::at_once`]): a failure known to be permanent (a body that
 //! does not parse, a payload mismatch, an error the handler marks with
-//! [`Retry::permanent`](crate::retry::Retry::permanent): see [`Permanent`]) is sent on any
+//! [`Retry::permanent`](crate::Retry::permanent): see [`Permanent`]) is sent on any
 //! receive, its first included, instead of being retried until its last: retrying cannot fix
 //! it. Its outcome is then [`Outcome::DeadLettered`] with [`Failure::permanent`] set; a failed
 //! send leaves it reported for retry, as above. Off by default.
@@ -127,7 +127,7 @@ impl Default for Permanent {
     /// [`Message::json`](crate::Message::json)), or before it, when the key is read from the
     /// body ([`FailureKind::MissingKey`]: a message without its key never gets one on a
     /// retry); a payload mismatch ([`FailureKind::PayloadMismatch`]); and any error the handler
-    /// marks ([`Retry::permanent`](crate::retry::Retry::permanent)).
+    /// marks ([`Retry::permanent`](crate::Retry::permanent)).
     fn default() -> Self {
         Permanent::none()
             .error_kind(ErrorKind::BadBody)
@@ -166,7 +166,7 @@ impl Permanent {
     }
 
     /// Whether a failure the handler marks with
-    /// [`Retry::permanent`](crate::retry::Retry::permanent) is permanent.
+    /// [`Retry::permanent`](crate::Retry::permanent) is permanent.
     pub fn marked(mut self, on: bool) -> Self {
         self.marked = on;
         self
@@ -314,11 +314,6 @@ impl FailureDestination {
         self
     }
 
-    /// Which failures go at once ([`at_once`](Self::at_once)).
-    pub fn permanent(&self) -> &Permanent {
-        &self.at_once
-    }
-
     /// A failed message is sent when its `ApproximateReceiveCount` is at least `n`: set it to
     /// the source queue's `maxReceiveCount`, so the destination takes exactly the messages
     /// the DLQ would. A lower value diverts messages that still had retries left; a higher
@@ -327,16 +322,6 @@ impl FailureDestination {
     pub fn after_receives(mut self, n: u32) -> Self {
         self.max_receives = n.max(1);
         self
-    }
-
-    /// The destination queue's URL.
-    pub fn queue_url(&self) -> &str {
-        self.publisher.queue_url()
-    }
-
-    /// The receive count from which a failed message is sent.
-    pub fn max_receives(&self) -> u32 {
-        self.max_receives
     }
 
     /// Whether a record received `receive_count` times is a candidate: on its last allowed

@@ -138,11 +138,6 @@ where
         self.inner.concurrency()
     }
 
-    /// The lease policy claims are taken with ([`ProcessorBuilder::lease_policy`]).
-    pub fn lease(&self) -> crate::Lease {
-        self.inner.config.terms.lease
-    }
-
     /// Whether it runs in one-shot mode ([`Processor::one_shot`]): one write per message,
     /// the claim completed with the handler's effects.
     pub fn is_one_shot(&self) -> bool {

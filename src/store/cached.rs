@@ -243,12 +243,6 @@ impl<S> CachedStore<S> {
         self.state.hits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Drops every entry: the next claim of each key asks the inner store.
-    pub fn clear(&self) {
-        let mut cache = self.cache();
-        *cache = Cache::default();
-    }
-
     fn cache(&self) -> MutexGuard<'_, Cache> {
         // Every change under this lock leaves the map and its byte count consistent before any
         // call that could panic: a poisoned lock is still consistent.

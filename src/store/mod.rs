@@ -229,13 +229,8 @@ impl StoredResponse {
     }
 
     /// Its length in bytes (what [`Capabilities::max_response_bytes`] bounds).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// The response's text, by value.
@@ -405,12 +400,12 @@ impl<E> Effects<E> {
     }
 
     /// Whether there are no effects.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// How many effects.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 

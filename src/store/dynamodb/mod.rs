@@ -245,12 +245,6 @@ impl DynamoDbStore {
         &self.schema
     }
 
-    /// The primary key of the item that holds `key`'s claim (to read it, or to write a business
-    /// item beside it, under the same layout).
-    pub fn item_key(&self, key: &str) -> HashMap<String, AttributeValue> {
-        self.schema.item_key(key)
-    }
-
     /// The SDK client (to build effects on other tables with the same configuration).
     pub fn client(&self) -> &Client {
         &self.client

@@ -199,11 +199,6 @@ impl PgEffect {
         self.expect_rows = Some(rows);
         self
     }
-
-    /// The SQL text.
-    pub fn sql(&self) -> &str {
-        &self.sql
-    }
 }
 
 impl std::fmt::Debug for PgEffect {
