@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{ClaimStore, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, Error, FailureKind, MemoryStore, Message, NotStarted, Outcome, Processor,

@@ -316,7 +316,7 @@ where
     /// duplicates too; a failing write changes nothing. See [`OneShot`].
     ///
     /// ```
-    /// use sqs_claim::store::memory::MemoryEffect;
+    /// use sqs_claim::store::MemoryEffect;
     /// use sqs_claim::{Effects, MemoryStore, Message, Processor};
     ///
     /// let processor = Processor::one_shot(MemoryStore::new(), |msg: &Message| {

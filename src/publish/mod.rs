@@ -261,7 +261,7 @@ impl Publisher {
     }
 
     /// The queue URL.
-    pub fn queue_url(&self) -> &str {
+    pub(crate) fn queue_url(&self) -> &str {
         &self.inner.queue_url
     }
 

@@ -51,7 +51,7 @@
 //! effects with [`AnyEffect::new`]:
 //!
 //! ```
-//! use sqs_claim::store::memory::MemoryEffect;
+//! use sqs_claim::store::MemoryEffect;
 //! use sqs_claim::store::{AnyEffect, Effects};
 //!
 //! let effects: Effects<AnyEffect> = [MemoryEffect::new(|| {}), MemoryEffect::new(|| {})]

@@ -292,7 +292,7 @@ impl PostgresStore {
     }
 
     /// Sets the client-side bound on each store call (see "Timeouts" in the module docs).
-    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+    pub(crate) fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }
