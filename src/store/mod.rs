@@ -75,11 +75,11 @@
 //!
 //! Creating the table, checking that it is ready, pruning expired records and an operator's
 //! look at one key (inspect, force-release, forget) are a second role, never on the message
-//! path: the [`StoreAdmin`] trait (`admin.rs`), which every store of this crate implements.
+//! path: the [`StoreAdmin`] trait ([`admin`]), which every store of this crate implements.
 //!
 //! # A store chosen at run time
 //!
-//! Both traits return `impl Future`, so neither is a trait object. [`BoxStore`] (`boxed.rs`)
+//! Both traits return `impl Future`, so neither is a trait object. [`BoxStore`] ([`boxed`])
 //! is their boxed form, as tower's `BoxService` is for services: any store as one type, with
 //! its effects erased to [`AnyEffect`], that every front door accepts.
 
@@ -88,9 +88,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
 
-mod admin;
-mod boxed;
-mod cached;
+pub mod admin;
+pub mod boxed;
+pub mod cached;
 mod capabilities;
 #[cfg(feature = "conformance")]
 pub mod conformance;

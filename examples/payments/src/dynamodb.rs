@@ -110,7 +110,7 @@ impl DynamoDbLedger {
     }
 
     /// The `payments init` that creates this ledger's tables: the store's `sqs-claim init`
-    /// ([`store_init_command`], which names the claims table's key layout whenever it is not
+    /// (`store_init_command`, which names the claims table's key layout whenever it is not
     /// the default) run by the app's binary, with the accounts table named whenever it is not
     /// the default, so the hint creates both tables this run looks for.
     pub fn init_command(&self) -> String {

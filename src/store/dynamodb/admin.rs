@@ -18,7 +18,7 @@ impl StoreAdmin for DynamoDbStore {
 
     /// One `DescribeTable`: the table exists, is ACTIVE, and its primary key is the configured
     /// layout's (a partition key of type S, and the sort key of type S if the layout has one).
-    /// A missing table names the [`init_command`](DynamoDbStore::init_command) that creates it.
+    /// A missing table names the `sqs-claim init` command that creates it.
     async fn check_ready(&self) -> Result<(), Error> {
         let description = describe_table(&self.client, &self.table).await?;
         if let Some(description) = &description {

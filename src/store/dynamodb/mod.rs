@@ -209,7 +209,7 @@ impl DynamoDbStore {
     /// Powertools sort-key layout.
     ///
     /// Fails with [`ErrorKind::Config`] if the schema is invalid
-    /// ([`DynamoDbKeySchema::validate`]) or a key attribute has the name of one of the
+    /// (an empty name or template, no `{key}`) or a key attribute has the name of one of the
     /// record's other attributes ([`DynamoDbAttributes`]).
     ///
     /// ```
