@@ -21,7 +21,7 @@ use tokio::time::Instant;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqs_claim::retry::RetryPolicy;
+/// use sqs_claim::RetryPolicy;
 ///
 /// // 3 retries after the first attempt, from 50 ms, never more than 1 s apart.
 /// let policy = RetryPolicy::new(3, Duration::from_millis(50)).with_cap(Duration::from_secs(1));
@@ -134,7 +134,7 @@ impl Default for RetryPolicy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqs_claim::retry::Backoff;
+/// use sqs_claim::Backoff;
 ///
 /// let policy = Backoff::exponential(Duration::from_secs(10), Duration::from_secs(600));
 /// assert_eq!(policy.step(1), Duration::from_secs(10));
@@ -269,7 +269,7 @@ impl Default for Backoff {
 /// ```
 /// use std::time::Duration;
 /// use sqs_claim::{Error, ErrorKind, Message};
-/// use sqs_claim::retry::Retry;
+/// use sqs_claim::Retry;
 ///
 /// async fn handle(msg: Message) -> Result<(), sqs_claim::BoxError> {
 ///     let _ = msg;

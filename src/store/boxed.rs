@@ -58,7 +58,7 @@
 //!     .into_iter()
 //!     .map(AnyEffect::new)
 //!     .collect();
-//! assert_eq!(effects.len(), 2);
+//! assert_eq!(effects.as_slice().len(), 2);
 //! ```
 //!
 //! An effect of another type than the inner store's (a DynamoDB write given to a boxed SQLite
