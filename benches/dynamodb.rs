@@ -175,7 +175,15 @@ async fn run_credit(input: Input, table: &str, what_if: Option<usize>) -> Result
         .await
         .map_err(|e| format!("create table: {e}"))?;
     let accounts = format!("{table}-accounts");
-    sqs_claim::store::dynamodb::create_table_with_key(store.client(), &accounts, "account")
+    // The accounts table: string partition key `account` (created as a claims table with that
+    // key layout, which is the same table shape plus a TTL attribute).
+    DynamoDbStore::from_env(&accounts)
+        .await
+        .with_key_schema(sqs_claim::store::dynamodb::DynamoDbKeySchema::partition(
+            "account", "{key}",
+        ))
+        .map_err(|e| format!("accounts layout: {e}"))?
+        .init()
         .await
         .map_err(|e| format!("create accounts table: {e}"))?;
     let builder = Processor::one_shot(store, move |m: &Message| {

@@ -62,14 +62,14 @@ pub enum Envelope {
 
 impl Envelope {
     /// Every envelope (a slice: more may come).
-    pub const ALL: &'static [Envelope] = &[
+    pub(crate) const ALL: &'static [Envelope] = &[
         Envelope::None,
         Envelope::Sns,
         Envelope::EventBridge,
         Envelope::S3,
     ];
 
-    /// The textual name (`none`, `sns`, `eventbridge`, `s3`), as [`Envelope::parse`] reads it.
+    /// The textual name (`none`, `sns`, `eventbridge`, `s3`), as `Envelope::parse` reads it.
     pub fn as_str(self) -> &'static str {
         match self {
             Envelope::None => "none",
@@ -80,7 +80,7 @@ impl Envelope {
     }
 
     /// Parses the textual form of `SQS_CLAIM_ENVELOPE`: `none`, `sns`, `eventbridge`, `s3`.
-    pub fn parse(s: &str) -> Result<Envelope, Error> {
+    pub(crate) fn parse(s: &str) -> Result<Envelope, Error> {
         let s = s.trim();
         Envelope::ALL
             .iter()
@@ -95,14 +95,14 @@ impl Envelope {
     }
 
     /// Whether the envelope carries an id of its own ([`KeySource::EnvelopeId`](crate::KeySource::EnvelopeId)).
-    pub fn has_id(self) -> bool {
+    pub(crate) fn has_id(self) -> bool {
         matches!(self, Envelope::Sns | Envelope::EventBridge)
     }
 
     /// Opens `body`: the payload and the envelope's id. The error (kind
     /// [`ErrorKind::BadBody`]) says what is wrong with the body's shape and where, never what
     /// the body holds.
-    pub fn open<'b>(self, body: &'b str) -> Result<Opened<'b>, Error> {
+    pub(crate) fn open<'b>(self, body: &'b str) -> Result<Opened<'b>, Error> {
         match self {
             Envelope::None => Ok(Opened {
                 payload: Cow::Borrowed(body),
@@ -234,19 +234,19 @@ impl FromStr for Envelope {
 /// An opened body: the payload and the envelope's id, borrowed from the body where they can
 /// be (an SNS `Message` with escapes, which a JSON payload always has, is unescaped once).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Opened<'b> {
+pub(crate) struct Opened<'b> {
     payload: Cow<'b, str>,
     id: Option<Cow<'b, str>>,
 }
 
 impl<'b> Opened<'b> {
     /// The payload's text: the body, SNS's `Message`, EventBridge's `detail`, S3's record.
-    pub fn payload(&self) -> &str {
+    pub(crate) fn payload(&self) -> &str {
         &self.payload
     }
 
     /// The envelope's own id (SNS `MessageId`, EventBridge `id`), if it has one.
-    pub fn id(&self) -> Option<&str> {
+    pub(crate) fn id(&self) -> Option<&str> {
         self.id.as_deref()
     }
 

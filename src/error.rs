@@ -25,7 +25,7 @@ pub enum ErrorKind {
     /// (DynamoDB's `TransactionConflict`, a PostgreSQL serialization failure or deadlock) or
     /// throttled it inside a transaction: **nothing was written**, and the same write can be
     /// sent again at once. The claim core retries it with backoff under the contention
-    /// [`RetryPolicy`](crate::retry::RetryPolicy) inside the time budget, so a caller sees it
+    /// [`RetryPolicy`](crate::RetryPolicy) inside the time budget, so a caller sees it
     /// only when that ran out. Transient ([`Error::is_transient`]).
     Contention,
     /// The record no longer carries this claimant's token: the lease lapsed and another worker

@@ -9,7 +9,7 @@
 use aws_lambda_events::sqs::SqsMessage;
 use sha2::{Digest, Sha256};
 
-use crate::envelope::Envelope;
+use crate::Envelope;
 use crate::{Error, ErrorKind};
 
 /// Where the idempotency key of a message comes from.
@@ -33,7 +33,7 @@ pub enum KeySource {
     /// The envelope's own id ([`Envelope`]): SNS's `MessageId`, EventBridge's `id`. Catches
     /// the envelope's redeliveries (SNS resends a notification under its first `MessageId`,
     /// and each resend is a new SQS message id), not a producer that publishes twice. Needs an
-    /// envelope that has an id ([`Envelope::has_id`]); without one every message lacks its key.
+    /// envelope that has an id (`Envelope::has_id`); without one every message lacks its key.
     EnvelopeId,
 }
 

@@ -34,24 +34,24 @@
 //!
 //! Two front doors, the SQS processor and the idempotency layer, hang from one claim
 //! ([`claim`]): its policies and the steps of one attempt at a key are written once there.
-//! The modules are layered one way: [`store`] (the contract) → [`deadline`] (the time budget)
+//! The modules are layered one way: [`store`] (the contract) → `deadline` (the time budget)
 //! → [`claim`] → [`processor`] / [`idempotency`] → [`lambda`] (tests/test_layers.rs keeps it
 //! so).
 //!
 //! | step | module |
 //! |------|--------|
 //! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
-//! | body → **payload**: the envelope AWS wrapped it in (SNS, EventBridge, S3 notification) opened once, at planning; the key, the fingerprint and [`Message::payload`] read what it wraps | [`envelope`] ([`Envelope`]), [`processor`] (`config.rs`) |
+//! | body → **payload**: the envelope AWS wrapped it in (SNS, EventBridge, S3 notification) opened once, at planning; the key, the fingerprint and [`Message::payload`] read what it wraps | `envelope` ([`Envelope`]), [`processor`] (`config.rs`) |
 //! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
-//! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | [`deadline`] |
+//! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | `deadline` |
 //! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers | [`processor`] (`run.rs`) |
 //! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) and the stored record is judged against the payload ([`PayloadCheck`]): duplicate, or payload differs (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`claim`] (`attempt.rs`), [`store`] (contract) and its adapters |
 //! | how long the claim is held ([`Lease`]), what a missing key means ([`MissingKey`]) | [`claim`] |
-//! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`claim`] (`attempt.rs`, the guards), [`processor`] (`run.rs`), [`message`] |
+//! | handler: a `tower::Service<Message>`; errors, panics and timeouts caught per message | [`claim`] (`attempt.rs`, the guards), [`processor`] (`run.rs`), `message` ([`Message`]) |
 //! | complete (with the handler's atomic effects, retried under the one [`RetryPolicy`]) or release, fenced by the owner token | [`claim`] (`attempt.rs`), [`store`] |
 //! | **one-shot** (`Processor::one_shot`): effects computed first, then one atomic write claims the key completed with them ([`ClaimStore::claim_completed`]) | [`processor`] (`one_shot.rs`), [`claim`], [`store`] |
-//! | after the run: a failure on its last allowed receive, or a permanent one at once, sent with its reason to a failure queue (`FailureDestination`); each message reported for retry given its own visibility timeout: a backoff ([`Backoff`]), the handler's delay ([`Retry`]), a claim's lease end (`Redelivery`, `ChangeMessageVisibilityBatch`) | [`processor`] (`after.rs`: the steps after the batch, [`processor::AfterBatch`]; `failure_destination.rs`, `redelivery.rs`: feature `sqs`), [`retry`] |
-//! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | [`outcome`] |
+//! | after the run: a failure on its last allowed receive, or a permanent one at once, sent with its reason to a failure queue (`FailureDestination`); each message reported for retry given its own visibility timeout: a backoff ([`Backoff`]), the handler's delay ([`Retry`]), a claim's lease end (`Redelivery`, `ChangeMessageVisibilityBatch`) | [`processor`] (`after.rs`: the steps after the batch, [`processor::AfterBatch`]; `failure_destination.rs`, `redelivery.rs`: feature `sqs`), `retry` |
+//! | outcome per message → **a failure becomes an `itemIdentifier`** in [`BatchReport::response`] | `outcome` ([`Outcome`], [`BatchReport`]) |
 //! | publishing to SQS with derived deduplication ids | `publish` (feature `sqs`) |
 //! | per-batch metrics (counts, dedup hit rate, store latencies) to a sink, CloudWatch EMF lines | [`metrics`] |
 //! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
@@ -103,8 +103,8 @@
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod claim;
-pub mod deadline;
-pub mod envelope;
+mod deadline;
+mod envelope;
 mod error;
 pub mod idempotency;
 pub mod key;
@@ -112,9 +112,9 @@ pub mod lambda;
 #[cfg(feature = "logging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
 pub mod logging;
-pub mod message;
+mod message;
 pub mod metrics;
-pub mod outcome;
+mod outcome;
 mod pointer;
 #[cfg(feature = "powertools")]
 #[cfg_attr(docsrs, doc(cfg(feature = "powertools")))]
@@ -122,7 +122,7 @@ pub mod powertools;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
-pub mod retry;
+mod retry;
 #[cfg(feature = "settings")]
 #[cfg_attr(docsrs, doc(cfg(feature = "settings")))]
 pub mod settings;

@@ -31,14 +31,14 @@
 //! {"timestamp":"2026-12-01T03:00:00.123456Z","level":"WARN","message":"message failed","target":"sqs_claim::processor::run","message_id":"...","key":"payments#ord-1","kind":"handler_error","reason":"...","request_id":"...","requestId":"...","records":10}
 //! ```
 //!
-//! Whatever the filter says, `lambda_runtime`'s TRACE events are dropped ([`no_raw_events`]):
+//! Whatever the filter says, `lambda_runtime`'s TRACE events are dropped (`no_raw_events`):
 //! they carry whole raw events, message bodies included. [`Logging::init`] drops them for the
 //! whole process (a global filter), not only for its own layer: `lambda_runtime` 1.5 reads
 //! each raw event as UTF-8 *to log it*, and when that log line is enabled anywhere, a payload
 //! that is not UTF-8 ends its runtime loop (the error of the log line is returned out of the
 //! loop) instead of failing that one invocation. Disabled, the event is never formatted, and
 //! `lambda_runtime` answers such a payload with an invocation error and goes on. A subscriber
-//! of your own must keep that line disabled too: add [`no_raw_events`] to it as a global
+//! of your own must keep that line disabled too: add `no_raw_events` to it as a global
 //! filter (`registry().with(no_raw_events()).with(...)`), not only as a layer's filter.
 
 use std::fmt;
@@ -71,7 +71,7 @@ pub fn init() -> Result<(), Error> {
 /// to a layer of your own with `.with_filter(no_raw_events())`. A separate filter rather than
 /// an `EnvFilter` directive, which a more specific directive (`lambda_runtime::x=trace`) would
 /// override.
-pub fn no_raw_events() -> FilterFn {
+pub(crate) fn no_raw_events() -> FilterFn {
     FilterFn::new(is_not_raw_event as fn(&Metadata<'_>) -> bool)
 }
 
@@ -189,16 +189,6 @@ impl Logging {
     /// The format lines will be written in.
     pub fn format(&self) -> LogFormat {
         self.format.unwrap_or(self.default_format)
-    }
-
-    /// The filter in `EnvFilter` syntax (before the ceiling and [`no_raw_events`]).
-    pub fn filter(&self) -> &str {
-        &self.directives
-    }
-
-    /// The most verbose level written (`AWS_LAMBDA_LOG_LEVEL`), if set.
-    pub fn ceiling(&self) -> Option<LevelFilter> {
-        self.ceiling
     }
 
     /// The set-up as a layer writing to stdout (or stderr), its filters included, to add to a
@@ -462,7 +452,7 @@ mod tests {
     fn lambda_controls_then_rust_log() {
         let l = from(&[]);
         assert_eq!(
-            (l.format(), l.filter(), l.ceiling()),
+            (l.format(), l.directives.as_str(), l.ceiling),
             (LogFormat::Text, "info", None)
         );
         assert_eq!(
@@ -475,8 +465,8 @@ mod tests {
             ("AWS_LAMBDA_LOG_LEVEL", "WARN"),
         ]);
         assert_eq!(l.format(), LogFormat::Json);
-        assert_eq!(l.filter(), "warn");
-        assert_eq!(l.ceiling(), Some(LevelFilter::WARN));
+        assert_eq!(l.directives, "warn");
+        assert_eq!(l.ceiling, Some(LevelFilter::WARN));
         // The environment's format wins over the caller's default.
         let l = from(&[("AWS_LAMBDA_LOG_FORMAT", "Text")]).default_format(LogFormat::Json);
         assert_eq!(l.format(), LogFormat::Text);
@@ -486,10 +476,10 @@ mod tests {
             ("AWS_LAMBDA_LOG_LEVEL", "info"),
             ("RUST_LOG", "sqs_claim=debug,warn"),
         ]);
-        assert_eq!(l.filter(), "sqs_claim=debug,warn");
-        assert_eq!(l.ceiling(), Some(LevelFilter::INFO));
+        assert_eq!(l.directives, "sqs_claim=debug,warn");
+        assert_eq!(l.ceiling, Some(LevelFilter::INFO));
         assert_eq!(
-            from(&[("AWS_LAMBDA_LOG_LEVEL", "FATAL")]).ceiling(),
+            from(&[("AWS_LAMBDA_LOG_LEVEL", "FATAL")]).ceiling,
             Some(LevelFilter::ERROR)
         );
     }
@@ -502,8 +492,8 @@ mod tests {
             ("RUST_LOG", "sqs_claim=lots"),
         ]);
         assert_eq!(l.format(), LogFormat::Text);
-        assert_eq!(l.ceiling(), None);
-        assert_eq!(l.filter(), "info");
+        assert_eq!(l.ceiling, None);
+        assert_eq!(l.directives, "info");
         assert_eq!(l.notes.len(), 3, "{:?}", l.notes);
         assert!(l.notes.iter().any(|n| n.contains("RUST_LOG")));
         // An empty value is unset, not an error.

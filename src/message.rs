@@ -8,7 +8,7 @@ use crate::{Error, ErrorKind};
 /// One SQS message, as handed to the handler, with its idempotency key.
 ///
 /// The body is decoded only when the handler asks ([`Message::json`]), so one undecodable body
-/// fails that message alone. With an [`Envelope`](crate::envelope::Envelope) set on the
+/// fails that message alone. With an [`Envelope`](crate::Envelope) set on the
 /// processor, [`Message::payload`] and [`Message::json`] read what the envelope wraps (SNS's
 /// `Message`, EventBridge's `detail`, S3's record) and [`Message::body`] the raw body.
 #[derive(Clone)]
@@ -83,12 +83,6 @@ impl Message {
     /// what is left, so they give up cleanly first. `None` when the invocation has no deadline.
     pub fn stop_at(&self) -> Option<tokio::time::Instant> {
         self.stop_at
-    }
-
-    /// How long until [`stop_at`](Message::stop_at), if there is a deadline.
-    pub fn time_left(&self) -> Option<std::time::Duration> {
-        self.stop_at
-            .map(|at| at.saturating_duration_since(tokio::time::Instant::now()))
     }
 
     /// The SQS message id.

@@ -151,11 +151,11 @@ pub struct Failure {
     /// The report's `detail` shows it in brackets: `handler_error: [bad_body] ...`.
     pub error_kind: Option<ErrorKind>,
     /// The delay the handler asked for before the message comes back
-    /// ([`Retry::after`](crate::retry::Retry::after)), used by `Redelivery` (feature `sqs`)
+    /// ([`Retry::after`](crate::Retry::after)), used by `Redelivery` (feature `sqs`)
     /// instead of its backoff.
     pub retry_after: Option<std::time::Duration>,
     /// Whether the failure is known to be permanent: marked by the handler
-    /// ([`Retry::permanent`](crate::retry::Retry::permanent)), or, once the message went to the
+    /// ([`Retry::permanent`](crate::Retry::permanent)), or, once the message went to the
     /// failure destination at once, counted permanent by its `Permanent` policy.
     pub permanent: bool,
     /// Whether this message's claim is kept until its lease lapses (a handler cancelled by
@@ -224,7 +224,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// The error kind of the same meaning, for the kinds both taxonomies have (see
-    /// [`FailureKind::SHARED`]); `None` for a failure only a message can have (the handler's
+    /// `FailureKind::SHARED`); `None` for a failure only a message can have (the handler's
     /// error or timeout).
     ///
     /// ```
@@ -247,7 +247,7 @@ impl FailureKind {
     /// [`From<ErrorKind>`](#impl-From%3CErrorKind%3E-for-FailureKind). The names users see stay
     /// each taxonomy's own ([`FailureKind::as_str`], [`ErrorKind::as_str`]): they are the same
     /// but for [`FailureKind::Panicked`], `handler_panic`, which is `panicked` as an error.
-    pub const SHARED: &'static [(FailureKind, ErrorKind)] = &[
+    pub(crate) const SHARED: &'static [(FailureKind, ErrorKind)] = &[
         (FailureKind::Panicked, ErrorKind::Panicked),
         (FailureKind::MissingKey, ErrorKind::MissingKey),
         (FailureKind::PayloadMismatch, ErrorKind::PayloadMismatch),
@@ -259,7 +259,7 @@ impl FailureKind {
     ];
 
     /// Every kind, in the order they are declared.
-    pub const ALL: &'static [FailureKind] = &[
+    pub(crate) const ALL: &'static [FailureKind] = &[
         FailureKind::Handler,
         FailureKind::Panicked,
         FailureKind::MissingKey,
@@ -291,7 +291,7 @@ impl FailureKind {
 
 impl From<ErrorKind> for FailureKind {
     /// The failure of a message whose store step (claim, completion, one-shot write) failed
-    /// with an error of `kind`: the failure kind beside it in [`FailureKind::SHARED`], else
+    /// with an error of `kind`: the failure kind beside it in `FailureKind::SHARED`, else
     /// [`FailureKind::StoreRejected`] (the store refused the request for a reason retrying
     /// will not fix). The processor maps every store error through this, and only this.
     ///

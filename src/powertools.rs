@@ -59,7 +59,7 @@ use crate::{Error, ErrorKind, KeySource};
 const FUNCTION_NAME_ENV: &str = "AWS_LAMBDA_FUNCTION_NAME";
 
 /// What Powertools puts in a key when `AWS_LAMBDA_FUNCTION_NAME` is unset (tests, local runs).
-pub const DEFAULT_FUNCTION_NAME: &str = "test-func";
+pub(crate) const DEFAULT_FUNCTION_NAME: &str = "test-func";
 
 /// The hash Powertools applies to the selected data (`IdempotencyConfig(hash_function=...)`,
 /// a `hashlib` name).
@@ -91,7 +91,7 @@ impl std::str::FromStr for HashFunction {
 
 impl HashFunction {
     /// Lowercase hex digest of `bytes`, as Python's `hexdigest()` writes it.
-    pub fn hex(self, bytes: &[u8]) -> String {
+    pub(crate) fn hex(self, bytes: &[u8]) -> String {
         match self {
             HashFunction::Md5 => {
                 use md5::Digest as _;
@@ -128,7 +128,7 @@ impl PowertoolsFormat {
     }
 
     /// As Powertools configures itself: the function name from `AWS_LAMBDA_FUNCTION_NAME`,
-    /// `test-func` ([`DEFAULT_FUNCTION_NAME`]) when it is unset. An empty value is used as
+    /// `test-func` (`DEFAULT_FUNCTION_NAME`) when it is unset. An empty value is used as
     /// is, as Python's `os.getenv` returns it.
     pub fn from_env(handler: impl AsRef<str>) -> Self {
         let name =

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqs_claim::retry::RetryPolicy;
+/// use sqs_claim::RetryPolicy;
 ///
 /// // 3 retries after the first attempt, from 50 ms, never more than 1 s apart.
 /// let policy = RetryPolicy::new(3, Duration::from_millis(50)).with_cap(Duration::from_secs(1));
@@ -57,7 +57,7 @@ impl RetryPolicy {
     }
 
     /// The delay before retry number `retry` (0 for the first retry), jitter included.
-    pub fn delay(&self, retry: u32) -> Duration {
+    pub(crate) fn delay(&self, retry: u32) -> Duration {
         let step = self
             .first
             .saturating_mul(2u32.saturating_pow(retry.min(31)))
@@ -134,7 +134,7 @@ impl Default for RetryPolicy {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqs_claim::retry::Backoff;
+/// use sqs_claim::Backoff;
 ///
 /// let policy = Backoff::exponential(Duration::from_secs(10), Duration::from_secs(600));
 /// assert_eq!(policy.step(1), Duration::from_secs(10));
@@ -154,10 +154,10 @@ pub struct Backoff {
 
 impl Backoff {
     /// The longest visibility timeout SQS accepts: 12 hours.
-    pub const MAX: Duration = Duration::from_secs(12 * 3600);
+    pub(crate) const MAX: Duration = Duration::from_secs(12 * 3600);
 
     /// `first` after the first receive fails, doubling on each later one, at most `cap`
-    /// (itself at most [`Backoff::MAX`]), with jitter.
+    /// (itself at most `Backoff::MAX`), with jitter.
     pub fn exponential(first: Duration, cap: Duration) -> Self {
         let cap = cap.min(Self::MAX);
         Backoff {
@@ -168,7 +168,7 @@ impl Backoff {
         }
     }
 
-    /// The same delay after every receive, without jitter (at most [`Backoff::MAX`]).
+    /// The same delay after every receive, without jitter (at most `Backoff::MAX`).
     pub fn fixed(delay: Duration) -> Self {
         let delay = delay.min(Self::MAX);
         Backoff {
@@ -269,7 +269,7 @@ impl Default for Backoff {
 /// ```
 /// use std::time::Duration;
 /// use sqs_claim::{Error, ErrorKind, Message};
-/// use sqs_claim::retry::Retry;
+/// use sqs_claim::Retry;
 ///
 /// async fn handle(msg: Message) -> Result<(), sqs_claim::BoxError> {
 ///     let _ = msg;
@@ -309,7 +309,7 @@ impl Retry {
     }
 
     /// The delay asked for, if any.
-    pub fn delay(&self) -> Option<Duration> {
+    pub(crate) fn delay(&self) -> Option<Duration> {
         match self.when {
             RetryWhen::After(d) => Some(d),
             RetryWhen::Never => None,

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use common::*;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::conformance::{self, EffectProbe, request};
-use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{
     AnyEffect, BoxStore, CachedStore, Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken,
     Completion, Effects, Inspected, OneShotWrite, Packed, Status, StoreAdmin,

@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::conformance::{self, request};
-use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{
     CachedStore, Claim, ClaimRequest, ClaimStore, Completion, Effects, OneShotWrite, StoreAdmin,
     StoredResponse,

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
+use sqs_claim::RetryPolicy;
 use sqs_claim::metrics::BatchMetrics;
-use sqs_claim::retry::RetryPolicy;
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, OneShotWrite};
 use sqs_claim::{
     BoxError, Effects, Error, FailureKind, MemoryStore, Message, Processor, store::Status,

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use common::*;
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{ClaimStore, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, Error, FailureKind, MemoryStore, Message, NotStarted, Outcome, Processor,
@@ -473,7 +473,10 @@ async fn the_handler_is_told_when_the_budget_ends() {
     let handler = service_fn(move |msg: Message| {
         let s = Arc::clone(&s);
         async move {
-            s.lock().unwrap().push((msg.stop_at(), msg.time_left()));
+            let left = msg
+                .stop_at()
+                .map(|at| at.saturating_duration_since(tokio::time::Instant::now()));
+            s.lock().unwrap().push((msg.stop_at(), left));
             Ok::<(), BoxError>(())
         }
     });

@@ -3,7 +3,7 @@
 
 use sqs_claim::Message;
 use sqs_claim::events::SqsMessage;
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 
 const SECRET: &str = "4111-1111-SECRET";
 

@@ -500,7 +500,7 @@ async fn raw_item(store: &DynamoDbStore, key: &str) -> Option<HashMap<String, At
         .client()
         .get_item()
         .table_name(store.table())
-        .set_key(Some(store.item_key(key)))
+        .set_key(Some(store.key_schema().item_key(key)))
         .consistent_read(true)
         .send()
         .await
@@ -768,7 +768,7 @@ async fn dynamodb_s_item_size_refusal_is_response_too_large() {
             .client()
             .update_item()
             .table_name(store.table())
-            .set_key(Some(store.item_key(&key)))
+            .set_key(Some(store.key_schema().item_key(&key)))
             .update_expression("SET extra = :extra")
             .expression_attribute_values(":extra", AttributeValue::S("e".repeat(300_000)))
             .send()
@@ -910,27 +910,30 @@ fn templates_make_the_item_key_and_hash_what_would_not_fit() {
         .with_key_schema(single_table())
         .expect("valid");
     assert_eq!(
-        store.item_key("ns#order-1"),
+        store.key_schema().item_key("ns#order-1"),
         HashMap::from([
             ("pk".into(), s("CLAIM#ns#order-1")),
             ("sk".into(), s("CLAIM"))
         ])
     );
     let fits = "k".repeat(2048 - 6);
-    assert_eq!(store.item_key(&fits)["pk"], s(&format!("CLAIM#{fits}")));
+    assert_eq!(
+        store.key_schema().item_key(&fits)["pk"],
+        s(&format!("CLAIM#{fits}"))
+    );
     let over = "k".repeat(2048 - 5);
     let hashed = format!(
         "CLAIM#sha256:{}",
         sqs_claim::key::sha256_hex(over.as_bytes())
     );
-    assert_eq!(store.item_key(&over)["pk"], s(&hashed));
+    assert_eq!(store.key_schema().item_key(&over)["pk"], s(&hashed));
 
     let sorted = DynamoDbStore::new(client(), "t")
         .with_key_schema(sorted_under_one_partition())
         .expect("valid");
     let fits = "k".repeat(1024);
     assert_eq!(
-        sorted.item_key(&fits),
+        sorted.key_schema().item_key(&fits),
         HashMap::from([
             ("id".into(), s("idempotency#payments")),
             ("sort_key".into(), s(&fits))
@@ -938,7 +941,7 @@ fn templates_make_the_item_key_and_hash_what_would_not_fit() {
     );
     let over = "k".repeat(1025);
     assert_eq!(
-        sorted.item_key(&over)["sort_key"],
+        sorted.key_schema().item_key(&over)["sort_key"],
         s(&format!(
             "sha256:{}",
             sqs_claim::key::sha256_hex(over.as_bytes())
@@ -953,7 +956,7 @@ fn templates_make_the_item_key_and_hash_what_would_not_fit() {
     let default = DynamoDbStore::new(client(), "t");
     for key in ["ns#1".to_owned(), "k".repeat(2048), "k".repeat(2049)] {
         assert_eq!(
-            default.item_key(&key),
+            default.key_schema().item_key(&key),
             HashMap::from([("id".into(), s(&stored(&key)))])
         );
     }

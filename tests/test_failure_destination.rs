@@ -322,7 +322,7 @@ async fn payments(msg: sqs_claim::Message) -> Result<(), sqs_claim::BoxError> {
     let p: Payment = msg.json()?;
     let why = |m: &str| sqs_claim::Error::new(sqs_claim::ErrorKind::Other, m.to_owned());
     match p.amount {
-        0 => Err(sqs_claim::retry::Retry::permanent(why("declined: amount 0")).into()),
+        0 => Err(sqs_claim::Retry::permanent(why("declined: amount 0")).into()),
         -1 => Err(why("provider down").into()),
         _ => Ok(()),
     }
@@ -486,17 +486,22 @@ fn which_kinds_are_permanent_is_configurable() {
     use sqs_claim::processor::Permanent;
     use sqs_claim::{ErrorKind, FailureKind};
     assert_eq!(
-        Permanent::parse("default").expect("parses"),
+        "default".parse::<Permanent>().expect("parses"),
         Permanent::default()
     );
-    assert_eq!(Permanent::parse("off").expect("parses"), Permanent::none());
     assert_eq!(
-        Permanent::parse(" payload_mismatch , bad_body ").expect("parses"),
+        "off".parse::<Permanent>().expect("parses"),
+        Permanent::none()
+    );
+    assert_eq!(
+        " payload_mismatch , bad_body "
+            .parse::<Permanent>()
+            .expect("parses"),
         Permanent::none()
             .failure_kind(FailureKind::PayloadMismatch)
             .error_kind(ErrorKind::BadBody)
     );
-    let e = Permanent::parse("bad_bodies").expect_err("not a kind");
+    let e = "bad_bodies".parse::<Permanent>().expect_err("not a kind");
     assert_eq!(e.kind(), ErrorKind::Config);
     assert!(e.to_string().contains("bad_bodies"), "{e}");
 }

@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use sqs_claim::idempotency::{
     HttpAnswers, Idempotency, IdempotentResponse, RefusalKind, WithEffects, key,
 };
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::memory::MemoryEffect;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, Status};
 use sqs_claim::{
     BoxError, Clock, Effects, Error, ErrorKind, Lease, MemoryStore, MissingKey, PayloadCheck,

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use serde_json::{Value, json};
 use sqs_claim::metrics::{BatchDimension, BatchMetrics, Emf};
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{Capabilities, Claim, ClaimRequest, ClaimStore, Effects};
 use sqs_claim::{Clock, FailureKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::emf;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::SystemTime;
 
 use common::*;
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{ClaimStore, Completion};
 use sqs_claim::{BoxError, Effects, FailureKind, MemoryStore, Message, OneShot, Processor};
 use sqs_claim_testkit::store::{Method, Spy};

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use sqs_claim::events::SqsBatchResponse;
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{Capabilities, Claim, ClaimRequest, ClaimStore, Status};
 use sqs_claim::{
     BoxError, Clock, ErrorKind, FailureKind, KeySource, MemoryStore, Message, MissingKey,

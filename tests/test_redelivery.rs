@@ -17,9 +17,9 @@ use aws_sdk_sqs::types::QueueAttributeName;
 use common::failed_ids;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
+use sqs_claim::Retry;
 use sqs_claim::events::SqsEvent;
 use sqs_claim::metrics::BatchMetrics;
-use sqs_claim::retry::Retry;
 use sqs_claim::{BoxError, MemoryStore, Message, Outcome, Processor, Redelivery};
 
 fn endpoint() -> String {

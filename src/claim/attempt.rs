@@ -19,9 +19,9 @@ use tracing::{debug, warn};
 use super::liveness::Liveness;
 use super::locks::{Held, ItemLocks, claim_item};
 use super::{Lease, PayloadCheck, PayloadVerdict};
+use crate::RetryPolicy;
 use crate::deadline::{self, Budget, OutOfTime};
 use crate::metrics::{BatchStats, StoreCall};
-use crate::retry::RetryPolicy;
 use crate::store::{
     Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
     StoredResponse,

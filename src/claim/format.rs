@@ -25,7 +25,7 @@ use crate::key::{KeySource, sha256_hex};
 /// and payload.
 ///
 /// The record methods are given the record's **payload**: its body, or, with an
-/// [`Envelope`](crate::envelope::Envelope) on the processor, what the envelope wraps (the SNS
+/// [`Envelope`](crate::Envelope) on the processor, what the envelope wraps (the SNS
 /// `Message`, the EventBridge `detail`), opened once by the processor. A format reads keys and
 /// fingerprints from it as it would from a body, so every format keys the same payload the same
 /// way whether it came wrapped or not.

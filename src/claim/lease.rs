@@ -47,18 +47,9 @@ impl Lease {
         Lease(LeaseKind::AtLeast(duration))
     }
 
-    /// The duration this policy names: the fallback of [`until_deadline`](Self::until_deadline),
-    /// or the minimum of [`at_least`](Self::at_least).
-    pub fn duration(&self) -> Duration {
-        match self.0 {
-            LeaseKind::UntilDeadline { fallback } => fallback,
-            LeaseKind::AtLeast(d) => d,
-        }
-    }
-
     /// When a claim taken at `now` lapses, given the invocation's deadline (`None` outside
     /// Lambda). Durations past 100 years are capped there.
-    pub fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
+    pub(crate) fn lease_until(&self, now: SystemTime, deadline: Option<SystemTime>) -> SystemTime {
         match (self.0, deadline) {
             (LeaseKind::UntilDeadline { .. }, Some(d)) => d,
             (LeaseKind::UntilDeadline { fallback }, None) => after(now, fallback),

@@ -144,7 +144,7 @@ impl HttpAnswers {
     }
 
     /// The status refusals of `kind` get.
-    pub fn status(&self, kind: RefusalKind) -> u16 {
+    pub(crate) fn status(&self, kind: RefusalKind) -> u16 {
         match kind {
             RefusalKind::InProgress => self.in_progress,
             RefusalKind::PayloadMismatch => self.payload_mismatch,

@@ -128,7 +128,6 @@ impl Payload for ApiGatewayV2httpRequest {
 ///     r#"{"httpMethod": "POST", "path": "/payments", "headers": {"Idempotency-Key": "k-1"},
 ///         "requestContext": {"httpMethod": "POST"}, "body": "{}", "isBase64Encoded": false}"#,
 /// )?;
-/// assert_eq!(rest.method(), "POST");
 /// assert_eq!(rest.body(), Some("{}"));
 /// # Ok::<(), serde_json::Error>(())
 /// ```
@@ -144,7 +143,7 @@ pub enum ApiGatewayRequest {
 }
 
 impl ApiGatewayRequest {
-    /// The body as API Gateway sent it (base64 when [`is_base64_encoded`](Self::is_base64_encoded)).
+    /// The body as API Gateway sent it (base64 when `is_base64_encoded`).
     pub fn body(&self) -> Option<&str> {
         match self {
             ApiGatewayRequest::Rest(r) => r.body.as_deref(),
@@ -167,7 +166,7 @@ impl ApiGatewayRequest {
     }
 
     /// Whether API Gateway base64-encoded the body.
-    pub fn is_base64_encoded(&self) -> bool {
+    pub(crate) fn is_base64_encoded(&self) -> bool {
         match self {
             ApiGatewayRequest::Rest(r) => r.is_base64_encoded,
             ApiGatewayRequest::Http(r) => r.is_base64_encoded,
@@ -175,7 +174,7 @@ impl ApiGatewayRequest {
     }
 
     /// The HTTP method (`POST`, ...).
-    pub fn method(&self) -> &str {
+    pub(crate) fn method(&self) -> &str {
         match self {
             ApiGatewayRequest::Rest(r) => r.http_method.as_str(),
             ApiGatewayRequest::Http(r) => r.request_context.http.method.as_str(),
@@ -183,7 +182,7 @@ impl ApiGatewayRequest {
     }
 
     /// The request path.
-    pub fn path(&self) -> Option<&str> {
+    pub(crate) fn path(&self) -> Option<&str> {
         match self {
             ApiGatewayRequest::Rest(r) => r.path.as_deref(),
             ApiGatewayRequest::Http(r) => r.raw_path.as_deref(),

@@ -12,7 +12,7 @@ pub struct IdempotencyLayer<St, X> {
 
 impl<St, X> IdempotencyLayer<St, X> {
     /// The layer of `idempotency`.
-    pub fn new(idempotency: Idempotency<St, X>) -> Self {
+    pub(crate) fn new(idempotency: Idempotency<St, X>) -> Self {
         IdempotencyLayer { idempotency }
     }
 

@@ -139,7 +139,7 @@ impl<R: Serialize, E> HandlerResponse<E> for R {
 /// ```
 /// use sqs_claim::Effects;
 /// use sqs_claim::idempotency::WithEffects;
-/// use sqs_claim::store::memory::MemoryEffect;
+/// use sqs_claim::store::MemoryEffect;
 ///
 /// let answer = WithEffects::new(
 ///     serde_json::json!({"statusCode": 200}),

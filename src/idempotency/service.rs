@@ -14,9 +14,9 @@ use super::answers::{Answers, Refusal, RefusalKind};
 use super::key::{KeyExtractor, Payload};
 use super::response::{HandlerResponse, IdempotentResponse};
 use super::{Config, Idempotency};
+use crate::RetryPolicy;
 use crate::claim::{Attempt, Claimed, HandlerEnd, MissingKey, PayloadVerdict, Recorded, guarded};
 use crate::deadline::Budget;
-use crate::retry::RetryPolicy;
 use crate::store::{ClaimRecord, ClaimStore, ClaimToken, Completion, Effects, StoredResponse};
 use crate::{BoxError, Error, ErrorKind};
 
@@ -408,13 +408,8 @@ pub struct IdempotencyService<Svc, St, X> {
 
 impl<Svc, St, X> IdempotencyService<Svc, St, X> {
     /// `inner` under `idempotency`.
-    pub fn new(idempotency: Idempotency<St, X>, inner: Svc) -> Self {
+    pub(crate) fn new(idempotency: Idempotency<St, X>, inner: Svc) -> Self {
         IdempotencyService { idempotency, inner }
-    }
-
-    /// The configuration.
-    pub fn idempotency(&self) -> &Idempotency<St, X> {
-        &self.idempotency
     }
 
     /// The inner service.

@@ -46,7 +46,7 @@ use crate::outcome::ItemReport;
 ///   Lambda batch is at most 6 MB).
 /// * **The answer must still go out in time.** A step runs inside the same time budget as the
 ///   messages: race every call out against it with [`Finished::bounded`] (or give
-///   [`Finished::hard_stop`] to a client that takes a deadline). When the budget runs out the
+///   `Finished::hard_stop` to a client that takes a deadline). When the budget runs out the
 ///   call is dropped where it stands and the batch is answered; a step that cannot finish must
 ///   leave the outcomes as they were, so a message is at worst reported for retry, never lost.
 ///
@@ -221,12 +221,12 @@ impl Finished<'_> {
     }
 
     /// The source queue's ARN (the first record's `eventSourceARN`), if the records carry it.
-    pub fn source_arn(&self) -> Option<&str> {
+    pub(crate) fn source_arn(&self) -> Option<&str> {
         self.source_arn
     }
 
     /// When the batch started, by the processor's clock (before the plan).
-    pub fn started(&self) -> SystemTime {
+    pub(crate) fn started(&self) -> SystemTime {
         self.started
     }
 
@@ -237,13 +237,13 @@ impl Finished<'_> {
 
     /// When a claim this invocation kept lapses, reckoned at `now`: its lease under the
     /// processor's lease policy, given the invocation's deadline.
-    pub fn lease_until(&self, now: SystemTime) -> SystemTime {
+    pub(crate) fn lease_until(&self, now: SystemTime) -> SystemTime {
         self.lease.lease_until(now, self.budget.deadline())
     }
 
     /// The instant every step still in flight is cut off so the answer goes out in time
     /// (`None`: the invocation has no deadline).
-    pub fn hard_stop(&self) -> Option<tokio::time::Instant> {
+    pub(crate) fn hard_stop(&self) -> Option<tokio::time::Instant> {
         self.budget.hard_stop()
     }
 

@@ -27,7 +27,7 @@
 //!
 //! **At once** ([`FailureDestination::at_once`]): a failure known to be permanent (a body that
 //! does not parse, a payload mismatch, an error the handler marks with
-//! [`Retry::permanent`](crate::retry::Retry::permanent): see [`Permanent`]) is sent on any
+//! [`Retry::permanent`](crate::Retry::permanent): see [`Permanent`]) is sent on any
 //! receive, its first included, instead of being retried until its last: retrying cannot fix
 //! it. Its outcome is then [`Outcome::DeadLettered`] with [`Failure::permanent`] set; a failed
 //! send leaves it reported for retry, as above. Off by default.
@@ -98,10 +98,13 @@ pub struct FailureDestination {
 ///
 /// // bad_body, missing_key, payload_mismatch, and what the handler marks
 /// let p = Permanent::default();
-/// assert!(p.covers_error_kind(ErrorKind::BadBody));
+/// assert!(!p.is_none());
 /// let mine = Permanent::none().failure_kind(FailureKind::PayloadMismatch).marked(true);
-/// assert!(!mine.covers_error_kind(ErrorKind::BadBody));
-/// assert_eq!(Permanent::parse("bad_body,permanent").unwrap(), Permanent::none().error_kind(ErrorKind::BadBody).marked(true));
+/// assert_ne!(mine, p);
+/// assert_eq!(
+///     "bad_body,permanent".parse::<Permanent>().unwrap(),
+///     Permanent::none().error_kind(ErrorKind::BadBody).marked(true)
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permanent {
@@ -110,7 +113,7 @@ pub struct Permanent {
     marked: bool,
 }
 
-/// [`Permanent::parse`].
+/// The list `SQS_CLAIM_DEAD_LETTER_AT_ONCE` takes: `default`, `off`, or kinds separated by commas.
 impl std::str::FromStr for Permanent {
     type Err = crate::Error;
 
@@ -124,7 +127,7 @@ impl Default for Permanent {
     /// [`Message::json`](crate::Message::json)), or before it, when the key is read from the
     /// body ([`FailureKind::MissingKey`]: a message without its key never gets one on a
     /// retry); a payload mismatch ([`FailureKind::PayloadMismatch`]); and any error the handler
-    /// marks ([`Retry::permanent`](crate::retry::Retry::permanent)).
+    /// marks ([`Retry::permanent`](crate::Retry::permanent)).
     fn default() -> Self {
         Permanent::none()
             .error_kind(ErrorKind::BadBody)
@@ -163,7 +166,7 @@ impl Permanent {
     }
 
     /// Whether a failure the handler marks with
-    /// [`Retry::permanent`](crate::retry::Retry::permanent) is permanent.
+    /// [`Retry::permanent`](crate::Retry::permanent) is permanent.
     pub fn marked(mut self, on: bool) -> Self {
         self.marked = on;
         self
@@ -173,7 +176,7 @@ impl Permanent {
     /// kinds ([`FailureKind::as_str`]: `payload_mismatch`, ...), error kinds
     /// ([`ErrorKind::as_str`]: `bad_body`, ...), `permanent` (what the handler marks),
     /// `default` (those of [`Permanent::default`]), or `off` alone for none.
-    pub fn parse(list: &str) -> Result<Permanent, crate::Error> {
+    pub(crate) fn parse(list: &str) -> Result<Permanent, crate::Error> {
         let mut p = Permanent::none();
         for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             p = match word {
@@ -213,13 +216,8 @@ impl Permanent {
         self.failure_kinds.is_empty() && self.error_kinds.is_empty() && !self.marked
     }
 
-    /// Whether handler errors of `kind` are permanent.
-    pub fn covers_error_kind(&self, kind: ErrorKind) -> bool {
-        self.error_kinds.contains(&kind)
-    }
-
     /// Whether `failure` is permanent under this policy.
-    pub fn covers(&self, failure: &Failure) -> bool {
+    pub(crate) fn covers(&self, failure: &Failure) -> bool {
         (self.marked && failure.permanent)
             || self.failure_kinds.contains(&failure.kind)
             || (failure.kind == FailureKind::Handler
@@ -316,11 +314,6 @@ impl FailureDestination {
         self
     }
 
-    /// Which failures go at once ([`at_once`](Self::at_once)).
-    pub fn permanent(&self) -> &Permanent {
-        &self.at_once
-    }
-
     /// A failed message is sent when its `ApproximateReceiveCount` is at least `n`: set it to
     /// the source queue's `maxReceiveCount`, so the destination takes exactly the messages
     /// the DLQ would. A lower value diverts messages that still had retries left; a higher
@@ -329,16 +322,6 @@ impl FailureDestination {
     pub fn after_receives(mut self, n: u32) -> Self {
         self.max_receives = n.max(1);
         self
-    }
-
-    /// The destination queue's URL.
-    pub fn queue_url(&self) -> &str {
-        self.publisher.queue_url()
-    }
-
-    /// The receive count from which a failed message is sent.
-    pub fn max_receives(&self) -> u32 {
-        self.max_receives
     }
 
     /// Whether a record received `receive_count` times is a candidate: on its last allowed

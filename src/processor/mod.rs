@@ -142,11 +142,6 @@ where
         self.inner.concurrency()
     }
 
-    /// The lease policy claims are taken with ([`ProcessorBuilder::lease_policy`]).
-    pub fn lease(&self) -> crate::Lease {
-        self.inner.config.terms.lease
-    }
-
     /// Whether it runs in one-shot mode ([`Processor::one_shot`]): one write per message,
     /// the claim completed with the handler's effects.
     pub fn is_one_shot(&self) -> bool {
@@ -325,7 +320,7 @@ where
     /// duplicates too; a failing write changes nothing. See [`OneShot`].
     ///
     /// ```
-    /// use sqs_claim::store::memory::MemoryEffect;
+    /// use sqs_claim::store::MemoryEffect;
     /// use sqs_claim::{Effects, MemoryStore, Message, Processor};
     ///
     /// let processor = Processor::one_shot(MemoryStore::new(), |msg: &Message| {

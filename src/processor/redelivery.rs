@@ -11,7 +11,7 @@
 //!
 //! | outcome | comes back after |
 //! |---------|------------------|
-//! | `failed`, the handler returned [`Retry::after`](crate::retry::Retry::after) | that delay |
+//! | `failed`, the handler returned [`Retry::after`](crate::Retry::after) | that delay |
 //! | `failed`, `handler_timeout` under a claim (the claim is kept) | just after the claim's lease lapses (the lease policy's end, plus [`Redelivery::lease_slack`]); without a claim (one-shot, no key), the backoff |
 //! | `failed`, any other kind | the [`Backoff`] for its kind ([`Redelivery::backoff_for`]), else [`Redelivery::backoff`], from its `ApproximateReceiveCount` |
 //! | `held_elsewhere` with its `lease_until` | just after that lease lapses (`lease_until` + slack) |
@@ -43,8 +43,8 @@ use futures::stream::{self, StreamExt};
 use tracing::{error, warn};
 
 use super::after::{AfterBatch, Finished, Received};
+use crate::Backoff;
 use crate::outcome::{FailureKind, ItemReport, NotStarted, Outcome};
-use crate::retry::Backoff;
 
 /// How many entries SQS takes per `ChangeMessageVisibilityBatch` call.
 const PER_CALL: usize = 10;
@@ -170,7 +170,7 @@ impl Redelivery {
     }
 
     /// The backoff failures of `kind` get.
-    pub fn policy(&self, kind: FailureKind) -> &Backoff {
+    pub(crate) fn policy(&self, kind: FailureKind) -> &Backoff {
         self.per_kind
             .iter()
             .find(|(k, _)| *k == kind)

@@ -619,7 +619,7 @@ where
                 // The whole chain: the handler's own message may not name the root cause.
                 let mut failure = Failure::new(FailureKind::Handler, Chain(e).to_string())
                     .with_error_kind(Error::kind_in_chain(e));
-                if let Some(hint) = crate::retry::Retry::in_chain(e) {
+                if let Some(hint) = crate::Retry::in_chain(e) {
                     failure.retry_after = hint.delay();
                     failure.permanent = hint.is_permanent();
                 }

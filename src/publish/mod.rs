@@ -164,7 +164,7 @@ impl Outgoing {
 
     /// The size SQS counts against its limit: the body plus, for each attribute, its name,
     /// its data type (`String`) and its value, in UTF-8 bytes.
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         self.body.len()
             + self
                 .attributes
@@ -261,18 +261,13 @@ impl Publisher {
     }
 
     /// The queue URL.
-    pub fn queue_url(&self) -> &str {
+    pub(crate) fn queue_url(&self) -> &str {
         &self.inner.queue_url
     }
 
     /// Whether the queue is FIFO (its URL ends in `.fifo`).
     pub fn is_fifo(&self) -> bool {
         self.inner.fifo
-    }
-
-    /// The SQS client.
-    pub fn client(&self) -> &aws_sdk_sqs::Client {
-        &self.inner.client
     }
 
     /// A batch of outputs of `msg`, whose ids derive from [`Message::key`].
@@ -415,16 +410,6 @@ impl OutgoingBatch {
     pub fn push(&mut self, output: Outgoing) -> &mut Self {
         self.outputs.push(output);
         self
-    }
-
-    /// How many outputs were pushed.
-    pub fn len(&self) -> usize {
-        self.outputs.len()
-    }
-
-    /// Whether nothing was pushed.
-    pub fn is_empty(&self) -> bool {
-        self.outputs.is_empty()
     }
 
     /// The idempotency key the ids derive from.

@@ -11,7 +11,7 @@ use tracing::{debug, warn};
 
 use super::validate::Prepared;
 use super::{FailedOutput, MAX_BATCH_ENTRIES, OutgoingBatch, OutputLabel, PublishFailure, Sent};
-use crate::retry::RetryPolicy;
+use crate::RetryPolicy;
 use crate::{Error, ErrorKind};
 
 impl OutgoingBatch {

@@ -12,7 +12,7 @@ use super::PARTITION_KEY_VAR;
 /// `None` when neither is given (the store's default, `id={key}`). A sort key needs a
 /// partition key. Fails with [`ErrorKind::Config`], naming where the bad value came from, when
 /// a value is not `NAME=TEMPLATE`, when the layout is invalid
-/// ([`DynamoDbKeySchema::validate`]: an empty name or template, no `{key}` in either
+/// (checked by `DynamoDbStore::with_key_schema`: an empty name or template, no `{key}` in either
 /// template, ...), or when a key has the name of one of the record's other attributes.
 ///
 /// ```

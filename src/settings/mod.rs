@@ -80,19 +80,19 @@ pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 
 /// The variable that turns the Powertools interop on: the decorated record handler's
 /// `module.qualname`.
-pub const POWERTOOLS_HANDLER_VAR: &str = "SQS_CLAIM_POWERTOOLS_HANDLER";
+pub(crate) const POWERTOOLS_HANDLER_VAR: &str = "SQS_CLAIM_POWERTOOLS_HANDLER";
 
 /// The variable of the Lambda function name in Powertools' keys.
-pub const POWERTOOLS_FUNCTION_VAR: &str = "SQS_CLAIM_POWERTOOLS_FUNCTION";
+pub(crate) const POWERTOOLS_FUNCTION_VAR: &str = "SQS_CLAIM_POWERTOOLS_FUNCTION";
 
 /// The variable of Powertools' `key_prefix`.
-pub const POWERTOOLS_KEY_PREFIX_VAR: &str = "SQS_CLAIM_POWERTOOLS_KEY_PREFIX";
+pub(crate) const POWERTOOLS_KEY_PREFIX_VAR: &str = "SQS_CLAIM_POWERTOOLS_KEY_PREFIX";
 
 /// The variable of Powertools' `hash_function`.
-pub const POWERTOOLS_HASH_VAR: &str = "SQS_CLAIM_POWERTOOLS_HASH";
+pub(crate) const POWERTOOLS_HASH_VAR: &str = "SQS_CLAIM_POWERTOOLS_HASH";
 
 /// The variable of Powertools' `payload_validation_jmespath`.
-pub const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDATION";
+pub(crate) const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDATION";
 
 /// How long opening the store and its start-up check may take by default
 /// (`SQS_CLAIM_STARTUP_TIMEOUT_MS`).
@@ -122,53 +122,53 @@ pub struct Settings {
     /// `SQS_CLAIM_KEY`; unset, the consumer's own default.
     pub key: Option<KeySource>,
     /// `SQS_CLAIM_ENVELOPE`.
-    pub envelope: Envelope,
+    pub(crate) envelope: Envelope,
     /// `SQS_CLAIM_NAMESPACE`; unset, the consumer's own default.
     pub namespace: Option<String>,
     /// `SQS_CLAIM_TTL_SECS`.
     pub ttl: Duration,
     /// `SQS_CLAIM_LEASE_SECS`.
-    pub lease: Duration,
+    pub(crate) lease: Duration,
     /// `SQS_CLAIM_LEASE_AT_LEAST_SECS`: unset, claims are leased until the deadline.
     pub lease_at_least: Option<Duration>,
     /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
     /// ([`Capabilities::max_in_flight`](crate::store::Capabilities::max_in_flight)).
-    pub concurrency: Option<usize>,
+    pub(crate) concurrency: Option<usize>,
     /// `SQS_CLAIM_WARM_CACHE`: entries of the in-process cache of completed keys
     /// ([`CachedStore`](crate::store::CachedStore)) in front of the store; `None` (unset or 0): no cache.
-    pub warm_cache: Option<usize>,
+    pub(crate) warm_cache: Option<usize>,
     /// `SQS_CLAIM_FIFO_MODE`.
-    pub fifo: FifoMode,
+    pub(crate) fifo: FifoMode,
     /// `SQS_CLAIM_STORE_UNAVAILABLE`.
     pub store_unavailable: StoreUnavailable,
     /// `SQS_CLAIM_DEADLINE_MARGIN_MS`.
-    pub deadline_margin: Duration,
+    pub(crate) deadline_margin: Duration,
     /// `SQS_CLAIM_OUTPUT_QUEUE_URL`.
     pub output_queue_url: Option<String>,
     /// `SQS_CLAIM_STARTUP_TIMEOUT_MS`.
     pub startup_timeout: Duration,
     /// `SQS_CLAIM_ANSWER_RESERVE_MS`.
-    pub answer_reserve: Duration,
+    pub(crate) answer_reserve: Duration,
     /// `SQS_CLAIM_HANDLER_TIMEOUT_MS`.
-    pub handler_timeout: Option<Duration>,
+    pub(crate) handler_timeout: Option<Duration>,
     /// `SQS_CLAIM_FAILURE_QUEUE_URL`.
-    pub failure_queue_url: Option<String>,
+    pub(crate) failure_queue_url: Option<String>,
     /// `SQS_CLAIM_MAX_RECEIVES`.
-    pub max_receives: u32,
+    pub(crate) max_receives: u32,
     /// `SQS_CLAIM_METRICS_NAMESPACE`; `None` for `off`.
     pub metrics_namespace: Option<String>,
     /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE`: which failures go to the failure queue on any receive
     /// (feature `sqs`).
     #[cfg(feature = "sqs")]
-    pub dead_letter_at_once: Permanent,
+    pub(crate) dead_letter_at_once: Permanent,
     /// `SQS_CLAIM_BACKOFF`, `SQS_CLAIM_BACKOFF_FIRST_SECS` and `SQS_CLAIM_BACKOFF_CAP_SECS`:
     /// the backoff of messages reported for retry; `None` (`off`) for the queue's visibility
     /// timeout.
     pub backoff: Option<Backoff>,
     /// `SQS_CLAIM_BACKOFF_FOR`: fixed delays per failure kind.
-    pub backoff_for: Vec<(FailureKind, Backoff)>,
+    pub(crate) backoff_for: Vec<(FailureKind, Backoff)>,
     /// `SQS_CLAIM_SOURCE_QUEUE_URL`.
-    pub source_queue_url: Option<String>,
+    pub(crate) source_queue_url: Option<String>,
     /// The `SQS_CLAIM_POWERTOOLS_*` variables ([`powertools()`], feature `powertools`): keys
     /// and payload hashes as a Powertools-Python record handler derives them; `None` for
     /// sqs-claim's own (`namespace#key`).

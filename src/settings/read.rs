@@ -193,7 +193,7 @@ impl FromStr for Text {
 }
 
 /// Fixed delays per failure kind, `KIND=SECS,...` (`store_unavailable=10,contention=5`): a
-/// kind given twice keeps its last delay, each at most [`Backoff::MAX`].
+/// kind given twice keeps its last delay, each at most `Backoff::MAX`.
 #[derive(Debug, Default)]
 pub(crate) struct BackoffFor(pub(crate) Vec<(FailureKind, Backoff)>);
 

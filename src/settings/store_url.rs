@@ -58,7 +58,7 @@ pub struct ServerUrl(String);
 
 impl ServerUrl {
     /// The URL, password included, to connect with.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -164,7 +164,7 @@ impl StoreUrl {
 
     /// Sets the DynamoDB claims table's key layout (`None` keeps it), of a `dynamodb:` store
     /// or of a tiered store's DynamoDB tier. Other stores ignore it: they have no key layout.
-    pub fn with_key_schema(self, schema: Option<DynamoDbKeySchema>) -> StoreUrl {
+    pub(crate) fn with_key_schema(self, schema: Option<DynamoDbKeySchema>) -> StoreUrl {
         match (self, schema) {
             (StoreUrl::DynamoDb { table, .. }, Some(schema)) => StoreUrl::DynamoDb {
                 table,

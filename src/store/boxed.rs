@@ -51,14 +51,14 @@
 //! effects with [`AnyEffect::new`]:
 //!
 //! ```
-//! use sqs_claim::store::memory::MemoryEffect;
+//! use sqs_claim::store::MemoryEffect;
 //! use sqs_claim::store::{AnyEffect, Effects};
 //!
 //! let effects: Effects<AnyEffect> = [MemoryEffect::new(|| {}), MemoryEffect::new(|| {})]
 //!     .into_iter()
 //!     .map(AnyEffect::new)
 //!     .collect();
-//! assert_eq!(effects.len(), 2);
+//! assert_eq!(effects.as_slice().len(), 2);
 //! ```
 //!
 //! An effect of another type than the inner store's (a DynamoDB write given to a boxed SQLite

@@ -54,13 +54,13 @@ use super::{
 use crate::Error;
 
 /// How many entries a cache holds by default.
-pub const DEFAULT_CAPACITY: usize = 10_000;
+pub(crate) const DEFAULT_CAPACITY: usize = 10_000;
 
 /// How many bytes of keys, fingerprints and responses a cache holds by default.
-pub const DEFAULT_MAX_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// How long an entry is kept by default, at most (less if its record expires sooner).
-pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 
 /// A store with a bounded in-process cache of completed keys in front. See the
 /// [module documentation](self). Cloning it shares the cache.
@@ -197,21 +197,21 @@ impl<S> CachedStore<S> {
         }
     }
 
-    /// At most `entries` keys are cached (default [`DEFAULT_CAPACITY`]); 0 turns the cache off.
+    /// At most `entries` keys are cached (default `DEFAULT_CAPACITY`); 0 turns the cache off.
     pub fn with_capacity(mut self, entries: usize) -> Self {
         self.limits.capacity = entries;
         self
     }
 
     /// At most `bytes` of keys, fingerprints and responses are cached (default
-    /// [`DEFAULT_MAX_BYTES`]).
+    /// `DEFAULT_MAX_BYTES`).
     pub fn with_max_bytes(mut self, bytes: usize) -> Self {
         self.limits.max_bytes = bytes;
         self
     }
 
     /// An entry answers for at most `age` after it was cached, by the claims' clock (default
-    /// [`DEFAULT_MAX_AGE`]), and never past its record's expiry: how long a warm process may
+    /// `DEFAULT_MAX_AGE`), and never past its record's expiry: how long a warm process may
     /// still skip a key an operator forgot.
     pub fn with_max_age(mut self, age: Duration) -> Self {
         self.limits.max_age = age;
@@ -241,12 +241,6 @@ impl<S> CachedStore<S> {
     /// How many claims the cache has answered (each a round trip saved).
     pub fn hits(&self) -> u64 {
         self.state.hits.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Drops every entry: the next claim of each key asks the inner store.
-    pub fn clear(&self) {
-        let mut cache = self.cache();
-        *cache = Cache::default();
     }
 
     fn cache(&self) -> MutexGuard<'_, Cache> {

@@ -32,7 +32,7 @@
 //!   up: a record may then count for up to a second past `expires_at`, never less.
 //!
 //!   An in-progress record never expires before its lease: a claim stores
-//!   `max(expires_at, lease_until)` as the record's expiry ([`ClaimRequest::record_expires_at`]),
+//!   `max(expires_at, lease_until)` as the record's expiry (`ClaimRequest::record_expires_at`),
 //!   backend TTLs included, so a caller passing a TTL shorter than the lease still never lets a
 //!   second claimer in while the lease is live.
 //!
@@ -94,7 +94,7 @@ pub mod cached;
 mod capabilities;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-pub mod memory;
+mod memory;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
@@ -136,7 +136,7 @@ impl Status {
     }
 
     /// Parses the stored spelling.
-    pub fn parse(s: &str) -> Option<Status> {
+    pub(crate) fn parse(s: &str) -> Option<Status> {
         match s {
             "INPROGRESS" => Some(Status::InProgress),
             "COMPLETED" => Some(Status::Completed),
@@ -155,7 +155,7 @@ impl ClaimToken {
     /// Tokens must be unique, not secret (they are stored beside the key): 122 random bits
     /// from a per-thread generator seeded once from the operating system, instead of a system
     /// call per token (which cost about a fifth of the processor's time per message).
-    pub fn generate() -> Self {
+    pub(crate) fn generate() -> Self {
         thread_local! {
             static RNG: std::cell::RefCell<fastrand::Rng> = std::cell::RefCell::new({
                 let seed = uuid::Uuid::new_v4().as_u64_pair();
@@ -204,7 +204,7 @@ impl ClaimRequest<'_> {
     /// The expiry a store writes for the record this claim creates: `expires_at`, but never
     /// before `lease_until`, so an in-progress record (and any backend TTL sized from it)
     /// outlives its lease whatever TTL the caller asked for.
-    pub fn record_expires_at(&self) -> SystemTime {
+    pub(crate) fn record_expires_at(&self) -> SystemTime {
         self.expires_at.max(self.lease_until)
     }
 }
@@ -229,13 +229,8 @@ impl StoredResponse {
     }
 
     /// Its length in bytes (what [`Capabilities::max_response_bytes`] bounds).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
-    }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// The response's text, by value.
@@ -288,7 +283,7 @@ impl<E> Completion<E> {
     /// Refuses a response longer than `limit` (the store's
     /// [`max_response_bytes`](Capabilities::max_response_bytes)) with the error
     /// [`too_large`](Self::too_large) gives; a store calls it before it writes anything.
-    pub fn check_response_size(&self, key: &str, limit: usize) -> Result<(), Error> {
+    pub(crate) fn check_response_size(&self, key: &str, limit: usize) -> Result<(), Error> {
         match &self.response {
             Some(r) if r.len() > limit => Err(Self::too_large(key, r.len(), limit)),
             _ => Ok(()),
@@ -405,12 +400,12 @@ impl<E> Effects<E> {
     }
 
     /// Whether there are no effects.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
     /// How many effects.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
@@ -420,7 +415,7 @@ impl<E> Effects<E> {
     }
 
     /// The effects, in order, by value.
-    pub fn into_vec(self) -> Vec<E> {
+    pub(crate) fn into_vec(self) -> Vec<E> {
         self.0
     }
 }

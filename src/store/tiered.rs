@@ -84,7 +84,7 @@ use super::{
 use crate::Error;
 
 /// How long the cache is skipped after a Redis error, by default.
-pub const DEFAULT_COOLDOWN: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_COOLDOWN: Duration = Duration::from_secs(1);
 
 /// The start of a marker in the current format ([`encode_marker`]). An older marker
 /// (`{expires_at_ms}` or `{expires_at_ms}:{fingerprint}`) cannot start with it, and the older

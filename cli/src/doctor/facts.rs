@@ -11,7 +11,7 @@ use sqs_claim::aws_config::{self, BehaviorVersion, SdkConfig, timeout::TimeoutCo
 use sqs_claim::aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TimeToLiveStatus};
 use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
 use sqs_claim::store::DynamoDbStore;
-use sqs_claim::store::dynamodb::{DynamoDbKeySchema, classify};
+use sqs_claim::store::dynamodb::DynamoDbKeySchema;
 use sqs_claim::{Error, ErrorKind};
 
 use super::{DoctorArgs, Facts, template};
@@ -280,6 +280,21 @@ fn from_flags(args: &DoctorArgs) -> FunctionFacts {
     }
 }
 
+/// A DynamoDB call of the doctor's that failed, as the store's failure: no answer (a timeout,
+/// the network) is `StoreUnavailable`, an answer refusing it `StoreRejected`.
+fn dynamodb_error<E, R>(op: &str, e: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let kind = match &e {
+        SdkError::ServiceError(_) | SdkError::ConstructionFailure(_) => ErrorKind::StoreRejected,
+        _ => ErrorKind::StoreUnavailable,
+    };
+    let what = sdk_error(&e);
+    Error::with_source(kind, format!("DynamoDB {op} failed: {what}"), e)
+}
+
 /// An SDK error, short: a service's code and message (its raw response is noise in a report
 /// line), else the cause chain (connection refused, DNS, TLS).
 fn sdk_error<E, R>(e: &SdkError<E, R>) -> String
@@ -503,7 +518,7 @@ async fn read_table(
                 table: table.to_owned(),
             });
         }
-        Err(e) => return Err(classify("DescribeTable", e)),
+        Err(e) => return Err(dynamodb_error("DescribeTable", e)),
     };
     let description = described.table();
     let types: HashMap<&str, &ScalarAttributeType> = description
@@ -535,7 +550,7 @@ async fn read_table(
         .table_name(table)
         .send()
         .await
-        .map_err(|e| classify("DescribeTimeToLive", e))?;
+        .map_err(|e| dynamodb_error("DescribeTimeToLive", e))?;
     let ttl = match ttl.time_to_live_description() {
         Some(d) => Ttl::new(
             d.time_to_live_status()

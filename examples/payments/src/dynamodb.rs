@@ -4,11 +4,19 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use sqs_claim::aws_sdk_dynamodb::Client;
-use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TableStatus, TransactWriteItem, Update};
+use sqs_claim::aws_sdk_dynamodb::client::Waiters;
+use sqs_claim::aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use sqs_claim::aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus, TransactWriteItem, Update,
+};
 
 use super::{Ledger, Payment, read_balance};
-use sqs_claim::store::dynamodb::{classify, create_table_with_key, table_status};
+use sqs_claim::settings::key_layout_values;
+use sqs_claim::store::dynamodb::DynamoDbKeySchema;
 use sqs_claim::store::{DynamoDbStore, StoreAdmin};
 use sqs_claim::{Error, ErrorKind};
 
@@ -55,17 +63,59 @@ impl DynamoDbLedger {
         self.inner.store.client()
     }
 
+    /// Creates the accounts table (on demand, a string partition key) unless it exists, and
+    /// waits until it is ACTIVE: a new table refuses writes for a few seconds on AWS.
     async fn create_accounts_table(&self) -> Result<(), Error> {
-        create_table_with_key(self.client(), self.accounts_table(), ACCOUNT).await
+        let table = self.accounts_table();
+        let created = self
+            .client()
+            .create_table()
+            .table_name(table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(ACCOUNT)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|e| Error::with_source(ErrorKind::Config, "accounts table", e))?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(ACCOUNT)
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(|e| Error::with_source(ErrorKind::Config, "accounts table", e))?,
+            )
+            .send()
+            .await;
+        match created {
+            Ok(_) => {}
+            // Already there: creation is idempotent.
+            Err(e) if e.code() == Some("ResourceInUseException") => {}
+            Err(e) => return Err(sdk_error("CreateTable", e)),
+        }
+        self.client()
+            .wait_until_table_exists()
+            .table_name(table)
+            .wait(Duration::from_secs(60))
+            .await
+            .map(drop)
+            .map_err(|e| {
+                Error::with_source(
+                    ErrorKind::StoreUnavailable,
+                    format!("table {table} did not become ACTIVE"),
+                    e,
+                )
+            })
     }
 
     /// The `payments init` that creates this ledger's tables: the store's `sqs-claim init`
-    /// ([`DynamoDbStore::init_command`], which names the claims table's key layout whenever it
-    /// is not the default) run by the app's binary, with the accounts table named whenever it
-    /// is not the default, so the hint creates both tables this run looks for.
+    /// (`store_init_command`, which names the claims table's key layout whenever it is not
+    /// the default) run by the app's binary, with the accounts table named whenever it is not
+    /// the default, so the hint creates both tables this run looks for.
     pub fn init_command(&self) -> String {
         let table = self.inner.store.table();
-        let store_command = self.inner.store.init_command();
+        let store_command = store_init_command(&self.inner.store);
         let head = format!("sqs-claim init --store dynamodb:{table}");
         let layout = store_command.strip_prefix(&head).unwrap_or_default();
         let accounts = match self.accounts_table() {
@@ -77,8 +127,79 @@ impl DynamoDbLedger {
 
     /// The table's status, `None` if it does not exist.
     async fn table_status(&self, table: &str) -> Result<Option<TableStatus>, Error> {
-        table_status(self.client(), table).await
+        match self
+            .client()
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out.table().and_then(|t| t.table_status()).cloned()),
+            Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
+            Err(e) => Err(sdk_error("DescribeTable", e)),
+        }
     }
+}
+
+/// The `sqs-claim init` that creates `store`'s claims table, as the store's own "table does not
+/// exist" error names it: `--partition-key` and `--sort-key` whenever the key layout is not
+/// the default.
+fn store_init_command(store: &DynamoDbStore) -> String {
+    let mut command = format!("sqs-claim init --store dynamodb:{}", store.table());
+    if *store.key_schema() != DynamoDbKeySchema::default() {
+        let (partition, sort) = key_layout_values(store.key_schema());
+        command.push_str(" --partition-key ");
+        command.push_str(&shell_word(&partition));
+        if let Some(sort) = sort {
+            command.push_str(" --sort-key ");
+            command.push_str(&shell_word(&sort));
+        }
+    }
+    command
+}
+
+/// `word` as one shell word: as it is when it has no character a shell would read, else in
+/// single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = word.chars().all(|c| {
+        c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                '_' | '-' | '.' | ':' | '/' | '=' | '#' | '@' | '+' | '%' | '{' | '}'
+            )
+    });
+    if plain && !word.is_empty() {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
+/// An SDK error of the accounts table's calls: throttling and answers that never came are
+/// transient (`StoreUnavailable`), the rest (a missing table, access denied) are not.
+fn sdk_error<E, R>(op: &str, e: SdkError<E, R>) -> Error
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let code = e.code().map(str::to_owned);
+    let throttled = matches!(
+        code.as_deref(),
+        Some(
+            "ProvisionedThroughputExceededException"
+                | "RequestLimitExceeded"
+                | "ThrottlingException"
+                | "InternalServerError"
+                | "ServiceUnavailable"
+        )
+    );
+    let kind = match &e {
+        SdkError::ServiceError(_) if !throttled => ErrorKind::StoreRejected,
+        SdkError::ConstructionFailure(_) => ErrorKind::StoreRejected,
+        _ => ErrorKind::StoreUnavailable,
+    };
+    let what = code.unwrap_or_else(|| "no answer".to_owned());
+    Error::with_source(kind, format!("DynamoDB {op} failed: {what}"), e)
 }
 
 impl Ledger for DynamoDbLedger {
@@ -133,7 +254,7 @@ impl Ledger for DynamoDbLedger {
                 .set_exclusive_start_key(start.take())
                 .send()
                 .await
-                .map_err(|e| classify("Scan", e))?;
+                .map_err(|e| sdk_error("Scan", e))?;
             for item in page.items() {
                 let Some(account) = item.get(ACCOUNT).and_then(|v| v.as_s().ok()) else {
                     return Err(Error::new(
@@ -185,7 +306,7 @@ impl Ledger for DynamoDbLedger {
         let table = self.accounts_table();
         let (claims, accounts) =
             futures::future::join(self.inner.store.check_ready(), self.table_status(table)).await;
-        let store_hint = format!("{}`", self.inner.store.init_command());
+        let store_hint = format!("{}`", store_init_command(&self.inner.store));
         let ledger_hint = format!("{}`", self.init_command());
         claims.map_err(|e| crate::with_app_hint(e, &store_hint, &ledger_hint))?;
         match accounts? {

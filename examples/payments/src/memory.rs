@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{Ledger, Payment};
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::{Error, MemoryStore};
 
 /// A [`MemoryStore`] plus account balances. Clones share both; [`Ledger::store`] is the claim

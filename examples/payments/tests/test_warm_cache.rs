@@ -76,6 +76,11 @@ async fn without_the_setting_there_is_no_cache() {
         .await
         .expect("consumer");
     assert!(cache(&consumer).is_none());
-    let zero = settings(&[("SQS_CLAIM_WARM_CACHE", "0")]);
-    assert_eq!(zero.warm_cache, None, "0 turns it off");
+    let zero = payments::build(
+        MemoryLedger::new(),
+        &settings(&[("SQS_CLAIM_WARM_CACHE", "0")]),
+    )
+    .await
+    .expect("consumer");
+    assert!(cache(&zero).is_none(), "0 turns it off");
 }

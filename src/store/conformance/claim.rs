@@ -80,7 +80,7 @@ pub(super) async fn expired_record_counts_as_absent<S: ClaimStore>(store: &S) {
 
 /// An in-progress record never expires before its lease, even when the caller asks for a TTL
 /// shorter than the lease: the store keeps the record at least until `lease_until`
-/// ([`ClaimRequest::record_expires_at`]). Claimed with `expires_at = now + 1 s` and
+/// (`ClaimRequest::record_expires_at`). Claimed with `expires_at = now + 1 s` and
 /// `lease_until = now + 60 s`, the key is held elsewhere at `now + 30 s` and one millisecond
 /// before the lease lapses, the holder can still complete, and the completed record is then a
 /// duplicate. The lease still lapses on time: a second key claimed the same way is taken over

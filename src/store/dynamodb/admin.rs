@@ -18,7 +18,7 @@ impl StoreAdmin for DynamoDbStore {
 
     /// One `DescribeTable`: the table exists, is ACTIVE, and its primary key is the configured
     /// layout's (a partition key of type S, and the sort key of type S if the layout has one).
-    /// A missing table names the [`init_command`](DynamoDbStore::init_command) that creates it.
+    /// A missing table names the `sqs-claim init` command that creates it.
     async fn check_ready(&self) -> Result<(), Error> {
         let description = describe_table(&self.client, &self.table).await?;
         if let Some(description) = &description {
@@ -228,16 +228,9 @@ impl DynamoDbStore {
     }
 }
 
-/// Creates an on-demand table with a string partition key `key` unless it exists, and waits
-/// until it is ACTIVE (a new table refuses writes for a few seconds on AWS).
-///
-/// For tables of your own beside the claims table (the example app's accounts table uses it);
-/// [`StoreAdmin::init`] creates the claims table itself.
-pub async fn create_table_with_key(client: &Client, table: &str, key: &str) -> Result<(), Error> {
-    create_table_with_keys(client, table, key, None).await
-}
-
-/// [`create_table_with_key`] with an optional string sort key `sort`.
+/// Creates an on-demand table with the string partition key `partition` (and sort key `sort`,
+/// if any) unless it exists, and waits until it is ACTIVE (a new table refuses writes for a few
+/// seconds on AWS).
 pub(crate) async fn create_table_with_keys(
     client: &Client,
     table: &str,
@@ -326,17 +319,8 @@ pub(crate) async fn create_table_with_keys(
     }
 }
 
-/// How long [`create_table_with_key`] waits for a new table to become ACTIVE.
+/// How long [`create_table_with_keys`] waits for a new table to become ACTIVE.
 const TABLE_ACTIVE_WITHIN: Duration = Duration::from_secs(60);
-
-/// The table's status, `None` if it does not exist.
-pub async fn table_status(client: &Client, table: &str) -> Result<Option<TableStatus>, Error> {
-    match client.describe_table().table_name(table).send().await {
-        Ok(out) => Ok(out.table().and_then(|t| t.table_status()).cloned()),
-        Err(e) if e.code() == Some("ResourceNotFoundException") => Ok(None),
-        Err(e) => Err(classify("DescribeTable", e)),
-    }
-}
 
 /// Enables TTL on `attribute` unless it already is (enabling twice is an error in DynamoDB).
 pub(crate) async fn enable_ttl(client: &Client, table: &str, attribute: &str) -> Result<(), Error> {

@@ -20,7 +20,7 @@ pub(super) fn build_error(e: aws_sdk_dynamodb::error::BuildError) -> Error {
 ///
 /// Public so that the DynamoDB calls of your own (a business table beside the claims) fail
 /// with the same kinds and wording as the store's.
-pub fn classify<E, R>(op: &str, e: SdkError<E, R>) -> Error
+pub(crate) fn classify<E, R>(op: &str, e: SdkError<E, R>) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug + Send + Sync + 'static,

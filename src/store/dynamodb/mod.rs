@@ -56,7 +56,7 @@
 //!   "held elsewhere" without a second read. TTL deletion is lazy (up to days), so the
 //!   condition compares the expiry itself: an expired item still present behaves as absent.
 //!   The claim writes `expiration` as `max(expires_at, lease_until)`
-//!   ([`ClaimRequest::record_expires_at`]) rounded up to a second, so TTL deletion never
+//!   (`ClaimRequest::record_expires_at`) rounded up to a second, so TTL deletion never
 //!   removes an item whose lease is live.
 //! * complete without effects: one `UpdateItem` conditional on the token and `INPROGRESS`,
 //!   writing the response (if any) with the status.
@@ -113,8 +113,6 @@ mod pack;
 mod schema;
 mod settings;
 
-pub use admin::{create_table_with_key, table_status};
-pub use errors::classify;
 pub use schema::{
     DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema, MAX_FINGERPRINT_BYTES,
     MAX_ITEM_BYTES,
@@ -211,7 +209,7 @@ impl DynamoDbStore {
     /// Powertools sort-key layout.
     ///
     /// Fails with [`ErrorKind::Config`] if the schema is invalid
-    /// ([`DynamoDbKeySchema::validate`]) or a key attribute has the name of one of the
+    /// (an empty name or template, no `{key}`) or a key attribute has the name of one of the
     /// record's other attributes ([`DynamoDbAttributes`]).
     ///
     /// ```
@@ -247,12 +245,6 @@ impl DynamoDbStore {
         &self.schema
     }
 
-    /// The primary key of the item that holds `key`'s claim (to read it, or to write a business
-    /// item beside it, under the same layout).
-    pub fn item_key(&self, key: &str) -> HashMap<String, AttributeValue> {
-        self.schema.item_key(key)
-    }
-
     /// The SDK client (to build effects on other tables with the same configuration).
     pub fn client(&self) -> &Client {
         &self.client
@@ -284,7 +276,7 @@ impl DynamoDbStore {
     /// dynamodb:TABLE`, with `--partition-key` and `--sort-key` whenever the key layout is not
     /// the default, so the command creates the table this store looks for. The hint of
     /// [`check_ready`](StoreAdmin::check_ready)'s error for a missing table.
-    pub fn init_command(&self) -> String {
+    pub(crate) fn init_command(&self) -> String {
         let mut command = format!("sqs-claim init --store dynamodb:{}", self.table);
         if *self.schema != DynamoDbKeySchema::default() {
             let (partition, sort) = layout_values(&self.schema);

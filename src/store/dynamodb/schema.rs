@@ -116,7 +116,7 @@ impl DynamoDbKeyAttribute {
     }
 
     /// The template of its value: fixed text, with `{key}` at most once.
-    pub fn template(&self) -> &str {
+    pub(crate) fn template(&self) -> &str {
         &self.template
     }
 

@@ -35,9 +35,9 @@ pub struct DynamoDbSettings {
     /// retries). Default 3.
     pub max_attempts: u32,
     /// The SDK's first backoff (it adds full jitter). Default 50 ms.
-    pub initial_backoff: Duration,
+    pub(crate) initial_backoff: Duration,
     /// The SDK's longest backoff. Default 1 s.
-    pub max_backoff: Duration,
+    pub(crate) max_backoff: Duration,
 }
 
 impl Default for DynamoDbSettings {

@@ -199,11 +199,6 @@ impl PgEffect {
         self.expect_rows = Some(rows);
         self
     }
-
-    /// The SQL text.
-    pub fn sql(&self) -> &str {
-        &self.sql
-    }
 }
 
 impl std::fmt::Debug for PgEffect {
@@ -297,7 +292,7 @@ impl PostgresStore {
     }
 
     /// Sets the client-side bound on each store call (see "Timeouts" in the module docs).
-    pub fn with_call_timeout(mut self, timeout: Duration) -> Self {
+    pub(crate) fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }

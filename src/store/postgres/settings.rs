@@ -18,14 +18,14 @@ pub struct PostgresSettings {
     /// How long opening a socket may take. Default 2 s.
     pub connect_timeout: Duration,
     /// Idle time before the first TCP keepalive probe. Default 5 s.
-    pub keepalives_idle: Duration,
+    pub(crate) keepalives_idle: Duration,
     /// Time between probes. Default 2 s.
-    pub keepalives_interval: Duration,
+    pub(crate) keepalives_interval: Duration,
     /// Probes before the connection is given up. Default 3.
-    pub keepalives_retries: u32,
+    pub(crate) keepalives_retries: u32,
     /// How long sent data may stay unacknowledged before the kernel drops the connection
     /// (`TCP_USER_TIMEOUT`, Linux). Default 5 s.
-    pub tcp_user_timeout: Duration,
+    pub(crate) tcp_user_timeout: Duration,
     /// Connections in the pool. Default 16.
     pub pool_size: usize,
 }

@@ -31,7 +31,7 @@
 //! expires_at`, means a Redis clock that runs ahead of the workers' cannot delete a record before
 //! the workers consider it expired (which would let a duplicate through); a record that lingers
 //! past `expires_at` is harmless, because the scripts treat it as absent. A claim's `expires_at`
-//! is never before its lease ([`ClaimRequest::record_expires_at`]), so Redis never deletes an
+//! is never before its lease (`ClaimRequest::record_expires_at`), so Redis never deletes an
 //! in-progress record while its lease is live, whatever TTL the caller asked for.
 //!
 //! # Effects

@@ -244,16 +244,6 @@ impl SqlEffect {
         self.expect_rows = Some(n);
         self
     }
-
-    /// The statement.
-    pub fn sql(&self) -> &str {
-        &self.sql
-    }
-
-    /// The parameters.
-    pub fn params(&self) -> &[SqlValue] {
-        &self.params
-    }
 }
 
 // By hand: parameter values are business data (amounts, account ids) and `?effect` lands in
