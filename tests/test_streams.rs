@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use sqs_claim::store::memory::MemoryEffect;
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::stream::{DynamoDbStreams, Kinesis};
 use sqs_claim::{BoxError, ClaimStore, Effects, MemoryStore, Message, Processor};
 use sqs_claim_testkit::stream::{Drained, Mapping, Stream};
