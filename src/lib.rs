@@ -108,6 +108,9 @@ mod error;
 pub mod idempotency;
 pub mod key;
 pub mod lambda;
+#[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+pub mod large;
 #[cfg(feature = "logging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
 pub mod logging;
@@ -226,6 +229,11 @@ pub use deadpool_postgres;
 #[cfg(feature = "sqs")]
 pub use aws_sdk_sqs;
 
+/// The S3 SDK the large-message reader and the publisher's offloading are built on,
+/// re-exported so they can be given a client of the same version.
+#[cfg(feature = "s3")]
+pub use aws_sdk_s3;
+
 /// AWS configuration loading, re-exported for building SDK clients of the same version.
-#[cfg(any(feature = "dynamodb", feature = "sqs"))]
+#[cfg(any(feature = "dynamodb", feature = "sqs", feature = "s3"))]
 pub use aws_config;
