@@ -85,8 +85,9 @@
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
+//! | `s3` | no | [`large`]: payloads the SQS and SNS extended clients offload to S3, read (the object is the payload the key, the payload check and the handler see) and optionally deleted once done; with `sqs`, `Publisher::offload_to` writes them (docs/large-messages.md) |
 //! | `settings` | no | `settings`: a consumer's settings from the `SQS_CLAIM_*` variables (`Settings`), the store URLs (`StoreUrl`), the table of the variables (`VARIABLES`); turns on `dynamodb` |
-//! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
+//! | `aws` | with `dynamodb`, `sqs` or `s3` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
 //!
@@ -198,6 +199,9 @@ pub struct EventsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/retries.md")]
 pub struct RetriesDoctests;
+#[cfg(all(doctest, feature = "s3", feature = "sqs"))]
+#[doc = include_str!("../docs/large-messages.md")]
+pub struct LargeMessagesDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {

@@ -27,7 +27,7 @@ use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
 
 /// Every rule, in the report's order.
-const RULES: [&str; 12] = [
+const RULES: [&str; 13] = [
     "visibility-timeout",
     "redrive-policy",
     "report-batch-item-failures",
@@ -40,6 +40,7 @@ const RULES: [&str; 12] = [
     "lease-window",
     "backoff-retention",
     "backoff-receives",
+    "large-message-key",
 ];
 
 fn endpoint(var: &str, default: &str) -> String {
