@@ -79,12 +79,14 @@ fn unique(prefix: &str) -> String {
 /// A new bucket on ministack; its name.
 async fn bucket(s3: &aws_sdk_s3::Client) -> String {
     let name = unique("sqs-claim-large");
-    let created = tokio::time::timeout(
+    let Ok(created) = tokio::time::timeout(
         Duration::from_secs(10),
         s3.create_bucket().bucket(&name).send(),
     )
     .await
-    .unwrap_or_else(|_| panic!("ministack S3 at {} did not answer", endpoint()));
+    else {
+        panic!("ministack S3 at {} did not answer", endpoint());
+    };
     created.unwrap_or_else(|e| {
         panic!(
             "CreateBucket on ministack at {}: {}",
