@@ -28,7 +28,7 @@
 //! * **Failures.** An object that does not exist (`NoSuchKey`, `NoSuchBucket`), one larger than
 //!   [`LargeMessages::max_bytes`] (by its attribute or by S3's answer), a payload that is not
 //!   UTF-8, or a body with the attribute that is not a pointer fails that message alone, as a
-//!   permanent [`FailureKind::LargePayload`](crate::FailureKind::LargePayload) failure (with
+//!   permanent [`FailureKind::LargePayload`] failure (with
 //!   the failure destination's at-once policy, it goes to the failure queue at once, with its
 //!   reason). S3 not answering, throttling or failing on its side (after the S3 client's own
 //!   retries) fails it as a transient `large_payload`: it is reported for retry and comes back,
