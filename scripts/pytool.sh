@@ -4,16 +4,30 @@
 #
 # Usage: scripts/pytool.sh TOOL [PACKAGE...]      e.g.  scripts/pytool.sh cfn-lint cfn-lint
 #        "$(scripts/pytool.sh cfn-lint cfn-lint)" template.yaml
+#        scripts/pytool.sh --lib NAME PACKAGE...    a venv of libraries (no command of their
+#        own): prints its python, e.g. scripts/pytool.sh --lib sqs-extended amazon-sqs-extended-client
 #
 # Environment: SQS_CLAIM_CACHE (default ~/.cache/sqs-claim), SQS_CLAIM_PYTHON (default python3).
 set -euo pipefail
+lib=""
+if [[ "${1:-}" == "--lib" ]]; then
+    lib=${2:?usage: scripts/pytool.sh --lib NAME PACKAGE...}
+    shift 2
+    [[ $# -gt 0 ]] || { echo "usage: scripts/pytool.sh --lib NAME PACKAGE..." >&2; exit 2; }
+    set -- python "$@"
+fi
 tool=${1:?usage: scripts/pytool.sh TOOL [PACKAGE...]}
 shift
 packages=("$@")
 [[ ${#packages[@]} -gt 0 ]] || packages=("$tool")
 cache="${SQS_CLAIM_CACHE:-$HOME/.cache/sqs-claim}"
 python="${SQS_CLAIM_PYTHON:-python3}"
-venv="$cache/venv-$tool"
+venv="$cache/venv-${lib:-$tool}"
+# A library venv is rebuilt when the packages asked for change (a new pin).
+stamp="$venv/.pytool-packages"
+if [[ -n "$lib" && -x "$venv/bin/python" && "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]]; then
+    rm -rf "$venv"
+fi
 if [[ ! -x "$venv/bin/$tool" ]]; then
     echo "pytool: installing ${packages[*]} into $venv" >&2
     mkdir -p "$cache"
@@ -27,6 +41,7 @@ if [[ ! -x "$venv/bin/$tool" ]]; then
         echo "pytool: pip install ${packages[*]} failed" >&2
         exit 1
     }
+    echo "${packages[*]}" >"$stamp"
 fi
 [[ -x "$venv/bin/$tool" ]] || { echo "pytool: $venv/bin/$tool missing after install" >&2; exit 1; }
 echo "$venv/bin/$tool"

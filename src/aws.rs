@@ -95,6 +95,38 @@ pub fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
     aws_sdk_sqs::Client::from_conf(config)
 }
 
+/// An S3 client on `config` for [`LargeMessages`](crate::large::LargeMessages) and the
+/// publisher's offloading: retries and timeouts set here as for the SQS client (standard mode,
+/// 3 attempts; 1 s to connect, each attempt 5 s and the whole call 10 s to answer, the body's
+/// reading bounded by the invocation's time budget), and path-style addressing when the
+/// configuration names an endpoint of its own (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`: a local S3 serves
+/// `http://host/bucket/key`, not `http://bucket.host/key`).
+#[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+pub fn s3_client(config: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
+    use aws_sdk_s3::config::retry::RetryConfig;
+    use aws_sdk_s3::config::timeout::TimeoutConfig;
+    let config = aws_sdk_s3::config::Builder::from(config)
+        .force_path_style(
+            config.endpoint_url().is_some() || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some(),
+        )
+        .retry_config(
+            RetryConfig::standard()
+                .with_max_attempts(3)
+                .with_initial_backoff(std::time::Duration::from_millis(50))
+                .with_max_backoff(std::time::Duration::from_secs(1)),
+        )
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(std::time::Duration::from_secs(1))
+                .operation_attempt_timeout(std::time::Duration::from_secs(5))
+                .operation_timeout(std::time::Duration::from_secs(10))
+                .build(),
+        )
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -85,9 +85,10 @@
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
+//! | `s3` | no | [`large`]: payloads the SQS and SNS extended clients offload to S3, read (the object is the payload the key, the payload check and the handler see) and optionally deleted once done; with `sqs`, `Publisher::offload_to` writes them (docs/large-messages.md) |
 //! | `settings` | no | `settings`: a consumer's settings from the `SQS_CLAIM_*` variables (`Settings`), the store URLs (`StoreUrl`), the table of the variables (`VARIABLES`); turns on `dynamodb` |
 //! | `streams` | no | `stream`: Kinesis Data Streams and DynamoDB Streams consumers on the same claim core, in order per shard, answering the streams' partial batch response (docs/streams.md) |
-//! | `aws` | with `dynamodb` or `sqs` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
+//! | `aws` | with `dynamodb`, `sqs` or `s3` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
 //!
@@ -109,6 +110,9 @@ mod error;
 pub mod idempotency;
 pub mod key;
 pub mod lambda;
+#[cfg(feature = "s3")]
+#[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
+pub mod large;
 #[cfg(feature = "logging")]
 #[cfg_attr(docsrs, doc(cfg(feature = "logging")))]
 pub mod logging;
@@ -202,6 +206,9 @@ pub struct RetriesDoctests;
 #[cfg(all(doctest, feature = "streams", feature = "dynamodb"))]
 #[doc = include_str!("../docs/streams.md")]
 pub struct StreamsDoctests;
+#[cfg(all(doctest, feature = "s3", feature = "sqs"))]
+#[doc = include_str!("../docs/large-messages.md")]
+pub struct LargeMessagesDoctests;
 
 /// The event and response types, re-exported so users need not pin `aws_lambda_events`.
 pub mod events {
@@ -235,6 +242,11 @@ pub use deadpool_postgres;
 #[cfg(feature = "sqs")]
 pub use aws_sdk_sqs;
 
+/// The S3 SDK the large-message reader and the publisher's offloading are built on,
+/// re-exported so they can be given a client of the same version.
+#[cfg(feature = "s3")]
+pub use aws_sdk_s3;
+
 /// AWS configuration loading, re-exported for building SDK clients of the same version.
-#[cfg(any(feature = "dynamodb", feature = "sqs"))]
+#[cfg(any(feature = "dynamodb", feature = "sqs", feature = "s3"))]
 pub use aws_config;

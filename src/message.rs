@@ -30,6 +30,9 @@ pub(crate) enum Payload {
     Opened { text: String, id: Option<String> },
     /// The body is not the envelope: why (never quoting the body).
     Unopened(String),
+    /// The body is an S3 pointer whose payload could not be fetched (feature `s3`): why.
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    Unfetched(crate::outcome::Failure),
 }
 
 // By hand: the body never goes into `Debug` output (a `?msg` in a log line), only its length.
@@ -116,6 +119,19 @@ impl Message {
                 ErrorKind::BadBody,
                 format!("message {}: {why}", self.id),
             )),
+            Payload::Unfetched(failure) => Err(Error::new(
+                ErrorKind::BadBody,
+                format!("message {}: {}", self.id, failure.message),
+            )),
+        }
+    }
+
+    /// Why the payload offloaded to S3 could not be fetched, when it could not (feature `s3`):
+    /// the message fails with it instead of running its handler.
+    pub(crate) fn unfetched(&self) -> Option<&crate::outcome::Failure> {
+        match &self.payload {
+            Payload::Unfetched(failure) => Some(failure),
+            _ => None,
         }
     }
 
@@ -124,7 +140,7 @@ impl Message {
     pub fn envelope_id(&self) -> Option<&str> {
         match &self.payload {
             Payload::Opened { id, .. } => id.as_deref(),
-            Payload::Body | Payload::Unopened(_) => None,
+            Payload::Body | Payload::Unopened(_) | Payload::Unfetched(_) => None,
         }
     }
 

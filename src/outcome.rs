@@ -220,6 +220,11 @@ pub enum FailureKind {
     /// The handler ran longer than the processor's `handler_timeout` and was cancelled. Like a
     /// handler cut off by the deadline, its claim is kept until its lease lapses.
     HandlerTimeout,
+    /// The payload an extended client offloaded to S3 could not be read (feature `s3`,
+    /// [`large`](crate::large)): its object does not exist or is over the size limit, or the
+    /// body carries the size attribute but is no pointer ([`Failure::permanent`]); or S3 did
+    /// not answer (transient, retried on redelivery). Nothing ran.
+    LargePayload,
 }
 
 impl FailureKind {
@@ -270,6 +275,7 @@ impl FailureKind {
         FailureKind::EffectRejected,
         FailureKind::LostClaim,
         FailureKind::HandlerTimeout,
+        FailureKind::LargePayload,
     ];
 
     /// A short stable name.
@@ -285,6 +291,7 @@ impl FailureKind {
             FailureKind::EffectRejected => "effect_rejected",
             FailureKind::LostClaim => "lost_claim",
             FailureKind::HandlerTimeout => "handler_timeout",
+            FailureKind::LargePayload => "large_payload",
         }
     }
 }

@@ -362,6 +362,14 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         }
     }
 
+    /// Notes, in the batch's counters, that this message's completion committed (what the
+    /// S3 cleanup after the batch waits for).
+    pub(crate) fn note_committed(&self) {
+        if let (Some(stats), Some(id)) = (self.stats, self.message_id) {
+            stats.note_committed(id);
+        }
+    }
+
     /// Claims the key completed with `effects` in one write
     /// ([`ClaimStore::claim_completed`]). A completed record expires with the TTL alone: no
     /// lease holds it.

@@ -120,6 +120,10 @@ pub struct Received {
     pub(crate) receive_count: Option<u32>,
     pub(crate) group_id: Option<String>,
     pub(crate) body: Option<String>,
+    /// The S3 object of its payload, set after the run when its completion committed (the
+    /// S3 cleanup deletes it).
+    #[cfg(feature = "s3")]
+    pub(crate) object: Option<crate::large::ObjectRef>,
 }
 
 impl Received {
@@ -133,6 +137,8 @@ impl Received {
             receive_count,
             group_id: record.attributes.get("MessageGroupId").cloned(),
             body: keep_body(receive_count).then(|| record.body.clone().unwrap_or_default()),
+            #[cfg(feature = "s3")]
+            object: None,
         }
     }
 
@@ -263,6 +269,8 @@ pub(crate) struct Steps {
     pub(super) divert: Option<Arc<dyn AfterBatch>>,
     /// The user's steps, in the order they were registered.
     pub(super) custom: Vec<Arc<dyn AfterBatch>>,
+    /// The S3 objects of the messages done, deleted (`LargeMessages`, feature `s3`).
+    pub(super) cleanup: Option<Arc<dyn AfterBatch>>,
     /// When what is reported for retry comes back ([`Redelivery`](crate::Redelivery)).
     pub(super) settle: Option<Arc<dyn AfterBatch>>,
 }
@@ -270,12 +278,41 @@ pub(crate) struct Steps {
 /// What the steps keep of a batch before it runs. `None` inside when there are no steps.
 pub(super) struct Kept(Option<(Vec<Received>, SystemTime)>);
 
+impl Kept {
+    /// After the run: the S3 object of each message whose completion committed (`committed`,
+    /// their ids), for the cleanup. `objects` is one per record (what its pointer led to).
+    #[cfg(feature = "s3")]
+    pub(super) fn mark_objects(
+        &mut self,
+        objects: Vec<Option<crate::large::ObjectRef>>,
+        ids: &[String],
+        committed: &[String],
+    ) {
+        let Kept(Some((received, _))) = self else {
+            return;
+        };
+        let committed: std::collections::HashSet<&str> =
+            committed.iter().map(String::as_str).collect();
+        for ((r, object), id) in received.iter_mut().zip(objects).zip(ids) {
+            if committed.contains(id.as_str()) {
+                r.object = object;
+            }
+        }
+    }
+}
+
 impl Steps {
     fn iter(&self) -> impl Iterator<Item = &Arc<dyn AfterBatch>> {
         self.divert
             .iter()
             .chain(&self.custom)
+            .chain(self.cleanup.as_ref())
             .chain(self.settle.as_ref())
+    }
+
+    /// Whether objects offloaded to S3 are deleted after the batch (feature `s3`).
+    pub(super) fn cleans_up(&self) -> bool {
+        self.cleanup.is_some()
     }
 
     /// Whether there is any step.
@@ -344,5 +381,7 @@ pub(super) fn received(receive_count: u32, group_id: Option<&str>) -> Received {
         receive_count: Some(receive_count),
         group_id: group_id.map(str::to_owned),
         body: None,
+        #[cfg(feature = "s3")]
+        object: None,
     }
 }

@@ -104,27 +104,91 @@ pub(crate) struct Config {
     /// (the record's `MessageGroupId` is its shard), and a record the consumer could not
     /// decode fails at once.
     pub(super) stream: bool,
+    /// Payloads offloaded to S3 ([`ProcessorBuilder::large_messages`]).
+    #[cfg(feature = "s3")]
+    pub(super) large: Option<crate::large::LargeMessages>,
 }
+
+/// What a record's S3 pointer led to (feature `s3`; without it, nothing can be fetched).
+#[cfg(feature = "s3")]
+pub(super) use crate::large::Fetched;
+/// What a record's S3 pointer led to (feature `s3`; without it, nothing can be fetched).
+#[cfg(not(feature = "s3"))]
+#[derive(Debug)]
+pub(super) enum Fetched {}
 
 impl Config {
     /// Reads `record` through the envelope: its stored key under the key format (`None` if
     /// it has none), its payload fingerprint under the payload check (when it has a key), and
     /// what the envelope holds, for the handler. The envelope is opened once, here, and the
     /// key format reads the payload it holds as it would a body.
+    ///
+    /// `fetched` is what the record's S3 pointer led to (feature `s3`): its object is the
+    /// payload, as an envelope's is; when it could not be fetched, a key read from the payload
+    /// cannot be read, and the message fails at once with why ([`Read::fail_now`]), while a
+    /// key the record carries is claimed (a duplicate is skipped without its object) and the
+    /// message then fails with why instead of running its handler.
     pub(super) fn read(
         &self,
         record: &aws_lambda_events::sqs::SqsMessage,
         namespace: &str,
+        fetched: Option<Fetched>,
     ) -> Read {
         let body = record.body.as_deref().unwrap_or("");
-        let payload = match self.envelope {
-            Envelope::None => Payload::Body,
-            envelope => match envelope.open(body) {
-                Ok(opened) => {
-                    let (text, id) = opened.into_owned();
-                    Payload::Opened { text, id }
-                }
-                Err(e) => Payload::Unopened(e.message().to_owned()),
+        #[cfg_attr(not(feature = "s3"), allow(unused_variables))]
+        let envelope_id = || match self.envelope {
+            Envelope::None => None,
+            envelope => envelope.open(body).ok().and_then(|o| o.into_owned().1),
+        };
+        let payload = match fetched {
+            #[cfg(feature = "s3")]
+            Some(Fetched::Payload { text, .. }) => Payload::Opened {
+                text,
+                id: envelope_id(),
+            },
+            #[cfg(feature = "s3")]
+            Some(Fetched::Failed(failure)) => {
+                let key = match &self.key {
+                    KeySource::EnvelopeId => envelope_id().map(|id| {
+                        Some(
+                            self.format
+                                .stored_key(namespace, &serde_json::Value::String(id)),
+                        )
+                    }),
+                    key if key.reads_body() => None,
+                    _ => Some(
+                        self.format
+                            .record_key(namespace, &self.key, record, body)
+                            .ok()
+                            .flatten(),
+                    ),
+                };
+                return match key {
+                    Some(Some(key)) => Read {
+                        key: Ok(Some(key)),
+                        fingerprint: None,
+                        payload: Payload::Unfetched(failure),
+                        fail_now: None,
+                    },
+                    _ => Read {
+                        key: Ok(None),
+                        fingerprint: None,
+                        payload: Payload::Unfetched(failure.clone()),
+                        fail_now: Some(failure),
+                    },
+                };
+            }
+            #[cfg(not(feature = "s3"))]
+            Some(never) => match never {},
+            None => match self.envelope {
+                Envelope::None => Payload::Body,
+                envelope => match envelope.open(body) {
+                    Ok(opened) => {
+                        let (text, id) = opened.into_owned();
+                        Payload::Opened { text, id }
+                    }
+                    Err(e) => Payload::Unopened(e.message().to_owned()),
+                },
             },
         };
         let (key, fingerprint) = match &payload {
@@ -135,7 +199,7 @@ impl Config {
                 None,
             ),
             // A key from the record itself (its id, an attribute), and the body as it is.
-            Payload::Body | Payload::Unopened(_) => {
+            Payload::Body | Payload::Unopened(_) | Payload::Unfetched(_) => {
                 self.key_and_fingerprint(record, body, namespace)
             }
             Payload::Opened { text, id } => match (&self.key, id.as_deref()) {
@@ -154,6 +218,7 @@ impl Config {
             key,
             fingerprint,
             payload,
+            fail_now: None,
         }
     }
 
@@ -195,6 +260,9 @@ pub(super) struct Read {
     pub(super) fingerprint: Option<String>,
     /// What the envelope holds, for the handler's [`Message`](crate::Message).
     pub(super) payload: Payload,
+    /// A failure the message fails with before anything runs: its payload offloaded to S3
+    /// could not be fetched, and its key is read from that payload (feature `s3`).
+    pub(super) fail_now: Option<crate::outcome::Failure>,
 }
 
 impl Default for Config {
@@ -217,6 +285,8 @@ impl Default for Config {
             metrics: None,
             one_shot: false,
             stream: false,
+            #[cfg(feature = "s3")]
+            large: None,
         }
     }
 }
@@ -466,6 +536,23 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// Default: none.
     pub fn after_batch(mut self, step: impl AfterBatch) -> Self {
         self.config.after.custom.push(Arc::new(step));
+        self
+    }
+
+    /// Reads the payloads the SQS and SNS extended clients offload to S3: a record whose body
+    /// is their S3 pointer has its object fetched before the batch is planned (inside the time
+    /// budget, under [`LargeMessages::max_bytes`](crate::large::LargeMessages::max_bytes)), and
+    /// the key, the payload check and the handler read the object as the payload. With
+    /// [`delete_after_completion`](crate::large::LargeMessages::delete_after_completion), the
+    /// object is deleted once its message's completion committed (an after-batch step, after
+    /// those of [`after_batch`](Self::after_batch)). Default: none (a pointer is the payload).
+    /// See [`large`](crate::large).
+    ///
+    /// *Feature `s3`.*
+    #[cfg(feature = "s3")]
+    pub fn large_messages(mut self, large: crate::large::LargeMessages) -> Self {
+        self.config.after.cleanup = large.deletes().then(|| large.cleanup());
+        self.config.large = Some(large);
         self
     }
 

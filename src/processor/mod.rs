@@ -195,9 +195,11 @@ where
             config.deadline_margin,
             config.answer_reserve,
         );
-        let stats = BatchStats::new(config.metrics.is_some());
+        let stats =
+            BatchStats::new(config.metrics.is_some()).keeping_commits(config.after.cleans_up());
         // Before the records move into the plan: what the steps after the batch need of them.
-        let kept = config.after.keep(&payload.records, config.clock.now());
+        #[cfg_attr(not(feature = "s3"), allow(unused_mut))]
+        let mut kept = config.after.keep(&payload.records, config.clock.now());
         let source_arn = (config.metrics.is_some() || !config.after.is_empty())
             .then(|| {
                 payload
@@ -206,9 +208,49 @@ where
                     .find_map(|r| r.event_source_arn.clone())
             })
             .flatten();
-        let plan = Plan::new(payload.records, config, &namespace, budget.hard_stop())?;
+        // The payloads offloaded to S3, fetched before the plan reads the keys from them.
+        #[cfg(feature = "s3")]
+        let fetched = match &config.large {
+            Some(large) => {
+                large
+                    .fetch_batch(&payload.records, config.envelope, &budget)
+                    .await
+            }
+            None => Vec::new(),
+        };
+        #[cfg(not(feature = "s3"))]
+        let fetched = Vec::new();
+        #[cfg(feature = "s3")]
+        let objects: Vec<Option<crate::large::ObjectRef>> = if config.after.cleans_up() {
+            fetched
+                .iter()
+                .map(|f| match f {
+                    Some(crate::large::Fetched::Payload { object, .. }) => Some(object.clone()),
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let plan = Plan::new(
+            payload.records,
+            config,
+            &namespace,
+            budget.hard_stop(),
+            fetched,
+        )?;
         let fifo = plan.lanes.is_some();
+        #[cfg(feature = "s3")]
+        let ids: Vec<String> = if objects.is_empty() {
+            Vec::new()
+        } else {
+            plan.metas.iter().map(|m| m.id.clone()).collect()
+        };
         let items = self.inner.run(plan, &budget, &stats).await;
+        #[cfg(feature = "s3")]
+        if !objects.is_empty() {
+            kept.mark_objects(objects, &ids, &stats.take_committed());
+        }
         let (items, after) = config
             .after
             .run(

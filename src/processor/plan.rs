@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use aws_lambda_events::sqs::SqsMessage;
 use tracing::warn;
 
-use super::config::{Config, FifoMode};
+use super::config::{Config, Fetched, FifoMode};
 use crate::claim::{MissingKey, differs};
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind};
@@ -75,12 +75,15 @@ impl Plan {
     /// Plans `records`. Fails only if a record has no message id: it could not be named in a
     /// partial batch response, and an empty identifier would fail the batch anyway, less
     /// clearly.
-    /// `stop_at` is the budget's hard stop, which every message tells its handler.
+    /// `stop_at` is the budget's hard stop, which every message tells its handler. `fetched`
+    /// is what each record's S3 pointer led to (feature `s3`), one per record, or empty when
+    /// no record is a pointer.
     pub(super) fn new(
         records: Vec<SqsMessage>,
         config: &Config,
         namespace: &str,
         stop_at: Option<tokio::time::Instant>,
+        fetched: Vec<Option<Fetched>>,
     ) -> Result<Plan, Error> {
         for (i, r) in records.iter().enumerate() {
             if r.message_id.as_deref().is_none_or(str::is_empty) {
@@ -100,16 +103,24 @@ impl Plan {
         let mut leaders: HashMap<String, (usize, Option<String>)> = HashMap::new();
         let mut metas: Vec<Meta> = Vec::with_capacity(records.len());
         let mut actions = Vec::with_capacity(records.len());
+        let mut fetched = fetched.into_iter();
         for (i, record) in records.into_iter().enumerate() {
             let id = record.message_id.clone().unwrap_or_default();
             let trace_header = record.attributes.get("AWSTraceHeader").cloned();
-            if config.stream
+            let read = config.read(&record, namespace, fetched.next().flatten());
+            let fail_now = if config.stream
                 && let Some(why) = record.attributes.get(super::STREAM_UNDECODABLE)
             {
                 // The stream consumer could not decode this record: it fails alone (and, being
                 // its shard's first failure, stops its shard).
-                let failure = Failure::new(FailureKind::Handler, why.clone())
-                    .with_error_kind(Some(ErrorKind::BadBody));
+                Some(
+                    Failure::new(FailureKind::Handler, why.clone())
+                        .with_error_kind(Some(ErrorKind::BadBody)),
+                )
+            } else {
+                read.fail_now
+            };
+            if let Some(failure) = fail_now {
                 metas.push(Meta {
                     id,
                     key: None,
@@ -118,7 +129,6 @@ impl Plan {
                 actions.push(Action::Do(Work::Fail(failure)));
                 continue;
             }
-            let read = config.read(&record, namespace);
             let payload = read.payload;
             let (key, action) = match read.key {
                 Ok(Some(key)) => {

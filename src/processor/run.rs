@@ -518,6 +518,13 @@ where
             }
         };
 
+        if let Some(failure) = message.unfetched() {
+            // Its payload offloaded to S3 could not be fetched, and it is not a duplicate: it
+            // fails with why, and its claim goes.
+            let failure = failure.clone();
+            Box::pin(attempt.release(&token)).await;
+            return Outcome::Failed(failure);
+        }
         match self.call_handler(message, budget).await {
             HandlerCall::Returned(Ok(effects)) => {
                 Box::pin(self.complete(id, key, attempt, &token, effects)).await
@@ -544,6 +551,10 @@ where
         attempt: &Attempt<'_, S>,
         budget: &Budget,
     ) -> Outcome {
+        if let Some(failure) = message.unfetched() {
+            // The effects function would read the pointer; nothing is written.
+            return Outcome::Failed(failure.clone());
+        }
         let effects = match self.call_handler(message, budget).await {
             HandlerCall::Returned(Ok(effects)) => effects,
             HandlerCall::Returned(Err(failure)) => return Outcome::Failed(failure),
@@ -553,7 +564,10 @@ where
             HandlerCall::OutOfTime => return Outcome::CutOff(Step::Handler),
         };
         match attempt.claim_completed(effects).await {
-            Claimed::Won(()) => Outcome::Processed,
+            Claimed::Won(()) => {
+                attempt.note_committed();
+                Outcome::Processed
+            }
             Claimed::CutOff => Outcome::CutOff(Step::Completion),
             Claimed::Completed { payload, .. } => {
                 payload_outcome(payload, id, "a completed record")
@@ -589,6 +603,9 @@ where
         kind: FailureKind,
         why: &str,
     ) -> Outcome {
+        if let Some(failure) = message.unfetched() {
+            return Outcome::Failed(failure.clone());
+        }
         match self.call_handler(message, budget).await {
             HandlerCall::Returned(Ok(effects)) if effects.is_empty() => Outcome::Processed,
             HandlerCall::Returned(Ok(_)) => Outcome::Failed(Failure::new(
@@ -646,7 +663,10 @@ where
         effects: Effects<S::Effect>,
     ) -> Outcome {
         match attempt.complete(token, None, effects).await {
-            Recorded::Committed => Outcome::Processed,
+            Recorded::Committed => {
+                attempt.note_committed();
+                Outcome::Processed
+            }
             Recorded::CutOff { had_effects: true } => Outcome::CutOff(Step::Completion),
             Recorded::CutOff { had_effects: false } => {
                 // As for a completion that failed (below): the side effect already happened.

@@ -110,6 +110,9 @@ pub struct Outgoing {
     group_id: Option<String>,
     name: Option<String>,
     attributes: Vec<(String, String)>,
+    /// The payload's size when its body went to S3 and `body` is the pointer: sent as the
+    /// `Number` attribute `ExtendedPayloadSize` (features `sqs` + `s3`).
+    offloaded: Option<usize>,
 }
 
 // By hand: a body (and attribute values) never goes into `Debug` output, only its length.
@@ -133,6 +136,7 @@ impl Outgoing {
             group_id: None,
             name: None,
             attributes: Vec::new(),
+            offloaded: None,
         }
     }
 
@@ -171,8 +175,14 @@ impl Outgoing {
                 .iter()
                 .map(|(n, v)| n.len() + "String".len() + v.len())
                 .sum::<usize>()
+            + self.offloaded.map_or(0, |n| {
+                OFFLOAD_ATTRIBUTE.len() + "Number".len() + n.to_string().len()
+            })
     }
 }
+
+/// The attribute the extended clients read an offloaded payload's size from.
+const OFFLOAD_ATTRIBUTE: &str = "ExtendedPayloadSize";
 
 /// A publisher's settings, shared by its clones.
 #[derive(Clone)]
@@ -183,6 +193,17 @@ struct Inner {
     max_message_bytes: usize,
     policy: RetryPolicy,
     id_attribute: Option<String>,
+    #[cfg(feature = "s3")]
+    offload: Option<Offload>,
+}
+
+/// Where and from what size bodies go to S3 ([`Publisher::offload_to`]).
+#[cfg(feature = "s3")]
+#[derive(Clone)]
+struct Offload {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    over_bytes: usize,
 }
 
 /// Publishes to one queue. Cheap to clone (an `Arc` inside): clone it into your handler.
@@ -219,6 +240,8 @@ impl Publisher {
                 max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
                 policy: send::default_policy(),
                 id_attribute: None,
+                #[cfg(feature = "s3")]
+                offload: None,
             }),
         }
     }
@@ -252,6 +275,35 @@ impl Publisher {
     pub fn id_attribute(self, name: impl Into<String>) -> Self {
         let name = name.into();
         self.update(|i| i.id_attribute = Some(name))
+    }
+
+    /// Sends a message whose size (body plus attributes) is over `over_bytes` (at most the
+    /// queue's [`max_message_bytes`](Self::max_message_bytes): a larger value is read as it)
+    /// as the SQS Extended Client does: its body is put in `bucket` under a new UUID key, and
+    /// the message carries the pointer
+    /// `["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":..,"s3Key":..}]`
+    /// with the `Number` attribute `ExtendedPayloadSize` (the body's size in bytes), so the
+    /// extended clients, and a processor with [`LargeMessages`](crate::large::LargeMessages),
+    /// read the body. The uploads come first: if one fails, nothing is sent (an error of kind
+    /// [`ErrorKind::Publish`], code `OffloadFailed`). A send retried after a failure uploads
+    /// again, under new keys. Default: off (a message over the limit is refused).
+    ///
+    /// *Features `sqs` and `s3`.* Needs `s3:PutObject` on the bucket.
+    #[cfg(feature = "s3")]
+    pub fn offload_to(
+        self,
+        client: aws_sdk_s3::Client,
+        bucket: impl Into<String>,
+        over_bytes: usize,
+    ) -> Self {
+        let bucket = bucket.into();
+        self.update(|i| {
+            i.offload = Some(Offload {
+                client,
+                bucket,
+                over_bytes,
+            })
+        })
     }
 
     /// The size limit of one message, body plus attributes (see
@@ -406,6 +458,66 @@ impl fmt::Display for PublishFailure {
 impl std::error::Error for PublishFailure {}
 
 impl OutgoingBatch {
+    /// Puts the body of every output over the offload size in S3 and makes it the pointer
+    /// ([`Publisher::offload_to`]). Nothing is sent if an upload fails.
+    #[cfg(feature = "s3")]
+    async fn offload(&mut self) -> Result<(), Error> {
+        let p = &self.publisher.inner;
+        let Some(offload) = &p.offload else {
+            return Ok(());
+        };
+        let over = offload.over_bytes.min(p.max_message_bytes);
+        let labels = dedup_id::labels(&self.outputs);
+        let mut failed = Vec::new();
+        for (output, label) in self.outputs.iter_mut().zip(labels) {
+            if output.offloaded.is_some() || output.size() <= over {
+                continue;
+            }
+            let key = uuid::Uuid::new_v4().to_string();
+            let size = output.body.len();
+            let put = offload
+                .client
+                .put_object()
+                .bucket(&offload.bucket)
+                .key(&key)
+                .body(aws_sdk_s3::primitives::ByteStream::from(
+                    output.body.clone().into_bytes(),
+                ))
+                .send()
+                .await;
+            match put {
+                Ok(_) => {
+                    output.body = serde_json::json!([
+                        crate::large::POINTER_CLASS,
+                        {"s3BucketName": offload.bucket, "s3Key": key}
+                    ])
+                    .to_string();
+                    output.offloaded = Some(size);
+                }
+                Err(e) => failed.push(FailedOutput {
+                    output: label,
+                    code: "OffloadFailed".into(),
+                    message: format!(
+                        "putting the body in S3 (s3://{}/{key}) failed: {}",
+                        offload.bucket,
+                        crate::error::Chain(&e)
+                    ),
+                    sender_fault: false,
+                }),
+            }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(send::publish_error(PublishFailure {
+                queue_url: p.queue_url.clone(),
+                before_any_call: true,
+                failed,
+                sent: Vec::new(),
+            }))
+        }
+    }
+
     /// Adds an output. Its position (if unnamed) is the number of unnamed outputs before it.
     pub fn push(&mut self, output: Outgoing) -> &mut Self {
         self.outputs.push(output);

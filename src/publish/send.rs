@@ -35,7 +35,13 @@ impl OutgoingBatch {
         self.send_until(Some(stop_at)).await
     }
 
-    async fn send_until(self, stop_at: Option<tokio::time::Instant>) -> Result<Vec<Sent>, Error> {
+    #[cfg_attr(not(feature = "s3"), allow(unused_mut))]
+    async fn send_until(
+        mut self,
+        stop_at: Option<tokio::time::Instant>,
+    ) -> Result<Vec<Sent>, Error> {
+        #[cfg(feature = "s3")]
+        self.offload().await?;
         let prepared = self.prepare()?;
         let p = &self.publisher.inner;
         let mut sent: Vec<Sent> = Vec::with_capacity(prepared.len());

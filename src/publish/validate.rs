@@ -122,9 +122,16 @@ impl OutgoingBatch {
             if let Some(g) = &output.group_id {
                 entry = entry.message_group_id(g.clone());
             }
-            for (name, value) in attributes {
+            let offloaded = output
+                .offloaded
+                .map(|n| (super::OFFLOAD_ATTRIBUTE.to_owned(), n.to_string(), "Number"));
+            let typed = attributes
+                .into_iter()
+                .map(|(n, v)| (n, v, "String"))
+                .chain(offloaded);
+            for (name, value, data_type) in typed {
                 let value = MessageAttributeValue::builder()
-                    .data_type("String")
+                    .data_type(data_type)
                     .string_value(value)
                     .build();
                 match value {

@@ -112,19 +112,47 @@ impl Settings {
 
     /// [`configure`](Self::configure), then, when a failure queue or the backoff is set,
     /// [`configure_sqs`](Self::configure_sqs) with an SQS client on the standard AWS
-    /// environment ([`aws::sqs_client`](crate::aws::sqs_client)): every builder setting the
-    /// `SQS_CLAIM_*` variables give.
+    /// environment ([`aws::sqs_client`](crate::aws::sqs_client)), and with feature `s3`, when
+    /// `SQS_CLAIM_LARGE_MESSAGES=on`, the [`large_message_reader`](Self::large_message_reader)
+    /// on an S3 client of that environment ([`aws::s3_client`](crate::aws::s3_client)): every
+    /// builder setting the `SQS_CLAIM_*` variables give.
     #[cfg(feature = "sqs")]
     pub async fn configure_all<S, H>(
         &self,
         builder: ProcessorBuilder<S, H>,
     ) -> ProcessorBuilder<S, H> {
-        let builder = self.configure(builder);
+        #[cfg_attr(not(feature = "s3"), allow(unused_mut))]
+        let mut builder = self.configure(builder);
+        #[cfg(feature = "s3")]
+        if self.large_messages {
+            let client = crate::aws::s3_client(&crate::aws::load_config().await);
+            if let Some(large) = self.large_message_reader(&client) {
+                builder = builder.large_messages(large);
+            }
+        }
         if self.failure_queue_url.is_none() && self.backoff.is_none() {
             return builder;
         }
         let client = crate::aws::sqs_client(&crate::aws::load_config().await);
         self.configure_sqs(builder, &client)
+    }
+
+    /// The reader of the extended clients' S3 pointers these settings ask for
+    /// (`SQS_CLAIM_LARGE_MESSAGES=on`, `SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES`,
+    /// `SQS_CLAIM_LARGE_MESSAGE_DELETE`), on `client`; `None` when off.
+    /// [`configure_all`](Self::configure_all) sets it on the builder.
+    ///
+    /// *Feature `s3`.*
+    #[cfg(feature = "s3")]
+    pub fn large_message_reader(
+        &self,
+        client: &aws_sdk_s3::Client,
+    ) -> Option<crate::large::LargeMessages> {
+        self.large_messages.then(|| {
+            crate::large::LargeMessages::new(client.clone())
+                .max_bytes(self.large_message_max_bytes)
+                .delete_after_completion(self.large_message_delete)
+        })
     }
 
     /// `builder` with the after-batch steps that talk to SQS through `client`, where

@@ -71,6 +71,8 @@ use read::{
     BackoffFor, Entries, Messages, MetricsNamespace, Millis, QueueUrl, Receives, Seconds, Text,
     Whole, invalid,
 };
+#[cfg(feature = "s3")]
+use read::{Bytes, OnOff};
 
 /// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
 pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
@@ -174,6 +176,22 @@ pub struct Settings {
     /// sqs-claim's own (`namespace#key`).
     #[cfg(feature = "powertools")]
     pub powertools: Option<PowertoolsFormat>,
+    /// `SQS_CLAIM_LARGE_MESSAGES`: read the extended clients' S3 pointers (feature `s3`).
+    #[cfg(feature = "s3")]
+    pub large_messages: bool,
+    /// `SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES` (feature `s3`).
+    #[cfg(feature = "s3")]
+    pub large_message_max_bytes: u64,
+    /// `SQS_CLAIM_LARGE_MESSAGE_DELETE`: delete each object once its message is done
+    /// (feature `s3`).
+    #[cfg(feature = "s3")]
+    pub large_message_delete: bool,
+    /// `SQS_CLAIM_OFFLOAD_BUCKET`: where the publisher puts large bodies (feature `s3`).
+    #[cfg(feature = "s3")]
+    pub offload_bucket: Option<String>,
+    /// `SQS_CLAIM_OFFLOAD_OVER_BYTES` (feature `s3`).
+    #[cfg(feature = "s3")]
+    pub offload_over_bytes: usize,
 }
 
 impl Default for Settings {
@@ -207,6 +225,16 @@ impl Default for Settings {
             source_queue_url: None,
             #[cfg(feature = "powertools")]
             powertools: None,
+            #[cfg(feature = "s3")]
+            large_messages: false,
+            #[cfg(feature = "s3")]
+            large_message_max_bytes: 32 * 1024 * 1024,
+            #[cfg(feature = "s3")]
+            large_message_delete: false,
+            #[cfg(feature = "s3")]
+            offload_bucket: None,
+            #[cfg(feature = "s3")]
+            offload_over_bytes: 256 * 1024,
         }
     }
 }
@@ -286,7 +314,49 @@ impl Settings {
             .unwrap_or_default()
             .0;
         s.read_powertools(env)?;
+        s.read_large_messages(env)?;
         Ok(s)
+    }
+
+    /// The `SQS_CLAIM_LARGE_MESSAGE*` and `SQS_CLAIM_OFFLOAD_*` variables.
+    #[cfg(feature = "s3")]
+    fn read_large_messages(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+        self.large_messages = read::<OnOff>(env, "SQS_CLAIM_LARGE_MESSAGES")?.is_some_and(|o| o.0);
+        if let Some(max) = read::<Whole<Bytes, 1>>(env, "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES")? {
+            self.large_message_max_bytes = max.get();
+        }
+        self.large_message_delete =
+            read::<OnOff>(env, "SQS_CLAIM_LARGE_MESSAGE_DELETE")?.is_some_and(|o| o.0);
+        if self.large_message_delete && !self.large_messages {
+            return Err(invalid(
+                "SQS_CLAIM_LARGE_MESSAGE_DELETE",
+                "it deletes the objects of the pointers read: set SQS_CLAIM_LARGE_MESSAGES=on too",
+            ));
+        }
+        self.offload_bucket = read::<Text>(env, "SQS_CLAIM_OFFLOAD_BUCKET")?.map(|t| t.0);
+        if let Some(over) = read::<Whole<Bytes, 1>>(env, "SQS_CLAIM_OFFLOAD_OVER_BYTES")? {
+            self.offload_over_bytes = over
+                .usize()
+                .map_err(|e| invalid("SQS_CLAIM_OFFLOAD_OVER_BYTES", e))?;
+        }
+        Ok(())
+    }
+
+    /// Without the `s3` feature, a set `SQS_CLAIM_LARGE_MESSAGE*` or `SQS_CLAIM_OFFLOAD_*`
+    /// stops the start: pointers would silently reach the handler as payloads.
+    #[cfg(not(feature = "s3"))]
+    fn read_large_messages(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+        needs_feature(
+            env,
+            &[
+                "SQS_CLAIM_LARGE_MESSAGES",
+                "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
+                "SQS_CLAIM_LARGE_MESSAGE_DELETE",
+                "SQS_CLAIM_OFFLOAD_BUCKET",
+                "SQS_CLAIM_OFFLOAD_OVER_BYTES",
+            ],
+            "s3",
+        )
     }
 
     /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE`, which sends to the failure queue: it needs
@@ -396,7 +466,7 @@ fn dynamodb_keys(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<DynamoDb
 }
 
 /// A `Config` error for the first of `vars` that is set, saying it needs `feature`.
-#[cfg(any(not(feature = "sqs"), not(feature = "powertools")))]
+#[cfg(any(not(feature = "sqs"), not(feature = "powertools"), not(feature = "s3")))]
 fn needs_feature(
     env: &dyn Fn(&str) -> Option<String>,
     vars: &[&str],

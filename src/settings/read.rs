@@ -79,6 +79,11 @@ units! {
     Receives = "receives",
 }
 
+#[cfg(feature = "s3")]
+units! {
+    Bytes = "bytes",
+}
+
 /// A whole number of `U` of at least `MIN`: `"1h"`, `"-1"` or a number below the floor is
 /// refused with `"1h" is not a whole number of seconds of at least 1`.
 #[derive(Debug)]

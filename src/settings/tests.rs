@@ -614,3 +614,38 @@ fn one_error_names_the_variable_the_value_and_the_forms() {
     let err = settings(&[("SQS_CLAIM_STORE", "ftp://user:hunter2@h/")]).expect_err("scheme");
     assert!(!err.to_string().contains("hunter2"), "{err}");
 }
+
+#[cfg(feature = "s3")]
+#[test]
+fn large_message_settings() {
+    let s = settings(&[]).expect("valid");
+    assert!(!s.large_messages && !s.large_message_delete);
+    assert_eq!(s.large_message_max_bytes, 32 * 1024 * 1024);
+    assert_eq!(s.offload_bucket, None);
+    assert_eq!(s.offload_over_bytes, 256 * 1024);
+    let s = settings(&[
+        ("SQS_CLAIM_LARGE_MESSAGES", "on"),
+        ("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES", "1048576"),
+        ("SQS_CLAIM_LARGE_MESSAGE_DELETE", "on"),
+        ("SQS_CLAIM_OFFLOAD_BUCKET", "payloads"),
+        ("SQS_CLAIM_OFFLOAD_OVER_BYTES", "100000"),
+    ])
+    .expect("valid");
+    assert!(s.large_messages && s.large_message_delete);
+    assert_eq!(s.large_message_max_bytes, 1_048_576);
+    assert_eq!(s.offload_bucket.as_deref(), Some("payloads"));
+    assert_eq!(s.offload_over_bytes, 100_000);
+    // Deleting what is not read: refused, naming the variable.
+    let e = settings(&[("SQS_CLAIM_LARGE_MESSAGE_DELETE", "on")]).unwrap_err();
+    assert!(
+        e.to_string().contains("SQS_CLAIM_LARGE_MESSAGE_DELETE"),
+        "{e}"
+    );
+    let e = settings(&[("SQS_CLAIM_LARGE_MESSAGES", "yes")]).unwrap_err();
+    assert!(e.to_string().contains("SQS_CLAIM_LARGE_MESSAGES"), "{e}");
+    let e = settings(&[("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES", "0")]).unwrap_err();
+    assert!(
+        e.to_string().contains("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES"),
+        "{e}"
+    );
+}

@@ -187,6 +187,31 @@ pub const VARIABLES: &[Variable] = &[
         "the input queue's URL, for the visibility changes; unset, it is found once per process with `GetQueueUrl` from the records' `eventSourceARN` (the role then needs `sqs:GetQueueUrl`)",
     ),
     Variable::new(
+        "SQS_CLAIM_LARGE_MESSAGES",
+        "`off`",
+        "`on`: read the payloads the SQS and SNS extended clients offload to S3 (feature `s3`): a body that is their pointer (`[\"software.amazon.payloadoffloading.PayloadS3Pointer\",{\"s3BucketName\":…,\"s3Key\":…}]` with the attribute `ExtendedPayloadSize` or `SQSLargePayloadSize`; under `SQS_CLAIM_ENVELOPE=sns`, the attribute in the notification's `MessageAttributes`) has its object fetched, and the key, the payload check and the handler read the object. A missing object or one over the limit fails its message alone as a permanent `large_payload`; S3 not answering fails it for retry. The role needs `s3:GetObject` on the bucket ([large-messages.md](large-messages.md))",
+    ),
+    Variable::new(
+        "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
+        "`33554432` (32 MiB)",
+        "the largest payload fetched from S3 (at least 1); a larger one (by its attribute or by S3's answer) fails its message as a permanent `large_payload` without being read",
+    ),
+    Variable::new(
+        "SQS_CLAIM_LARGE_MESSAGE_DELETE",
+        "`off`",
+        "`on`: delete each object once its message's completion committed (never for a failed message or a skipped duplicate, once per object); needs `SQS_CLAIM_LARGE_MESSAGES=on` and `s3:DeleteObject`. Key on something the record carries (`message-id`, `attribute:NAME`, `envelope-id`) so a redelivery finds its key done without its object",
+    ),
+    Variable::new(
+        "SQS_CLAIM_OFFLOAD_BUCKET",
+        "none",
+        "the publisher's bucket for large outputs (feature `s3`): an output over `SQS_CLAIM_OFFLOAD_OVER_BYTES` goes to S3 and is sent as the extended clients' pointer with `ExtendedPayloadSize`; the role needs `s3:PutObject`",
+    ),
+    Variable::new(
+        "SQS_CLAIM_OFFLOAD_OVER_BYTES",
+        "`262144` (256 KiB)",
+        "the size (body plus attributes) over which an output goes to `SQS_CLAIM_OFFLOAD_BUCKET`; at most the output queue's limit (a larger value is read as the limit)",
+    ),
+    Variable::new(
         "SQS_CLAIM_METRICS_NAMESPACE",
         "`sqs-claim`",
         "the CloudWatch namespace of the metrics line the Lambda binary writes to stdout after every batch (Embedded Metric Format, dimensions `FunctionName` and `QueueName`; the metrics are in [operating.md](operating.md#metrics-and-logs)); `off` writes none. A namespace CloudWatch refuses (`AWS/...`, characters other than letters, digits, spaces and `. - _ / # :`) stops the start. The CLI never writes metrics: its stdout is its report",

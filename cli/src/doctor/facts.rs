@@ -233,6 +233,8 @@ pub(super) async fn gather(
         lease_at_least_secs: settings.lease_at_least.map(|d| d.as_secs()),
         content_based_dedup_expected: args.content_based_dedup.is_some_and(|v| v.as_bool()),
         backoff: settings.backoff,
+        large_message_delete: settings.large_messages && settings.large_message_delete,
+        key: settings.key.clone(),
     })
 }
 

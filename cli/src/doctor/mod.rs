@@ -240,6 +240,11 @@ pub struct Facts {
     pub content_based_dedup_expected: bool,
     /// The backoff of messages reported for retry (`SQS_CLAIM_BACKOFF*`), if on.
     pub backoff: Option<sqs_claim::Backoff>,
+    /// Whether objects offloaded to S3 are deleted once their message is done
+    /// (`SQS_CLAIM_LARGE_MESSAGE_DELETE=on`).
+    pub large_message_delete: bool,
+    /// The key source (`SQS_CLAIM_KEY`), if set (unset: the consumer's own default).
+    pub key: Option<sqs_claim::KeySource>,
 }
 
 /// Reads the facts `args`, `settings` and `store` point at, checks every rule, prints the

@@ -35,6 +35,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         lease_window(facts),
         backoff_retention(facts),
         backoff_receives(facts),
+        large_message_key(facts),
     ]
 }
 
@@ -461,6 +462,51 @@ fn claim_ttl_retention(facts: &Facts) -> Finding {
     ))
 }
 
+/// With the objects of large messages deleted once done, a redelivery of a message already
+/// done has no object: only a key the record carries recognises it as a duplicate.
+fn large_message_key(facts: &Facts) -> Finding {
+    const RULE: &str = "large-message-key";
+    if !facts.large_message_delete {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            "objects of large messages kept (SQS_CLAIM_LARGE_MESSAGE_DELETE off)",
+        );
+    }
+    let fix = "key on something the record carries (SQS_CLAIM_KEY=message-id, attribute:NAME or \
+               envelope-id), or keep the objects (SQS_CLAIM_LARGE_MESSAGE_DELETE=off) and let an \
+               S3 lifecycle rule expire them";
+    match &facts.key {
+        Some(sqs_claim::KeySource::JsonPointer(_) | sqs_claim::KeySource::BodySha256) => {
+            Finding::new(
+                RULE,
+                Status::Warn,
+                "objects deleted once done, and the key is read from the payload: a redelivery \
+                 of a message already done (a lost answer) finds no object, cannot read its key, \
+                 and fails as large_payload for good instead of being skipped as a duplicate",
+            )
+            .fix(fix)
+        }
+        None => Finding::new(
+            RULE,
+            Status::Warn,
+            "objects deleted once done, and SQS_CLAIM_KEY unset: if the consumer's own default \
+             key is read from the payload (the example app's json:/order_id), a redelivery of a \
+             message already done fails as large_payload instead of being skipped",
+        )
+        .fix(fix),
+        Some(key) => Finding::new(
+            RULE,
+            Status::Ok,
+            format!(
+                "objects deleted once done, key {} carried by the record: a redelivery whose \
+                 object went is skipped as a duplicate",
+                key.describe()
+            ),
+        ),
+    }
+}
+
 fn key_schema(facts: &Facts) -> Finding {
     const RULE: &str = "key-schema";
     let t = match no_table(RULE, facts) {
@@ -680,7 +726,21 @@ mod tests {
             lease_at_least_secs: None,
             content_based_dedup_expected: false,
             backoff: None,
+            large_message_delete: false,
+            key: None,
         }
+    }
+
+    #[test]
+    fn deleting_large_payloads_wants_a_key_the_record_carries() {
+        let mut f = good();
+        assert_eq!(status_of(&f, "large-message-key"), Status::Ok);
+        f.large_message_delete = true;
+        assert_eq!(status_of(&f, "large-message-key"), Status::Warn);
+        f.key = Some(sqs_claim::KeySource::JsonPointer("/order_id".into()));
+        assert_eq!(status_of(&f, "large-message-key"), Status::Warn);
+        f.key = Some(sqs_claim::KeySource::MessageId);
+        assert_eq!(status_of(&f, "large-message-key"), Status::Ok);
     }
 
     #[test]
@@ -757,7 +817,7 @@ mod tests {
     #[test]
     fn a_good_configuration_passes_every_rule() {
         let findings = check(&good());
-        assert_eq!(findings.len(), 12);
+        assert_eq!(findings.len(), 13);
         for f in &findings {
             assert_eq!(f.status, Status::Ok, "{f}");
         }
@@ -935,8 +995,15 @@ mod tests {
             lease_at_least_secs: Some(3600),
             content_based_dedup_expected: false,
             backoff: Some(sqs_claim::Backoff::default()),
+            large_message_delete: false,
+            key: None,
         };
-        for finding in check(&f) {
+        // Every rule that reads the queue, the function or the table; `large-message-key`
+        // reads the settings alone.
+        for finding in check(&f)
+            .into_iter()
+            .filter(|f| f.rule != "large-message-key")
+        {
             assert_eq!(finding.status, Status::Skip, "{finding}");
             assert!(finding.detail.contains("give --"), "{finding}");
         }

@@ -422,6 +422,14 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
             &sqs_claim::aws::load_config().await,
         )),
     };
+    // Payments offloaded to S3 by the extended clients, and large notices offloaded the same
+    // way: one S3 client for both.
+    let s3 = match settings.large_messages || settings.offload_bucket.is_some() {
+        false => None,
+        true => Some(sqs_claim::aws::s3_client(
+            &sqs_claim::aws::load_config().await,
+        )),
+    };
     let store = settings.with_warm_cache(ledger.store().clone());
     let one_shot = settings.output_queue_url.is_none()
         && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed;
@@ -430,12 +438,19 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
     } else {
         let mut handler = PaymentHandler::new(ledger);
         if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
-            let publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
+            let mut publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
+            if let (Some(bucket), Some(s3)) = (&settings.offload_bucket, &s3) {
+                publisher =
+                    publisher.offload_to(s3.clone(), bucket.clone(), settings.offload_over_bytes);
+            }
             handler = handler.with_output(publisher);
         }
         Processor::builder(store, handler.map_err(BoxError::from)).boxed_handler()
     };
     let mut builder = configure(builder, settings);
+    if let Some(large) = s3.as_ref().and_then(|c| settings.large_message_reader(c)) {
+        builder = builder.large_messages(large);
+    }
     if let Some(client) = &sqs {
         builder = settings.configure_sqs(builder, client);
     }
