@@ -310,8 +310,8 @@ async fn checked(ready: Ready, deadline_ms: u64) -> Result<(), Arc<str>> {
         Ok(answer) => answer,
         Err(_) => Err(Arc::from(format!(
             "the store did not answer the start-up check before the invocation's deadline \
-             ({} ms after it was handed over): check that it is up and reachable from here \
-             (network, firewall or security group, endpoint)",
+             ({} ms were left when the event was handed over): check that it is up and \
+             reachable from here (network, firewall or security group, endpoint)",
             left.as_millis()
         ))),
     }
@@ -336,11 +336,8 @@ fn in_lambda() -> bool {
 /// `AWS_LAMBDA_MAX_CONCURRENCY`.
 async fn serve_lambda<Svc>(service: Svc) -> Result<(), lambda_runtime::Error>
 where
-    Svc: Service<
-            LambdaEvent<SqsEvent>,
-            Response = SqsBatchResponse,
-            Error = lambda_runtime::Error,
-        > + Clone
+    Svc: Service<LambdaEvent<SqsEvent>, Response = SqsBatchResponse, Error = lambda_runtime::Error>
+        + Clone
         + Send
         + 'static,
     Svc::Future: Send + 'static,

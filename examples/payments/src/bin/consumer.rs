@@ -21,8 +21,8 @@ use std::future::Future;
 use std::process::ExitCode;
 
 use payments::{Ledger, Settings};
-use sqs_claim::settings::bounded_startup;
 use sqs_claim::logging::{LogFormat, Logging};
+use sqs_claim::settings::bounded_startup;
 
 /// `lambda_runtime` panics on a missing runtime variable; say what is wrong instead.
 fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
