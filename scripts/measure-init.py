@@ -1,15 +1,29 @@
 #!/usr/bin/env python3
-"""Lambda init of the `consumer` binary: from exec to its first `GET .../invocation/next` at a
-fake Runtime API on 127.0.0.1, the moment the binary is ready for its first invocation.
+"""Lambda init of the `consumer` binary against a bare `lambda_runtime` function, in the same run:
+from exec to the first `GET .../invocation/next` at a fake Runtime API on 127.0.0.1, the moment a
+binary is ready for its first invocation (where Lambda's init phase ends).
 
-    scripts/measure-init.py [--bin PATH] [--runs N] [--store URL] [--table T --accounts-table A]
+    scripts/measure-init.py [--runs N] [--store URL] [--env NAME=VALUE ...]
+                            [--bin PATH] [--bare PATH | --no-bare] [--timeline]
 
-The store's own start-up check (the tables exist and answer) is part of init, as in Lambda.
-Prints the median, min and max over the runs (the first run is a warm-up and not counted: it
-pays the page cache).
+Without `--bin`/`--bare` it builds both first (release): `cargo build --release -p payments
+--bin consumer` and the `bare_lambda` bench target (`benches/bare_lambda.rs`: a function that
+only echoes its event, on the same `lambda_runtime` and tokio). The runs alternate between the
+two binaries, so a busy machine slows both alike; it prints each one's median, min and max and
+the ratio of the medians (the first run of each is a warm-up and not counted: it pays the page
+cache). On DynamoDB Local, for example:
+
+    scripts/measure-init.py --store dynamodb:init-bench \\
+        --env AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000
+
+(the tables must exist: `payments init --store dynamodb:init-bench`). Whatever the store does at
+start-up inside Lambda's init (opening it, and anything the consumer does not overlap with the
+first `next`) is part of the figure, as in Lambda. `--timeline` runs the consumer once more with
+`RUST_LOG=sqs_claim=debug` and prints its log, which stamps each step of the start.
 """
 import argparse
 import http.server
+import json
 import os
 import statistics
 import subprocess
@@ -17,13 +31,41 @@ import sys
 import threading
 import time
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
 parser = argparse.ArgumentParser()
-parser.add_argument("--bin", default=os.path.join(
-    os.environ.get("CARGO_TARGET_DIR", "target"), "release", "consumer"))
+parser.add_argument("--bin", help="the consumer binary (default: build it)")
+parser.add_argument("--bare", help="the bare lambda_runtime function (default: build it)")
+parser.add_argument("--no-bare", action="store_true", help="measure the consumer alone")
 parser.add_argument("--runs", type=int, default=20)
 parser.add_argument("--store", default=None)
-parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the binary")
+parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the consumer")
+parser.add_argument("--timeline", action="store_true")
 args = parser.parse_args()
+
+
+def cargo_exe(cargo_args, target):
+    """Builds with cargo and returns the executable of `target` from its JSON messages."""
+    cmd = [os.environ.get("CARGO", "cargo")] + cargo_args + [
+        "--message-format=json-render-diagnostics"]
+    out = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout
+    exe = None
+    for line in out.decode().splitlines():
+        m = json.loads(line)
+        if (m.get("reason") == "compiler-artifact" and m["target"]["name"] == target
+                and m.get("executable")):
+            exe = m["executable"]
+    if not exe:
+        sys.exit(f"cargo built no executable for {target}")
+    return exe
+
+
+consumer = args.bin or cargo_exe(["build", "--release", "-p", "payments", "--bin", "consumer"],
+                                 "consumer")
+bare = None
+if not args.no_bare:
+    bare = args.bare or cargo_exe(
+        ["bench", "-p", "sqs-claim", "--bench", "bare_lambda", "--no-run"], "bare_lambda")
 
 first_next = {}
 ready = threading.Event()
@@ -47,11 +89,16 @@ class Runtime(http.server.BaseHTTPRequestHandler):
         pass
 
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Runtime)
+class Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass  # a binary killed while its `next` is held resets the connection: expected
+
+
+server = Server(("127.0.0.1", 0), Runtime)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 port = server.server_address[1]
 
-env = {
+base_env = {
     "PATH": os.environ.get("PATH", ""),
     "AWS_LAMBDA_RUNTIME_API": f"127.0.0.1:{port}",
     "AWS_LAMBDA_FUNCTION_NAME": "init-bench",
@@ -63,27 +110,53 @@ env = {
     "AWS_EC2_METADATA_DISABLED": "true",
     "RUST_LOG": "warn",
 }
+consumer_env = dict(base_env)
 for kv in args.env:
     k, _, v = kv.partition("=")
-    env[k] = v
+    consumer_env[k] = v
 if args.store:
-    env["SQS_CLAIM_STORE"] = args.store
+    consumer_env["SQS_CLAIM_STORE"] = args.store
 
-times = []
-for run in range(args.runs + 1):
+
+def init_ms(exe, env, stderr=subprocess.PIPE):
+    """One start of `exe`: milliseconds from exec to its first `next`."""
     first_next.clear()
     ready.clear()
     start = time.perf_counter_ns()
-    proc = subprocess.Popen([args.bin], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen([exe], env=env, stdout=subprocess.PIPE, stderr=stderr)
     if not ready.wait(10):
         proc.kill()
-        err = proc.stderr.read().decode(errors="replace")
-        sys.exit(f"the consumer never asked for an invocation:\n{err}")
+        out, err = proc.communicate()
+        sys.exit(f"{exe} never asked for an invocation:\n{(out or b'').decode(errors='replace')}"
+                 f"{(err or b'').decode(errors='replace')}")
     proc.kill()
-    proc.wait()
-    if run > 0:
-        times.append((first_next["t"] - start) / 1e6)
+    out, _ = proc.communicate()
+    return (first_next["t"] - start) / 1e6, out
 
-print(f"init (exec to first /invocation/next), {args.runs} runs: median "
-      f"{statistics.median(times):.1f} ms, min {min(times):.1f} ms, max {max(times):.1f} ms")
+
+subjects = [("consumer", consumer, consumer_env)]
+if bare:
+    subjects.append(("bare lambda_runtime", bare, base_env))
+times = {name: [] for name, _, _ in subjects}
+for run in range(args.runs + 1):
+    # Alternate the order, so neither always runs right after the other.
+    for name, exe, env in (subjects if run % 2 == 0 else subjects[::-1]):
+        ms, _ = init_ms(exe, env)
+        if run > 0:
+            times[name].append(ms)
+
+print(f"init (exec to first /invocation/next), {args.runs} runs each, alternating:")
+for name, _, _ in subjects:
+    t = times[name]
+    print(f"  {name:<20} median {statistics.median(t):5.1f} ms, min {min(t):5.1f} ms, "
+          f"max {max(t):5.1f} ms")
+if bare:
+    c, b = statistics.median(times["consumer"]), statistics.median(times["bare lambda_runtime"])
+    print(f"  consumer / bare: x{c / b:.2f} (+{c - b:.1f} ms)")
+
+if args.timeline:
+    env = dict(consumer_env, RUST_LOG="sqs_claim=debug,payments=debug,info",
+               AWS_LAMBDA_LOG_FORMAT="Text")
+    ms, out = init_ms(consumer, env, stderr=subprocess.STDOUT)
+    print(f"timeline of one more start ({ms:.1f} ms to the first next):")
+    sys.stdout.write(out.decode(errors="replace"))

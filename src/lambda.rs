@@ -47,11 +47,16 @@
 //! ```
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use aws_lambda_events::sqs::SqsEvent;
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use lambda_runtime::{Context, LambdaEvent};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -82,17 +87,8 @@ where
     H::Response: Into<Effects<S::Effect>>,
     H::Error: Into<BoxError>,
 {
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|v| !v.is_empty()) {
-        // `run` only warns about AWS_LAMBDA_MAX_CONCURRENCY and serves one invocation at a
-        // time; `run_concurrent` polls with that many workers. The processor fits its bounds:
-        // a clone is an `Arc` bump, and every processor future is `Send + 'static`.
-        let served =
-            if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
-                lambda_runtime::run_concurrent(processor).await
-            } else {
-                lambda_runtime::run(processor).await
-            };
-        return match served {
+    if in_lambda() {
+        return match serve_lambda(processor).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, &one_line(e.as_ref())),
         };
@@ -120,6 +116,240 @@ where
     }
     eprint!("{}", summary(&report));
     ExitCode::SUCCESS
+}
+
+/// [`run`], with the store's start-up check `ready` run beside the runtime's first
+/// `GET /runtime/invocation/next` instead of before it: under Lambda, `ready` is spawned at
+/// once and the runtime asks for the first event meanwhile, and every invocation waits for the
+/// check's answer (at once after the first) before the processor sees its event. Init ends as
+/// soon as the runtime is ready, and the check's round trip to the store overlaps the handover
+/// of the first event instead of adding to the cold start.
+///
+/// A check that fails stops the function before any message is processed, as a failure in
+/// init would: one `ERROR` log line with the check's error (its whole chain, as `{:#}` prints
+/// it; on stderr as `error: ...` when no `tracing` subscriber is set), nothing posted for the
+/// invocation, and exit status 1. What Lambda does with that is what it does with an init that
+/// fails: the invocation fails (`Runtime.ExitError`), the execution environment is discarded
+/// and the next invocation starts a new one (which checks again), and an SQS batch is
+/// redelivered whole when its visibility timeout expires. Nothing is lost. (An invocation that
+/// *returned* an error would keep the environment, with its failed check, for the next batch.)
+/// The wait is bounded by the invocation's deadline, less 100 ms to say so: a check still
+/// unanswered then stops the function with an error saying the store did not answer, rather
+/// than letting Lambda time the invocation out without a word.
+///
+/// Outside Lambda, `ready` is awaited first (a failure is one `error: ...` line, exit status
+/// 1), then the event file is processed as [`run`] does.
+///
+/// `ready` is usually the store's [`check_ready`](crate::store::StoreAdmin::check_ready),
+/// bounded (with feature `settings`, [`bounded_startup`](crate::settings::bounded_startup) and
+/// [`Settings::startup_timeout`](crate::settings::Settings::startup_timeout)):
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use sqs_claim::store::StoreAdmin;
+/// use sqs_claim::{DynamoDbStore, Message, Processor};
+/// use tower::service_fn;
+///
+/// #[tokio::main]
+/// async fn main() -> std::process::ExitCode {
+///     // Building the client sends nothing; the check is the store's first request.
+///     let store = DynamoDbStore::from_env("claims").await;
+///     let check = {
+///         let store = store.clone();
+///         async move {
+///             match tokio::time::timeout(Duration::from_secs(5), store.check_ready()).await {
+///                 Ok(checked) => checked,
+///                 Err(_) => Err(sqs_claim::Error::new(
+///                     sqs_claim::ErrorKind::StoreUnavailable,
+///                     "the store did not answer within 5 s at start-up",
+///                 )),
+///             }
+///         }
+///     };
+///     let handler = service_fn(|msg: Message| async move {
+///         let _order: serde_json::Value = msg.json()?;
+///         Ok::<(), sqs_claim::Error>(())
+///     });
+///     let processor = Processor::new(store, handler);
+///     sqs_claim::lambda::run_when_ready(processor, check).await
+/// }
+/// ```
+pub async fn run_when_ready<S, H, R>(processor: Processor<S, H>, ready: R) -> ExitCode
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+    R: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    if !in_lambda() {
+        if let Err(e) = ready.await {
+            return fail(1, &format!("{e:#}"));
+        }
+        return run(processor).await;
+    }
+    // On the runtime's workers, while this task asks for the first event.
+    let check = tokio::spawn(ready);
+    let ready: Ready = async move {
+        match check.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Arc::from(format!("{e:#}"))),
+            Err(e) => Err(Arc::from(format!("the start-up check did not finish: {e}"))),
+        }
+    }
+    .boxed()
+    .shared();
+    let (stop, mut stopped) = tokio::sync::mpsc::unbounded_channel();
+    let gated = Gated {
+        processor,
+        ready: ready.clone(),
+        stop,
+    };
+    let ready_after = ready.clone();
+    let failed = async move {
+        match ready.await {
+            Err(why) => why,
+            Ok(()) => std::future::pending().await,
+        }
+    };
+    // Whichever says first that the store is not ready stops the runtime's loop where it is:
+    // waiting for an event, or holding one it will never process.
+    let served = tokio::select! {
+        why = failed => return not_ready(&why),
+        Some(why) = stopped.recv() => return not_ready(&why),
+        served = serve_lambda(gated) => served,
+    };
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        // The runtime's loop ended (no Runtime API to talk to, say) before the check said
+        // anything: the check's failure, if it fails, is the one to tell.
+        Err(e) => match ready_after.await {
+            Err(why) => not_ready(&why),
+            Ok(()) => fail(1, &one_line(e.as_ref())),
+        },
+    }
+}
+
+/// The answer of [`run_when_ready`]'s check, shared by every invocation: the error as one line.
+type Ready = Shared<BoxFuture<'static, Result<(), Arc<str>>>>;
+
+/// What an invocation keeps of its deadline to say that the check did not answer in time.
+const NOT_READY_MARGIN: Duration = Duration::from_millis(100);
+
+/// The processor behind its start-up check ([`run_when_ready`]).
+struct Gated<S: ClaimStore, H> {
+    processor: Processor<S, H>,
+    ready: Ready,
+    /// Tells [`run_when_ready`] to stop, with why.
+    stop: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
+}
+
+impl<S: ClaimStore, H> Clone for Gated<S, H>
+where
+    Processor<S, H>: Clone,
+{
+    fn clone(&self) -> Self {
+        Gated {
+            processor: self.processor.clone(),
+            ready: self.ready.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+impl<S, H> Service<LambdaEvent<SqsEvent>> for Gated<S, H>
+where
+    S: ClaimStore,
+    H: Service<Message> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Response: Into<Effects<S::Effect>>,
+    H::Error: Into<BoxError>,
+{
+    type Response = SqsBatchResponse;
+    type Error = lambda_runtime::Error;
+    type Future = BoxFuture<'static, Result<SqsBatchResponse, lambda_runtime::Error>>;
+
+    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: LambdaEvent<SqsEvent>) -> Self::Future {
+        let (processor, ready, stop) = (
+            self.processor.clone(),
+            self.ready.clone(),
+            self.stop.clone(),
+        );
+        Box::pin(async move {
+            if let Err(why) = checked(ready, event.context.deadline).await {
+                // `run_when_ready` ends the process with `why`: this event is neither
+                // processed nor answered, and Lambda redelivers it.
+                let _ = stop.send(why);
+                std::future::pending::<()>().await;
+            }
+            let report = processor.process(event).await?;
+            Ok(report.response())
+        })
+    }
+}
+
+/// The check's answer, waited for until the invocation's deadline (epoch ms, 0 for none)
+/// less [`NOT_READY_MARGIN`].
+async fn checked(ready: Ready, deadline_ms: u64) -> Result<(), Arc<str>> {
+    if let Some(answer) = ready.peek() {
+        return answer.clone();
+    }
+    if deadline_ms == 0 {
+        return ready.await;
+    }
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+    match tokio::time::timeout(left.saturating_sub(NOT_READY_MARGIN), ready).await {
+        Ok(answer) => answer,
+        Err(_) => Err(Arc::from(format!(
+            "the store did not answer the start-up check before the invocation's deadline \
+             ({} ms were left when the event was handed over): check that it is up and \
+             reachable from here (network, firewall or security group, endpoint)",
+            left.as_millis()
+        ))),
+    }
+}
+
+/// Reports a failed start-up check: one `ERROR` event, or one `error: ...` line on stderr
+/// when nothing would show the event.
+fn not_ready(why: &str) -> ExitCode {
+    if !tracing::dispatcher::has_been_set() {
+        return fail(1, why);
+    }
+    tracing::error!(error = %why, "the store is not ready: stopped before processing any message");
+    ExitCode::from(1)
+}
+
+/// Whether this process runs under Lambda (`AWS_LAMBDA_RUNTIME_API` is set).
+fn in_lambda() -> bool {
+    std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|v| !v.is_empty())
+}
+
+/// Serves an SQS batch service under Lambda: `lambda_runtime::run`, or `run_concurrent` with
+/// `AWS_LAMBDA_MAX_CONCURRENCY`.
+async fn serve_lambda<Svc>(service: Svc) -> Result<(), lambda_runtime::Error>
+where
+    Svc: Service<LambdaEvent<SqsEvent>, Response = SqsBatchResponse, Error = lambda_runtime::Error>
+        + Clone
+        + Send
+        + 'static,
+    Svc::Future: Send + 'static,
+{
+    // `run` only warns about AWS_LAMBDA_MAX_CONCURRENCY and serves one invocation at a time;
+    // `run_concurrent` polls with that many workers. The processor fits its bounds: a clone is
+    // an `Arc` bump, and every processor future is `Send + 'static`.
+    if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
+        lambda_runtime::run_concurrent(service).await
+    } else {
+        lambda_runtime::run(service).await
+    }
 }
 
 /// Reads the SQS event in `path` ([`read_event_file`]) and processes it with `processor`, as
@@ -176,7 +406,7 @@ where
     Svc::Response: Serialize + Send + 'static,
     Svc::Error: Into<BoxError> + Send + 'static,
 {
-    if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|v| !v.is_empty()) {
+    if in_lambda() {
         // The runtime reports errors through its `Diagnostic`, which a `BoxError` converts to.
         let service = service.map_err(Into::<BoxError>::into);
         let served =

@@ -258,10 +258,186 @@ async fn the_consumer_fails_its_init_fast_on_a_dark_store() {
             "{what}: consumer stopped in {:?}: {error}",
             started.elapsed()
         );
-        // It never got as far as asking for an invocation.
+        // It never answered an invocation (it may have asked for one: the check runs beside
+        // the runtime's first `next`).
         assert!(
             rt.next_post(Duration::from_millis(10)).await.is_none(),
             "{what}"
         );
     }
+}
+
+/// DynamoDB Local's endpoint (`SQS_CLAIM_DYNAMODB_ENDPOINT`, default 127.0.0.1:8000).
+fn dynamodb_local() -> String {
+    std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
+}
+
+/// Runs the consumer under `rt` with `env` until it exits (bounded), an event already queued:
+/// its first `next` gets the event at once, while its start-up check is still on the way.
+/// Returns its logs and the one `ERROR` line's `error` field.
+async fn consumer_stops_before_its_event(
+    rt: &mut fake_runtime::FakeRuntime,
+    env: &[(String, String)],
+) -> (String, String) {
+    let event = std::fs::read_to_string(plain_event()).expect("events/plain.json");
+    rt.queue(event, Duration::from_secs(30));
+    let dir = consumer::TempDir::new("sqs-claim-consumer");
+    let started = Instant::now();
+    let mut child = consumer::Consumer::start(
+        dir.path(),
+        "consumer",
+        &rt.address(),
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    let status = loop {
+        if let Some(status) = child.exited() {
+            break status;
+        }
+        if started.elapsed() > BOUNDED {
+            child.kill();
+            panic!(
+                "the consumer still running after {BOUNDED:?}: {}",
+                child.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let logs = child.stdout();
+    assert_eq!(status.code(), Some(1), "exit status: {}", child.logs());
+    let errors: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["level"] == "ERROR")
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {logs}");
+    // The invocation was handed over and never answered: Lambda redelivers the batch.
+    if let Some(posted) = rt.next_post(Duration::from_millis(100)).await {
+        panic!("the consumer answered an event it must not process: {posted:?}\n{logs}");
+    }
+    let error = errors[0]["error"].as_str().unwrap_or_default().to_owned();
+    (logs, error)
+}
+
+/// A missing claims table, the event already waiting: the consumer stops with the start-up
+/// check's error, the same text as when the check ran before the runtime (the table, and the
+/// command that creates both tables), and processes nothing: no message is answered, so the
+/// whole batch comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_stops_the_consumer_before_its_first_event() {
+    let mut rt = fake_runtime::FakeRuntime::start()
+        .await
+        .expect("fake runtime API");
+    let table = format!("startup-missing-{}", uuid::Uuid::new_v4().simple());
+    let mut env = aws_env(&dynamodb_local());
+    env.push(("SQS_CLAIM_STORE".into(), format!("dynamodb:{table}")));
+    let (logs, error) = consumer_stops_before_its_event(&mut rt, &env).await;
+    assert_eq!(
+        error,
+        format!(
+            "DynamoDB table {table} does not exist: create the tables with `payments init \
+             --store dynamodb:{table}`"
+        ),
+        "{logs}"
+    );
+}
+
+/// The configured key layout has a sort key the table lacks: writes would succeed (the sort
+/// key lands as a plain attribute, every claim of a partition on one item) and only the
+/// start-up check sees it. The event is waiting when the consumer starts: it stops with the
+/// check's error and writes nothing, not one credit and not one claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_layout_stops_the_consumer_before_anything_is_written() {
+    let mut rt = fake_runtime::FakeRuntime::start()
+        .await
+        .expect("fake runtime API");
+    let table = format!("startup-layout-{}", uuid::Uuid::new_v4().simple());
+    let store = format!("dynamodb:{table}");
+    let mut env = aws_env(&dynamodb_local());
+    env.push((
+        "SQS_CLAIM_DYNAMODB_PARTITION_KEY".into(),
+        "pk=CLAIM#{key}".into(),
+    ));
+    // The claims table (HASH pk) and the accounts table.
+    let init = tokio::task::spawn_blocking({
+        let (env, store) = (env.clone(), store.clone());
+        move || cli(&["init".into(), "--store".into(), store], &env)
+    })
+    .await
+    .expect("thread");
+    assert_eq!(init.code, Some(0), "payments init: {}", init.stderr);
+
+    let mut with_sort = env.clone();
+    with_sort.push(("SQS_CLAIM_DYNAMODB_SORT_KEY".into(), "sk=CLAIM".into()));
+    with_sort.push(("SQS_CLAIM_STORE".into(), store.clone()));
+    let (logs, error) = consumer_stops_before_its_event(&mut rt, &with_sort).await;
+    assert!(
+        error.contains("has the key schema pk (HASH, S)")
+            && error.contains("SQS_CLAIM_DYNAMODB_SORT_KEY=sk=CLAIM"),
+        "{logs}"
+    );
+    // Nothing written: no account was credited (the layout the table has reads them).
+    let balances = tokio::task::spawn_blocking(move || {
+        cli(&["balances".into(), "--store".into(), store], &env)
+    })
+    .await
+    .expect("thread");
+    assert_eq!(balances.code, Some(0), "balances: {}", balances.stderr);
+    assert!(
+        balances.stderr.contains("no accounts yet"),
+        "a credit was written: {}",
+        balances.stderr
+    );
+}
+
+/// A store that does not answer and an invocation whose deadline comes before the start-up
+/// bound: the consumer stops before the deadline with an error that says the store did not
+/// answer (not Lambda's bare "Task timed out"), and answers nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dark_store_stops_the_consumer_before_the_first_deadline() {
+    let silent = silent::silent().await;
+    let mut rt = fake_runtime::FakeRuntime::start()
+        .await
+        .expect("fake runtime API");
+    let mut env = aws_env(&silent.http_url());
+    env.push(("SQS_CLAIM_STORE".into(), "dynamodb:claims".into()));
+    env.push(("SQS_CLAIM_STARTUP_TIMEOUT_MS".into(), "60000".into()));
+    let event = std::fs::read_to_string(plain_event()).expect("events/plain.json");
+    // Queued now with a 2 s budget: the consumer gets it as soon as it asks.
+    let deadline_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+        + 2_000;
+    rt.queue_at(event, deadline_ms);
+    let dir = consumer::TempDir::new("sqs-claim-consumer");
+    let started = Instant::now();
+    let mut child = consumer::Consumer::start(
+        dir.path(),
+        "consumer",
+        &rt.address(),
+        env.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    let status = loop {
+        if let Some(status) = child.exited() {
+            break status;
+        }
+        if started.elapsed() > BOUNDED {
+            child.kill();
+            panic!(
+                "the consumer still running after {BOUNDED:?}: {}",
+                child.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let logs = child.stdout();
+    assert_eq!(status.code(), Some(1), "{}", child.logs());
+    assert!(
+        logs.contains("did not answer the start-up check before the invocation's deadline"),
+        "{logs}"
+    );
+    assert!(
+        rt.next_post(Duration::from_millis(100)).await.is_none(),
+        "{logs}"
+    );
 }

@@ -9,14 +9,20 @@
 //! (`SQS_CLAIM_METRICS_NAMESPACE`, default `sqs-claim`; `off` for none).
 //!
 //! At startup it checks that the store's tables exist and answer, so a misconfiguration is one
-//! clear log line at init rather than a failure per message. The check is bounded
+//! clear log line rather than a failure per message. The check is bounded
 //! (`SQS_CLAIM_STARTUP_TIMEOUT_MS`, default 5 s): a store that does not answer stops the
-//! consumer with one error line and a non-zero exit.
+//! consumer with one error line and a non-zero exit. It runs beside the runtime's first
+//! `GET /runtime/invocation/next` rather than before it (`sqs_claim::lambda::run_when_ready`),
+//! so its round trip to the store is not part of the cold start; the first event waits for its
+//! answer, and a failed check stops the consumer before any message is processed (Lambda
+//! redelivers the batch; the next invocation starts, and checks, afresh).
 
+use std::future::Future;
 use std::process::ExitCode;
 
-use payments::Settings;
+use payments::{Ledger, Settings};
 use sqs_claim::logging::{LogFormat, Logging};
+use sqs_claim::settings::bounded_startup;
 
 /// `lambda_runtime` panics on a missing runtime variable; say what is wrong instead.
 fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
@@ -41,9 +47,14 @@ fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
     Ok(())
 }
 
-/// The settings read, the store opened and checked, the consumer built: everything before the
-/// first invocation, with a clear error for whatever is wrong.
-async fn start() -> Result<payments::Consumer, lambda_runtime::Error> {
+/// The start-up check of [`start`]: the ledger's tables exist, are active and have the
+/// configured key layout, bounded by `SQS_CLAIM_STARTUP_TIMEOUT_MS`.
+type Check = std::pin::Pin<Box<dyn Future<Output = Result<(), sqs_claim::Error>> + Send>>;
+
+/// The settings read, the store opened, the consumer built: everything before the first
+/// invocation, with a clear error for whatever is wrong; and the store's start-up check, to run
+/// beside the first `next` (`sqs_claim::lambda::run_when_ready`).
+async fn start() -> Result<(payments::Consumer, Check), lambda_runtime::Error> {
     let settings = Settings::from_env()?;
     let url = settings.lambda_store()?;
     tracing::info!(
@@ -56,9 +67,15 @@ async fn start() -> Result<payments::Consumer, lambda_runtime::Error> {
         "starting the reference consumer"
     );
     check_lambda_environment()?;
-    // Bounded: a store that is dark at start-up fails the init with one line, never a hang.
-    let ledger = payments::open_prepared(&url, settings.startup_timeout).await?;
-    Ok(payments::build(ledger, &settings).await?)
+    // Bounded: a store that is dark at start-up fails with one line, never a hang. Opening
+    // sends nothing on DynamoDB (Redis connects here); the check is the store's first request.
+    let startup = settings.startup_timeout;
+    let ledger = bounded_startup(startup, payments::open(&url)).await?;
+    let check: Check = Box::pin({
+        let ledger = ledger.clone();
+        bounded_startup(startup, async move { ledger.prepare().await })
+    });
+    Ok((payments::build(ledger, &settings).await?, check))
 }
 
 #[tokio::main]
@@ -71,8 +88,8 @@ async fn main() -> ExitCode {
     }
     match start().await {
         // The library's loop: `run_concurrent` under AWS_LAMBDA_MAX_CONCURRENCY (Lambda
-        // Managed Instances), `run` otherwise.
-        Ok(consumer) => sqs_claim::lambda::run(consumer).await,
+        // Managed Instances), `run` otherwise; the check's failure is its one error line.
+        Ok((consumer, check)) => sqs_claim::lambda::run_when_ready(consumer, check).await,
         Err(e) => {
             // One JSON line that says what to fix; Lambda reports the init failure and
             // retries the batch later.
