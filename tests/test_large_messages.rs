@@ -18,9 +18,9 @@ use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use sqs_claim::large::LargeMessages;
-use sqs_claim::outcome::BatchReport;
+
 use sqs_claim::publish::{Outgoing, Publisher};
-use sqs_claim::{FailureKind, KeySource, MemoryStore, Message, Outcome, Processor};
+use sqs_claim::{BatchReport, FailureKind, KeySource, MemoryStore, Message, Outcome, Processor};
 use sqs_claim_testkit::fault::{Fault, FaultProxy};
 use sqs_claim_testkit::sqs::{Record, lambda_event, lambda_event_with_deadline, record};
 
