@@ -8,14 +8,19 @@ script a Python with boto3 and PyYAML. What it does, in order:
     is copied), writes it as JSON with the short forms (`!Ref`, `!If`, ...) as their long forms,
     and points each SAM function's local `CodeUri` at the uploaded zip;
  2. zips the consumer binary as `bootstrap` and uploads it to a bucket of its own in ministack's S3;
- 3. creates the stack (no parameter passed unless --parameter is given: the template's defaults),
-    waits for CREATE_COMPLETE;
+ 3. creates a bucket of its own for large payloads and the stack (the template's defaults, but
+    LargePayloadBucket = that bucket and DeleteLargePayloads=true, unless --parameter names
+    LargePayloadBucket; other --parameter overrides as given), waits for CREATE_COMPLETE;
  4. sends one SendMessageBatch: payments, some of them twice (a producer's resend), and a body that
     does not parse; later resends two payments again (duplicates across invocations);
  5. waits until the input queue is empty, then checks the balances in the stack's accounts table
     (each payment credited once) and the bad body in the stack's dead-letter queue with its reason
     (the consumer's failure destination: `sqs-claim.*` message attributes, docs/operating.md);
- 6. deletes the stack, what the template retains on deletion, and the bucket, whatever happened,
+ 6. uploads a payment over SQS's 256 KiB limit to the payloads bucket and sends the extended
+    clients' pointer to it (attribute ExtendedPayloadSize) twice in one batch, then a resend
+    pointing at a second copy of the object; checks it credited once, its object deleted after
+    completion, the other objects untouched, nothing dead-lettered (docs/large-messages.md);
+ 7. deletes the stack, what the template retains on deletion, and the buckets, whatever happened,
     and checks that nothing named after the stack is left.
 
 Where ministack differs from CloudFormation it says so (lines starting "ministack:") and works
@@ -307,7 +312,7 @@ def attr(message: dict, name: str) -> str | None:
     return a.get("StringValue") if a else None
 
 
-def feed_and_check(sqs, ddb, outputs: dict, wait: float) -> None:
+def feed_and_check(sqs, ddb, outputs: dict, wait: float) -> dict[str, int]:
     input_url = outputs["InputQueueUrl"]
     dlq_url = outputs["DeadLetterQueueUrl"]
     accounts = outputs["AccountsTableName"]
@@ -358,11 +363,102 @@ def feed_and_check(sqs, ddb, outputs: dict, wait: float) -> None:
     check("JSON" in reason, f"sqs-claim.reason says why: {reason!r}")
     check(attr(m, "sqs-claim.receive-count") == "1",
           "it was dead-lettered at once, on its first receive (DeadLetterAtOnce=default)")
+    return expected
+
+
+# ------------------------------------------------------------------------ the large message
+
+POINTER_CLASS = "software.amazon.payloadoffloading.PayloadS3Pointer"
+
+
+def pointer_body(bucket: str, key: str) -> str:
+    """The body the extended clients (Java, Python) send in place of a payload they offloaded."""
+    return json.dumps([POINTER_CLASS, {"s3BucketName": bucket, "s3Key": key}], separators=(",", ":"))
+
+
+def set_mappings_enabled(lam, function: str, enabled: bool) -> None:
+    for m in lam.list_event_source_mappings(FunctionName=function)["EventSourceMappings"]:
+        lam.update_event_source_mapping(UUID=m["UUID"], Enabled=enabled)
+
+
+def object_state(s3, bucket: str) -> dict[str, tuple]:
+    return {o["Key"]: (o["ETag"], o["Size"], o["LastModified"])
+            for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+
+
+def large_message_check(c: dict, outputs: dict, bucket: str, deletes: bool, expected: dict,
+                        wait: float) -> None:
+    """A payment over SQS's 256 KiB limit, offloaded to `bucket` as the extended clients do:
+    read by the function under the event source mapping, credited once though sent twice, its
+    object deleted after its completion (DeleteLargePayloads=true), nothing else touched."""
+    sqs, ddb, lam, s3 = c["sqs"], c["ddb"], c["lam"], c["s3"]
+    input_url = outputs["InputQueueUrl"]
+    function = outputs["ConsumerFunctionName"]
+    run = uuid.uuid4().hex[:6]
+    # The key (json:/order_id) is in the object, not in the pointer: the function must read it.
+    payload = json.dumps({"order_id": f"dl-{run}-large", "account": "acct-dave", "amount_cents": 4321,
+                          "filler": "x" * (300 * 1024)}).encode()
+    check(len(payload) > 256 * 1024, f"the large payment is over SQS's 256 KiB limit ({len(payload)} bytes)")
+    paid, resent, bystander = (f"payloads/{run}-{what}" for what in ("paid", "resent", "bystander"))
+    s3.put_object(Bucket=bucket, Key=paid, Body=payload)
+    # A producer's resend through an extended client uploads the payload again under a key of its own.
+    s3.put_object(Bucket=bucket, Key=resent, Body=payload)
+    # An object no message points at.
+    s3.put_object(Bucket=bucket, Key=bystander, Body=payload.replace(b"-large", b"-other"))
+    before = object_state(s3, bucket)
+
+    def entry(i: str, key: str) -> dict:
+        return {"Id": i, "MessageBody": pointer_body(bucket, key), "MessageAttributes": {
+            "ExtendedPayloadSize": {"DataType": "Number", "StringValue": str(len(payload))}}}
+
+    # The pointer and a copy of it (the same message sent twice) in one batch of the event source
+    # mapping: it is paused while both are sent, as ministack's poller may otherwise take the first
+    # before the second is in the queue (and the copy would then come after the object went, which
+    # a key read from the payload cannot tell from a new payment: docs/large-messages.md).
+    set_mappings_enabled(lam, function, False)
+    try:
+        sent = sqs.send_message_batch(QueueUrl=input_url, Entries=[entry("p1", paid), entry("p2", paid)])
+    finally:
+        set_mappings_enabled(lam, function, True)
+    check(not sent.get("Failed"), f"SendMessageBatch took the pointer to s3://{bucket}/{paid} "
+                                  f"(ExtendedPayloadSize {len(payload)}) and a copy of it")
+    t0 = time.monotonic()
+    wait_empty(sqs, input_url, wait)
+    log(f"the input queue is empty after {time.monotonic() - t0:.1f} s")
+    want = dict(expected, **{"acct-dave": 4321})
+    balances = scan_balances(ddb, outputs["AccountsTableName"])
+    log(f"balances: {json.dumps(balances, sort_keys=True)}")
+    check(balances == want, "the large payment, read from S3 under the event source mapping, credited "
+                            f"once though sent twice: {json.dumps(want, sort_keys=True)}")
+    # Later, the resend with its own object: a duplicate across invocations.
+    sqs.send_message_batch(QueueUrl=input_url, Entries=[entry("r1", resent)])
+    wait_empty(sqs, input_url, wait)
+    log(f"the payment resent with an object of its own: the input queue is empty again after "
+        f"{time.monotonic() - t0:.1f} s")
+
+    balances = scan_balances(ddb, outputs["AccountsTableName"])
+    log(f"balances: {json.dumps(balances, sort_keys=True)}")
+    check(balances == want, f"the resend is a duplicate, not credited again: {json.dumps(want, sort_keys=True)}")
+    after = object_state(s3, bucket)
+    if deletes:
+        check(paid not in after, f"s3://{bucket}/{paid}, the completed payment's object, is deleted "
+                                 "(DeleteLargePayloads=true)")
+    else:
+        check(after.get(paid) == before[paid], f"s3://{bucket}/{paid} is kept (DeleteLargePayloads=false)")
+    others = {k: v for k, v in before.items() if k != paid}
+    check({k: v for k, v in after.items() if k != paid} == others,
+          f"every other object is untouched: {', '.join(sorted(others))} (the duplicate's and one no "
+          "message points at)")
+    dead = drain(sqs, outputs["DeadLetterQueueUrl"])
+    for m in dead:
+        attrs = {k: v.get("StringValue") for k, v in (m.get("MessageAttributes") or {}).items()}
+        log(f"dead-letter queue: attributes {json.dumps(attrs, sort_keys=True)}")
+    check(not dead, f"nothing of it went to the dead-letter queue (holds {len(dead)})")
 
 
 # ------------------------------------------------------------------------------ the clean-up
 
-def leftovers(session_clients: dict, stack: str, bucket: str) -> list[str]:
+def leftovers(session_clients: dict, stack: str, buckets: list[str]) -> list[str]:
     """Anything still named after the stack (ministack names resources `<stack>-<logical>-...`)."""
     sqs, ddb, lam, s3, cfn, logs = (session_clients[k] for k in ("sqs", "ddb", "lam", "s3", "cfn", "logs"))
     left = []
@@ -371,7 +467,7 @@ def leftovers(session_clients: dict, stack: str, bucket: str) -> list[str]:
     left += [f"function {f['FunctionName']}" for f in lam.list_functions().get("Functions", [])
              if f["FunctionName"].startswith(stack)]
     left += [f"bucket {b['Name']}" for b in s3.list_buckets().get("Buckets", [])
-             if b["Name"] == bucket or b["Name"].startswith(stack.lower())]
+             if b["Name"] in buckets or b["Name"].startswith(stack.lower())]
     left += [f"log group {g['logGroupName']}" for g in
              logs.describe_log_groups().get("logGroups", []) if stack in g["logGroupName"]]
     left += [f"stack {s['StackName']} ({s['StackStatus']})" for s in
@@ -390,7 +486,7 @@ def empty_and_delete_bucket(s3, bucket: str) -> None:
     s3.delete_bucket(Bucket=bucket)
 
 
-def clean_up(c: dict, stack: str, bucket: str, template: dict, created: bool) -> bool:
+def clean_up(c: dict, stack: str, buckets: list[str], template: dict, created: bool) -> bool:
     ok = True
     if created:
         retained = []
@@ -438,21 +534,22 @@ def clean_up(c: dict, stack: str, bucket: str, template: dict, created: bool) ->
             except Exception as e:  # noqa: BLE001
                 log(f"clean-up: ERROR deleting retained {rtype} {physical}: {e}")
                 ok = False
+    for bucket in buckets:
+        try:
+            empty_and_delete_bucket(c["s3"], bucket)
+        except Exception as e:  # noqa: BLE001
+            if "NoSuchBucket" not in str(e):
+                log(f"clean-up: ERROR deleting bucket {bucket}: {e}")
+                ok = False
     try:
-        empty_and_delete_bucket(c["s3"], bucket)
-    except Exception as e:  # noqa: BLE001
-        if "NoSuchBucket" not in str(e):
-            log(f"clean-up: ERROR deleting bucket {bucket}: {e}")
-            ok = False
-    try:
-        left = leftovers(c, stack, bucket)
+        left = leftovers(c, stack, buckets)
     except Exception as e:  # noqa: BLE001
         left = [f"(cannot list: {e})"]
     if left:
         log("clean-up: ERROR: left behind: " + "; ".join(left))
         ok = False
     else:
-        log(f"clean-up: nothing named {stack} or {bucket} is left")
+        log(f"clean-up: nothing named {stack}, {' or '.join(buckets)} is left")
     return ok
 
 
@@ -470,7 +567,7 @@ def main() -> int:
     ap.add_argument("--binary-name", default="consumer")
     ap.add_argument("--stack", required=True)
     ap.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
-                    help="a parameter override (none by default: the template's defaults)")
+                    help="a parameter override (by default only LargePayloadBucket and DeleteLargePayloads are set)")
     ap.add_argument("--wait", type=float, default=120, help="seconds to wait for the queue to empty")
     args = ap.parse_args()
 
@@ -488,6 +585,8 @@ def main() -> int:
          "s3": client("s3"), "cfn": client("cloudformation"), "logs": client("logs")}
     stack = args.stack
     bucket = f"{stack}-code"
+    # The large payloads' bucket, of its own (the template's LargePayloadBucket pattern: lower case).
+    payloads = f"{stack.lower()[:54].rstrip('-.')}-payloads"
     key = f"{args.binary_name}.zip"
 
     template = load_template(args.template)
@@ -497,6 +596,16 @@ def main() -> int:
         if not sep:
             raise SystemExit(f"deploy-local: --parameter {p!r} is not KEY=VALUE")
         params[k] = v
+    # Large messages: LargePayloadBucket names the bucket this script makes, and the function
+    # deletes each object once its payment completed, unless --parameter says otherwise.
+    large = "LargePayloadBucket" in (template.get("Parameters") or {}) and "LargePayloadBucket" not in params
+    if large:
+        params["LargePayloadBucket"] = payloads
+        if "DeleteLargePayloads" in (template.get("Parameters") or {}):
+            params.setdefault("DeleteLargePayloads", "true")
+    else:
+        log("large messages: not checked (LargePayloadBucket given as a parameter, or not in the template)")
+    deletes = params.get("DeleteLargePayloads") == "true"
     unknown = sorted(set(params) - set(template.get("Parameters") or {}))
     if unknown:
         raise SystemExit(f"deploy-local: the template has no parameter {', '.join(unknown)}")
@@ -522,6 +631,8 @@ def main() -> int:
         zipped = bootstrap_zip(args.binary)
         c["s3"].create_bucket(Bucket=bucket)
         c["s3"].put_object(Bucket=bucket, Key=key, Body=zipped)
+        if large:
+            c["s3"].create_bucket(Bucket=payloads)
         log(f"uploaded {args.binary_name} as bootstrap ({len(zipped) / 1e6:.1f} MB zip) to "
             f"s3://{bucket}/{key}; CodeUri of {', '.join(pointed)} points there")
         created = True  # from here on the clean-up deletes the stack, even if CreateStack fails
@@ -548,7 +659,11 @@ def main() -> int:
               and env.get("SQS_CLAIM_ACCOUNTS_TABLE") == outputs["AccountsTableName"],
               "its environment names the stack's DLQ as failure queue and the stack's accounts table")
         fix_event_source_mappings(c["lam"], outputs["ConsumerFunctionName"])
-        feed_and_check(c["sqs"], c["ddb"], outputs, args.wait)
+        expected = feed_and_check(c["sqs"], c["ddb"], outputs, args.wait)
+        if large:
+            log(f"large messages: function environment "
+                + json.dumps({k: v for k, v in env.items() if "LARGE" in k or "OFFLOAD" in k}, sort_keys=True))
+            large_message_check(c, outputs, payloads, deletes, expected, args.wait)
         ok = True
     except CheckFailed as e:
         log(f"FAILED: {e}")
@@ -560,7 +675,7 @@ def main() -> int:
         # A second TERM (or Ctrl-C, which the shell script passes on as TERM) must not cut the
         # clean-up short and leave the stack behind.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        cleaned = clean_up(c, stack, bucket, template, created)
+        cleaned = clean_up(c, stack, [bucket] + ([payloads] if large else []), template, created)
     elapsed = time.monotonic() - t0
     if ok and cleaned:
         log(f"PASSED in {elapsed:.1f} s (deploy, feed, checks, delete)")

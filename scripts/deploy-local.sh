@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make deploy-local`: deploy template.yaml onto ministack as a CloudFormation stack (SAM transform
 # expanded by ministack), feed it payments with duplicates and a body that does not parse, check
-# the balances and the dead-letter queue, delete the stack. No AWS account; nothing left behind.
+# the balances and the dead-letter queue, then a payment too large for SQS offloaded to S3 as the
+# extended clients do (LargePayloadBucket, DeleteLargePayloads=true), delete the stack and the
+# buckets. No AWS account; nothing left behind.
 #
 #   1. builds the `consumer` binary for this host (ministack runs a `provided.al2023` function's
 #      `bootstrap` as a local process) and strips a copy into a temp dir;
@@ -23,8 +25,10 @@
 #                              aws-sam-translator importable and AWS_ENDPOINT_URL set to itself.
 #   SQS_CLAIM_SQS_PORT         the stand-ins' ministack port (default 4566), as for standins.sh
 #   SQS_CLAIM_DEPLOY_STACK     stack name (default sqs-claim-local-<random>)
-#   SQS_CLAIM_DEPLOY_PARAMS    parameter overrides, "Key=Value Key=Value" (default none: the
-#                              template's defaults)
+#   SQS_CLAIM_DEPLOY_PARAMS    parameter overrides, "Key=Value Key=Value" (default: the
+#                              template's defaults, but LargePayloadBucket = a bucket of the
+#                              run's own and DeleteLargePayloads=true; naming LargePayloadBucket
+#                              here skips the large-message check)
 #   SQS_CLAIM_DEPLOY_WAIT      seconds to wait for the input queue to empty (default 120)
 #   SQS_CLAIM_DEPLOY_BINARY    a consumer binary already built for this host: no build (CI
 #                              passes the one `make test` built, which has other features
