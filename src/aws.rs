@@ -75,22 +75,9 @@ fn bundled() -> Result<SharedHttpClient, HttpClientError> {
 #[cfg(feature = "sqs")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqs")))]
 pub fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
-    use aws_sdk_sqs::config::retry::RetryConfig;
-    use aws_sdk_sqs::config::timeout::TimeoutConfig;
     let config = aws_sdk_sqs::config::Builder::from(config)
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(3)
-                .with_initial_backoff(std::time::Duration::from_millis(50))
-                .with_max_backoff(std::time::Duration::from_secs(1)),
-        )
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(std::time::Duration::from_secs(1))
-                .operation_attempt_timeout(std::time::Duration::from_secs(2))
-                .operation_timeout(std::time::Duration::from_secs(4))
-                .build(),
-        )
+        .retry_config(three_attempts())
+        .timeout_config(bounded(2, 4))
         .build();
     aws_sdk_sqs::Client::from_conf(config)
 }
@@ -104,27 +91,35 @@ pub fn sqs_client(config: &aws_config::SdkConfig) -> aws_sdk_sqs::Client {
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]
 pub fn s3_client(config: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
-    use aws_sdk_s3::config::retry::RetryConfig;
-    use aws_sdk_s3::config::timeout::TimeoutConfig;
     let config = aws_sdk_s3::config::Builder::from(config)
         .force_path_style(
             config.endpoint_url().is_some() || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some(),
         )
-        .retry_config(
-            RetryConfig::standard()
-                .with_max_attempts(3)
-                .with_initial_backoff(std::time::Duration::from_millis(50))
-                .with_max_backoff(std::time::Duration::from_secs(1)),
-        )
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(std::time::Duration::from_secs(1))
-                .operation_attempt_timeout(std::time::Duration::from_secs(5))
-                .operation_timeout(std::time::Duration::from_secs(10))
-                .build(),
-        )
+        .retry_config(three_attempts())
+        .timeout_config(bounded(5, 10))
         .build();
     aws_sdk_s3::Client::from_conf(config)
+}
+
+/// The retries of the SQS and S3 clients: standard mode, 3 attempts, 50 ms to 1 s apart.
+#[cfg(any(feature = "sqs", feature = "s3"))]
+fn three_attempts() -> aws_config::retry::RetryConfig {
+    aws_config::retry::RetryConfig::standard()
+        .with_max_attempts(3)
+        .with_initial_backoff(std::time::Duration::from_millis(50))
+        .with_max_backoff(std::time::Duration::from_secs(1))
+}
+
+/// The bounds of the SQS and S3 clients: 1 s to connect, `attempt_secs` an attempt,
+/// `call_secs` the whole call (a silent endpoint must not hold a call until the deadline).
+#[cfg(any(feature = "sqs", feature = "s3"))]
+fn bounded(attempt_secs: u64, call_secs: u64) -> aws_config::timeout::TimeoutConfig {
+    use std::time::Duration;
+    aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .operation_attempt_timeout(Duration::from_secs(attempt_secs))
+        .operation_timeout(Duration::from_secs(call_secs))
+        .build()
 }
 
 #[cfg(test)]

@@ -51,21 +51,18 @@
 //! The publisher offloads the same way ([`Publisher::offload_to`](crate::Publisher::offload_to),
 //! features `sqs` and `s3`), so the extended clients read what it sends.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsMessage;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use futures::future::BoxFuture;
 use futures::stream::{self, StreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::deadline::Budget;
 use crate::envelope::Envelope;
-use crate::outcome::{Failure, FailureKind, Outcome};
-use crate::processor::{AfterBatch, Finished};
+use crate::outcome::{Failure, FailureKind};
 
 /// The first element of a pointer body.
 pub(crate) const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
@@ -78,7 +75,7 @@ pub(crate) const LEGACY_SIZE_ATTRIBUTE: &str = "SQSLargePayloadSize";
 /// [`LargeMessages::max_bytes`]' default: 32 MiB.
 const DEFAULT_MAX_BYTES: u64 = 32 * 1024 * 1024;
 /// How many objects of a batch are fetched (or deleted) at once.
-const FETCH_CONCURRENCY: usize = 16;
+pub(crate) const FETCH_CONCURRENCY: usize = 16;
 
 /// Reads the payloads the SQS (and SNS) extended clients offload to S3, and optionally deletes
 /// them once their message is done: see the [module docs](self). Set it on the processor with
@@ -165,10 +162,9 @@ impl LargeMessages {
     }
 
     /// The step after the batch that deletes the objects of the messages done.
-    pub(crate) fn cleanup(&self) -> Arc<dyn AfterBatch> {
-        Arc::new(Cleanup {
-            client: self.inner.client.clone(),
-        })
+    /// The S3 client, for the step that deletes the objects (`processor/cleanup.rs`).
+    pub(crate) fn client(&self) -> &aws_sdk_s3::Client {
+        &self.inner.client
     }
 
     /// Fetches the payload of every record of `records` that is a pointer (see the module
@@ -428,69 +424,6 @@ fn get_failed(
         "the payload offloaded to S3 ({object}) could not be fetched: {}",
         crate::error::Chain(e)
     ))
-}
-
-/// The step after the batch that deletes the objects of the messages whose completion
-/// committed ([`LargeMessages::delete_after_completion`]).
-struct Cleanup {
-    client: aws_sdk_s3::Client,
-}
-
-impl fmt::Debug for Cleanup {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("LargeMessages::cleanup")
-    }
-}
-
-impl AfterBatch for Cleanup {
-    fn after<'a>(&'a self, batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
-        Box::pin(async move {
-            let mut seen: HashSet<&ObjectRef> = HashSet::new();
-            // Only a message whose completion committed has its object kept for the step
-            // (`Received::object`), and it must still be `Processed`: a step before this one
-            // may have changed its outcome.
-            let objects: Vec<ObjectRef> = batch
-                .items()
-                .iter()
-                .zip(batch.received())
-                .filter(|(item, _)| matches!(item.outcome, Outcome::Processed))
-                .filter_map(|(_, received)| received.object.as_ref())
-                .filter(|object| seen.insert(object))
-                .cloned()
-                .collect();
-            if objects.is_empty() {
-                return;
-            }
-            let deletes = stream::iter(objects)
-                .map(|object| {
-                    let client = self.client.clone();
-                    async move {
-                        let answer = client
-                            .delete_object()
-                            .bucket(&object.bucket)
-                            .key(&object.key)
-                            .send()
-                            .await;
-                        match answer {
-                            Ok(_) => {
-                                tracing::debug!(object = %object, "offloaded payload deleted");
-                            }
-                            Err(e) => tracing::warn!(
-                                object = %object,
-                                error = %crate::error::Chain(&e),
-                                "offloaded payload not deleted; its message is done, the object \
-                                 stays"
-                            ),
-                        }
-                    }
-                })
-                .buffer_unordered(FETCH_CONCURRENCY)
-                .collect::<Vec<()>>();
-            if batch.bounded(deletes).await.is_none() {
-                tracing::warn!("deleting offloaded payloads was cut off by the time budget");
-            }
-        })
-    }
 }
 
 #[cfg(test)]

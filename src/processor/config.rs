@@ -551,7 +551,11 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// *Feature `s3`.*
     #[cfg(feature = "s3")]
     pub fn large_messages(mut self, large: crate::large::LargeMessages) -> Self {
-        self.config.after.cleanup = large.deletes().then(|| large.cleanup());
+        self.config.after.cleanup = large.deletes().then(|| {
+            std::sync::Arc::new(super::cleanup::Cleanup {
+                client: large.client().clone(),
+            }) as std::sync::Arc<dyn super::AfterBatch>
+        });
         self.config.large = Some(large);
         self
     }

@@ -18,6 +18,7 @@
 //! | `pack.rs` | the packer: a one-shot batch's writes with effects sent several per request where the store packs them (DynamoDB: 100 actions per `TransactWriteItems`), each write answered on its own |
 //! | `limit.rs` | the in-flight limit of a standard-queue batch, adapted to what the store answers: cut on contention and timeouts, grown back on success (AIMD) |
 //! | `after.rs` | after the run: the steps that see every outcome before the report ([`AfterBatch`]), in the builder's order, inside the time budget |
+//! | `cleanup.rs` | after the run, feature `s3`: deleting the S3 objects of large messages whose completion committed ([`LargeMessages`](crate::large::LargeMessages)) |
 //! | `failure_destination.rs` | the first step after the run: messages that failed on their last allowed receive, or for good (`Permanent`), sent with their reason to a failure queue (feature `sqs`) |
 //! | `redelivery.rs` | the last step: each message reported for retry given its own visibility timeout (backoff, the handler's delay, a claim's lease end) with `ChangeMessageVisibilityBatch` (feature `sqs`) |
 //!
@@ -30,6 +31,8 @@
 //! [`BatchReport::response`](crate::BatchReport::response) (`outcome.rs`).
 
 mod after;
+#[cfg(feature = "s3")]
+mod cleanup;
 mod config;
 #[cfg(feature = "sqs")]
 mod failure_destination;
