@@ -20,6 +20,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use sqs_claim::large::LargeMessages;
 
 use sqs_claim::publish::{Outgoing, Publisher};
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::{BatchReport, FailureKind, KeySource, MemoryStore, Message, Outcome, Processor};
 use sqs_claim_testkit::fault::{Fault, FaultProxy};
 use sqs_claim_testkit::sqs::{Record, lambda_event, lambda_event_with_deadline, record};
@@ -442,6 +443,80 @@ async fn objects_are_deleted_only_for_messages_done() {
 
     // The failed message's retry finds its object.
     assert!(exists(&s3, &b, "k-fail").await);
+}
+
+/// One-shot mode (the reference consumer's default), deletion on, the key from the record: a
+/// redelivery of a message done before, whose object went after its completion, is skipped as
+/// a duplicate (the effects function never runs without its payload), not failed for good as
+/// `large_payload`; a message never done whose object is missing still fails for good, and the
+/// claim taken to find out is released, so its retry runs once the object is there.
+#[tokio::test]
+async fn one_shot_redelivery_of_a_done_message_without_its_object_is_a_duplicate() {
+    let s3 = s3_at(&endpoint());
+    let b = bucket(&s3).await;
+    put(&s3, &b, "k-done", &payment("order-done", 3000)).await;
+    let store = MemoryStore::new();
+    let seen: Seen = Arc::default();
+    let log = Arc::clone(&seen);
+    let p = Processor::one_shot(store.clone(), move |msg: &Message| {
+        let v: serde_json::Value = msg.json()?;
+        let order = v["order_id"].as_str().unwrap_or_default().to_owned();
+        log.lock()
+            .unwrap()
+            .push((msg.id().to_owned(), msg.payload()?.len(), order));
+        Ok(sqs_claim::Effects::one(MemoryEffect::new(|| {})))
+    })
+    .key(KeySource::MessageId)
+    .namespace("large-one-shot")
+    .large_messages(LargeMessages::new(s3.clone()).delete_after_completion(true))
+    .build();
+    assert!(p.is_one_shot());
+
+    let report = p
+        .process(lambda_event(&[
+            pointer_record("m-done", &b, "k-done", 3000),
+            // Never done, its object not there (yet).
+            pointer_record("m-new", &b, "k-late", 3000),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-done"), &Outcome::Processed);
+    let Outcome::Failed(f) = outcome(&report, "m-new") else {
+        panic!("m-new: {:?}", outcome(&report, "m-new"));
+    };
+    assert_eq!(f.kind, FailureKind::LargePayload, "{f:?}");
+    assert!(f.permanent, "{f:?}");
+    assert!(!exists(&s3, &b, "k-done").await, "deleted once done");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "only m-done computed effects"
+    );
+
+    // The redelivery of m-done: its object is gone, its key completed.
+    let report = p
+        .process(lambda_event(&[pointer_record(
+            "m-done", &b, "k-done", 3000,
+        )]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-done"), &Outcome::Duplicate);
+    assert!(report.response().batch_item_failures.is_empty());
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "nothing ran for the duplicate"
+    );
+
+    // m-new's claim was released: its retry, its object now there, runs and commits.
+    put(&s3, &b, "k-late", &payment("order-late", 3000)).await;
+    let report = p
+        .process(lambda_event(&[pointer_record("m-new", &b, "k-late", 3000)]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-new"), &Outcome::Processed);
+    assert!(!exists(&s3, &b, "k-late").await);
+    assert_eq!(seen.lock().unwrap().len(), 2);
 }
 
 /// Copies of one key in one batch: the first runs, the later copy is a duplicate of it and

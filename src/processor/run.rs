@@ -498,24 +498,7 @@ where
                 ))
                 .await;
             }
-            Claimed::Failed(e) => {
-                // A claim that fails is the store's failure, whatever kind its error carries:
-                // a store of yours that answers a claim with, say, `missing_key` must not send
-                // the message to the failure queue as if its body were at fault.
-                let (kind, what) = match e.kind() {
-                    ErrorKind::StoreUnavailable => {
-                        (FailureKind::StoreUnavailable, "claim failed, nothing ran")
-                    }
-                    ErrorKind::Contention => {
-                        (FailureKind::Contention, "claim not written, nothing ran")
-                    }
-                    _ => (
-                        FailureKind::StoreRejected,
-                        "claim refused by the store, nothing ran",
-                    ),
-                };
-                return Outcome::Failed(Failure::new(kind, format!("{what}: {e:#}")));
-            }
+            Claimed::Failed(e) => return Outcome::Failed(claim_failed(&e)),
         };
 
         if let Some(failure) = message.unfetched() {
@@ -544,6 +527,8 @@ where
     /// [`OneShot`](super::OneShot)), then one atomic write claims the key as completed and
     /// commits them. Nothing is ever held: a failure writes nothing, so there is nothing to
     /// release, and a store outage cannot fail open (effects never commit without a record).
+    /// The one exception is a message whose S3 payload could not be fetched: its key is claimed
+    /// alone, to tell a duplicate, and released at once ([`unfetched_one_shot`]).
     async fn run_one_shot(
         &self,
         message: Box<Message>,
@@ -552,8 +537,13 @@ where
         budget: &Budget,
     ) -> Outcome {
         if let Some(failure) = message.unfetched() {
-            // The effects function would read the pointer; nothing is written.
-            return Outcome::Failed(failure.clone());
+            // The effects function would read the pointer: it never runs. The key comes from
+            // the record (a key read from the payload failed the message at plan), so this may
+            // be a redelivery of a message done before, whose object was deleted after its
+            // completion: a claim finds out (a one-shot write cannot: it needs effects).
+            let failure = failure.clone();
+            drop(message);
+            return Box::pin(unfetched_one_shot(failure, id, attempt)).await;
         }
         let effects = match self.call_handler(message, budget).await {
             HandlerCall::Returned(Ok(effects)) => effects,
@@ -708,6 +698,44 @@ where
                 ))
             }
         }
+    }
+}
+
+/// A claim that failed, as the message's failure. It is the store's failure, whatever kind its
+/// error carries: a store of yours that answers a claim with, say, `missing_key` must not send
+/// the message to the failure queue as if its body were at fault.
+fn claim_failed(e: &Error) -> Failure {
+    let (kind, what) = match e.kind() {
+        ErrorKind::StoreUnavailable => (FailureKind::StoreUnavailable, "claim failed, nothing ran"),
+        ErrorKind::Contention => (FailureKind::Contention, "claim not written, nothing ran"),
+        _ => (
+            FailureKind::StoreRejected,
+            "claim refused by the store, nothing ran",
+        ),
+    };
+    Failure::new(kind, format!("{what}: {e:#}"))
+}
+
+/// One-shot mode, a message whose payload offloaded to S3 could not be fetched (`failure`
+/// says why) and whose key the record carries: a duplicate of a key completed before is
+/// skipped as one; otherwise the claim taken to find out is released at once and the message
+/// fails with `failure`. Nothing runs and nothing is committed. A store that does not answer
+/// fails it for retry (as a claim would in held mode): without knowing whether it was done,
+/// sending it to the failure queue for good could send one that was.
+async fn unfetched_one_shot<S: ClaimStore>(
+    failure: Failure,
+    id: &str,
+    attempt: &Attempt<'_, S>,
+) -> Outcome {
+    match attempt.claim().await {
+        Claimed::Won(token) => {
+            Box::pin(attempt.release(&token)).await;
+            Outcome::Failed(failure)
+        }
+        Claimed::Completed { payload, .. } => payload_outcome(payload, id, "a completed record"),
+        Claimed::HeldElsewhere { lease_until } => Outcome::HeldElsewhere { lease_until },
+        Claimed::CutOff => Outcome::CutOff(Step::Claim),
+        Claimed::Failed(e) => Outcome::Failed(claim_failed(&e)),
     }
 }
 
