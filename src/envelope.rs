@@ -95,6 +95,7 @@ impl Envelope {
     }
 
     /// Whether the envelope carries an id of its own ([`KeySource::EnvelopeId`](crate::KeySource::EnvelopeId)).
+    #[cfg_attr(not(feature = "settings"), allow(dead_code))] // read by the settings
     pub(crate) fn has_id(self) -> bool {
         matches!(self, Envelope::Sns | Envelope::EventBridge)
     }

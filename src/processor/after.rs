@@ -183,6 +183,7 @@ pub struct Finished<'b> {
     received: Vec<Received>,
     source_arn: Option<&'b str>,
     started: SystemTime,
+    #[cfg_attr(not(feature = "sqs"), allow(dead_code))] // read by the SQS steps
     lease: Lease,
     budget: &'b Budget,
     /// What the built-in steps did, for the batch's log line and metrics.
@@ -227,11 +228,13 @@ impl Finished<'_> {
     }
 
     /// The source queue's ARN (the first record's `eventSourceARN`), if the records carry it.
+    #[cfg_attr(not(feature = "sqs"), allow(dead_code))] // read by the SQS steps
     pub(crate) fn source_arn(&self) -> Option<&str> {
         self.source_arn
     }
 
     /// When the batch started, by the processor's clock (before the plan).
+    #[cfg_attr(not(feature = "sqs"), allow(dead_code))] // read by the SQS steps
     pub(crate) fn started(&self) -> SystemTime {
         self.started
     }
@@ -243,12 +246,14 @@ impl Finished<'_> {
 
     /// When a claim this invocation kept lapses, reckoned at `now`: its lease under the
     /// processor's lease policy, given the invocation's deadline.
+    #[cfg_attr(not(feature = "sqs"), allow(dead_code))] // read by the SQS steps
     pub(crate) fn lease_until(&self, now: SystemTime) -> SystemTime {
         self.lease.lease_until(now, self.budget.deadline())
     }
 
     /// The instant every step still in flight is cut off so the answer goes out in time
     /// (`None`: the invocation has no deadline).
+    #[cfg_attr(not(feature = "sqs"), allow(dead_code))] // read by the SQS steps
     pub(crate) fn hard_stop(&self) -> Option<tokio::time::Instant> {
         self.budget.hard_stop()
     }

@@ -136,6 +136,15 @@ impl Status {
     }
 
     /// Parses the stored spelling.
+    #[cfg_attr(
+        not(any(
+            feature = "dynamodb",
+            feature = "redis",
+            feature = "postgres",
+            feature = "sqlite"
+        )),
+        allow(dead_code)
+    )] // read by the stores that keep the status as text
     pub(crate) fn parse(s: &str) -> Option<Status> {
         match s {
             "INPROGRESS" => Some(Status::InProgress),
