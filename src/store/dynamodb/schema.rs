@@ -116,6 +116,7 @@ impl DynamoDbKeyAttribute {
     }
 
     /// The template of its value: fixed text, with `{key}` at most once.
+    #[cfg_attr(not(feature = "settings"), allow(dead_code))] // read by the settings
     pub(crate) fn template(&self) -> &str {
         &self.template
     }
