@@ -480,6 +480,23 @@ impl Run<'_> {
                 format!("the consumer never became ready\n{}", consumer.tail()),
             );
         }
+        // The start-up check runs beside the first `next` (`lambda::run_when_ready`), and every
+        // event waits for it: an empty event answered is the check passed. Dark only after
+        // that, as a warm function's store goes dark.
+        let warm_up = rt.queue(r#"{"Records":[]}"#, Duration::from_secs(30));
+        match rt.next_post(Duration::from_secs(35)).await {
+            Some(Posted::Response { request_id, .. }) if request_id == warm_up => {}
+            other => {
+                return self.violation(
+                    what,
+                    format!(
+                        "the consumer did not answer an empty event before its store went dark: \
+                         {other:?}\n{}",
+                        consumer.tail()
+                    ),
+                );
+            }
+        }
         for p in self.rig.darkened() {
             p.set(Fault::Dark);
         }
