@@ -87,7 +87,7 @@
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
 //! | `s3` | no | [`large`]: payloads the SQS and SNS extended clients offload to S3, read (the object is the payload the key, the payload check and the handler see) and optionally deleted once done; with `sqs`, `Publisher::offload_to` writes them (docs/large-messages.md) |
 //! | `settings` | no | `settings`: a consumer's settings from the `SQS_CLAIM_*` variables (`Settings`), the store URLs (`StoreUrl`), the table of the variables (`VARIABLES`); turns on `dynamodb` |
-//! | `streams` | no | `stream`: Kinesis Data Streams and DynamoDB Streams consumers on the same claim core, in order per shard, answering the streams' partial batch response (docs/streams.md) |
+//! | `streams` | no | `stream`: Kinesis Data Streams, DynamoDB Streams and Kafka (Amazon MSK, self-managed) consumers on the same claim core, in order per shard (partition), answering each source's partial batch response (docs/streams.md) |
 //! | `aws` | with `dynamodb`, `sqs` or `s3` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability

@@ -1,5 +1,6 @@
-//! Amazon Kinesis Data Streams and DynamoDB Streams consumers, on the same claim core as the
-//! SQS [`Processor`]: effectively once, in order per shard.
+//! Amazon Kinesis Data Streams, DynamoDB Streams and Kafka (Amazon MSK, self-managed Apache
+//! Kafka) consumers, on the same claim core as the SQS [`Processor`]: effectively once, in
+//! order per shard (per partition for Kafka).
 //!
 //! A stream consumer is the SQS processor in its FIFO mode with the group = the shard and the
 //! record's identifier = its sequence number: each record is handed to your handler as a
@@ -31,7 +32,32 @@
 //!   the same way ([`Message::json`]). Only a record without a sequence
 //!   number fails the whole invocation: it cannot be named in the response.
 //!
-//! What the handler sees: [`Message::id`] is the `eventID`,
+//! **Kafka** ([`Kafka`]) works the same way with a topic-partition for a shard and an offset
+//! for a sequence number:
+//!
+//! * the event's `records` map each `TOPIC-PARTITION` to its records; each partition runs in
+//!   offset order, the partitions concurrently, and a partition's first record that does not
+//!   succeed stops it;
+//! * the response names that record by its topic-partition and offset,
+//!   `{"batchItemFailures": [{"itemIdentifier": {"partition": "orders-3", "offset": 42}}]}`,
+//!   one entry per failed partition (the shape Powertools for AWS Lambda (Python) sends;
+//!   Lambda commits each partition's offset below the one named and sends the rest again);
+//! * [`Message::id`] is `TOPIC-PARTITION@OFFSET` (`orders-eu-3@42`), so the default key
+//!   ([`KeySource::MessageId`](crate::KeySource::MessageId)) is the topic, partition and
+//!   offset; [`KeySource::JsonPointer`](crate::KeySource::JsonPointer) points into the
+//!   base64-decoded `value`;
+//! * [`Message::body`] is the decoded `value`; a `null` value (a tombstone) is an empty body;
+//!   a value that is not base64 of UTF-8 text fails its record alone (and stops its
+//!   partition), never the batch;
+//! * [`Message::group_id`] is `TOPIC-PARTITION`; [`Message::sqs`]'s attributes hold `Topic`,
+//!   `Partition`, `Offset`, `Timestamp`, `TimestampType` and the record's key (`Key`, decoded,
+//!   when it is UTF-8 text; else `KeyBase64`, as sent); its message attributes hold the
+//!   headers (the first of each name), as `String` where the bytes are UTF-8, `Binary` where
+//!   not, so `KeySource::MessageAttribute("<header>")` can key a record by a header;
+//! * the whole invocation fails only when a record has no offset or no topic-partition (it
+//!   could not be named).
+//!
+//! What the handler sees (Kinesis, DynamoDB Streams): [`Message::id`] is the `eventID`,
 //! [`Message::group_id`] the shard (Kinesis, from the `eventID`) or
 //! the stream's ARN (DynamoDB Streams, whose records do not name their shard: a Lambda batch
 //! comes from one shard), [`Message::body`] the payload above, and
@@ -60,7 +86,7 @@
 //! See docs/streams.md for the event source mapping's settings (`ReportBatchItemFailures`,
 //! `BisectBatchOnFunctionError`, an on-failure destination) and the claims' TTL.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
@@ -69,7 +95,7 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_lambda_events::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use base64::Engine as _;
 use lambda_runtime::LambdaEvent;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tower::Service;
 
 use crate::message::Message;
@@ -88,6 +114,14 @@ pub struct Kinesis<S, H> {
     processor: Processor<S, H>,
 }
 
+/// An Amazon MSK or self-managed Apache Kafka consumer: a `tower::Service` for Lambda (serve
+/// it with [`lambda::serve`](crate::lambda::serve)) answering `{"batchItemFailures":
+/// [{"itemIdentifier": {"partition": "<topic>-<partition>", "offset": <offset>}}]}` (as a
+/// `serde_json::Value`: the events crate has no type for it). See the [module docs](self).
+pub struct Kafka<S, H> {
+    processor: Processor<S, H>,
+}
+
 /// A DynamoDB Streams consumer: a `tower::Service` for Lambda (serve it with
 /// [`lambda::serve`](crate::lambda::serve)) answering `{"batchItemFailures":
 /// [{"itemIdentifier": "<sequence number>"}]}`. See the [module docs](self).
@@ -96,7 +130,7 @@ pub struct DynamoDbStreams<S, H> {
 }
 
 macro_rules! consumer {
-    ($name:ident, $source:literal, $read:path, $response:ty) => {
+    ($name:ident, $source:literal, $read:path, $response:ty, $respond:path) => {
         impl<S, H> Clone for $name<S, H> {
             fn clone(&self) -> Self {
                 $name {
@@ -122,7 +156,8 @@ macro_rules! consumer {
             H::Error: Into<BoxError>,
         {
             /// The consumer of the processor `builder` describes (store, handler, key,
-            /// namespace, one-shot, TTL, lease, metrics, ...), run in order per shard.
+            /// namespace, one-shot, TTL, lease, metrics, ...), run in order per shard (per
+            /// partition for Kafka).
             ///
             /// Fails with [`ErrorKind::Config`] when the builder has a failure destination or
             /// a redelivery: a stream's retries are its event source mapping's.
@@ -133,15 +168,14 @@ macro_rules! consumer {
             }
 
             /// Processes one invocation's batch: the partial batch response, each shard's
-            /// first record that did not succeed named by its sequence number.
+            /// (partition's) first record that did not succeed named as the source's
+            /// response names a record (see the [module docs](self)).
             ///
-            /// Fails as a whole (Lambda retries the batch) only when the event has no
-            /// `Records` list or a record has no sequence number.
+            /// Fails as a whole (Lambda retries the batch) only when the event has no list
+            /// of records or a record cannot be named (no sequence number; Kafka: no offset).
             pub async fn process(&self, event: LambdaEvent<Value>) -> Result<$response, Error> {
                 let failed = run(&self.processor, event, $read).await?;
-                let mut response = <$response>::default();
-                response.set_failures(failed);
-                Ok(response)
+                Ok($respond(failed))
             }
         }
 
@@ -170,45 +204,91 @@ macro_rules! consumer {
     };
 }
 
-consumer!(Kinesis, "Kinesis", kinesis_record, KinesisEventResponse);
+consumer!(
+    Kinesis,
+    "Kinesis",
+    kinesis_records,
+    KinesisEventResponse,
+    kinesis_response
+);
 consumer!(
     DynamoDbStreams,
     "DynamoDB Streams",
-    dynamodb_record,
-    DynamoDbEventResponse
+    dynamodb_records,
+    DynamoDbEventResponse,
+    dynamodb_response
 );
+consumer!(Kafka, "Kafka", kafka_records, Value, kafka_response);
 
-/// `set_failures` for both responses (Kinesis' has it; DynamoDB's not).
-trait SetFailures {
-    fn set_failures(&mut self, ids: Vec<String>);
+fn kinesis_response(ids: Vec<String>) -> KinesisEventResponse {
+    let mut response = KinesisEventResponse::default();
+    response.set_failures(ids);
+    response
 }
 
-impl SetFailures for DynamoDbEventResponse {
-    fn set_failures(&mut self, ids: Vec<String>) {
-        self.batch_item_failures = ids
-            .into_iter()
-            .map(|id| {
-                let mut failure = aws_lambda_events::streams::DynamoDbBatchItemFailure::default();
-                failure.item_identifier = Some(id);
-                failure
-            })
-            .collect();
+fn dynamodb_response(ids: Vec<String>) -> DynamoDbEventResponse {
+    let mut response = DynamoDbEventResponse::default();
+    response.batch_item_failures = ids
+        .into_iter()
+        .map(|id| {
+            let mut failure = aws_lambda_events::streams::DynamoDbBatchItemFailure::default();
+            failure.item_identifier = Some(id);
+            failure
+        })
+        .collect();
+    response
+}
+
+/// Kafka's partial batch response (the events crate has no type for it): each failure named
+/// by its topic-partition and offset, `{"batchItemFailures": [{"itemIdentifier":
+/// {"partition": "TOPIC-PARTITION", "offset": OFFSET}}]}`.
+fn kafka_response(ids: Vec<KafkaId>) -> Value {
+    let failures: Vec<Value> = ids
+        .into_iter()
+        .map(|id| json!({"itemIdentifier": {"partition": id.partition, "offset": id.offset}}))
+        .collect();
+    json!({ "batchItemFailures": failures })
+}
+
+/// One stream record, as the processor takes it, and how the response names it.
+struct Record<T> {
+    message: SqsMessage,
+    id: T,
+}
+
+/// Reads the event's `Records` list, each record with `read`.
+fn records_list<T>(
+    payload: Value,
+    read: fn(usize, Value) -> Result<Record<T>, Error>,
+) -> Result<Vec<Record<T>>, Error> {
+    match payload {
+        Value::Object(mut map) => match map.remove("Records") {
+            Some(Value::Array(records)) => records
+                .into_iter()
+                .enumerate()
+                .map(|(i, record)| read(i, record))
+                .collect(),
+            _ => Err(invalid("the event has no Records list")),
+        },
+        _ => Err(invalid("the event is not a JSON object")),
     }
 }
 
-/// One stream record, as the processor takes it.
-struct Record {
-    message: SqsMessage,
-    sequence_number: String,
+fn kinesis_records(payload: Value) -> Result<Vec<Record<String>>, Error> {
+    records_list(payload, kinesis_record)
+}
+
+fn dynamodb_records(payload: Value) -> Result<Vec<Record<String>>, Error> {
+    records_list(payload, dynamodb_record)
 }
 
 /// Reads the event's records, runs them through the processor (ordered lanes per shard) and
-/// returns the sequence number of each shard's first record that did not succeed.
-async fn run<S, H>(
+/// returns how the response names each shard's first record that did not succeed.
+async fn run<S, H, T>(
     processor: &Processor<S, H>,
     event: LambdaEvent<Value>,
-    read: fn(usize, Value) -> Result<Record, Error>,
-) -> Result<Vec<String>, Error>
+    read: fn(Value) -> Result<Vec<Record<T>>, Error>,
+) -> Result<Vec<T>, Error>
 where
     S: ClaimStore,
     H: Service<Message> + Clone + Send + Sync + 'static,
@@ -217,18 +297,11 @@ where
     H::Error: Into<BoxError>,
 {
     let (payload, context) = event.into_parts();
-    let records = match payload {
-        Value::Object(mut map) => match map.remove("Records") {
-            Some(Value::Array(records)) => records,
-            _ => return Err(invalid("the event has no Records list")),
-        },
-        _ => return Err(invalid("the event is not a JSON object")),
-    };
-    let mut sequence_numbers = Vec::with_capacity(records.len());
+    let records = read(payload)?;
+    let mut ids = Vec::with_capacity(records.len());
     let mut messages = Vec::with_capacity(records.len());
-    for (i, record) in records.into_iter().enumerate() {
-        let record = read(i, record)?;
-        sequence_numbers.push(record.sequence_number);
+    for record in records {
+        ids.push(record.id);
         messages.push(record.message);
     }
     let groups: Vec<String> = messages
@@ -245,12 +318,11 @@ where
     let report = processor.process(LambdaEvent::new(sqs, context)).await?;
     // The report keeps the batch's order: the first item of a shard that did not succeed is
     // the shard's first failure (the processor started nothing after it in that shard).
-    let mut failed: Vec<String> = Vec::new();
-    let mut stopped: HashMap<&str, ()> = HashMap::new();
-    for ((item, group), sequence_number) in report.items().iter().zip(&groups).zip(sequence_numbers)
-    {
-        if !item.outcome.is_success() && stopped.insert(group.as_str(), ()).is_none() {
-            failed.push(sequence_number);
+    let mut failed: Vec<T> = Vec::new();
+    let mut stopped: HashSet<&str> = HashSet::new();
+    for ((item, group), id) in report.items().iter().zip(&groups).zip(ids) {
+        if !item.outcome.is_success() && stopped.insert(group.as_str()) {
+            failed.push(id);
         }
     }
     Ok(failed)
@@ -282,7 +354,7 @@ fn text(record: &Value, pointer: &str) -> Option<String> {
 }
 
 /// A Kinesis record: the body is its base64-decoded `data`, the group its shard.
-fn kinesis_record(i: usize, record: Value) -> Result<Record, Error> {
+fn kinesis_record(i: usize, record: Value) -> Result<Record<String>, Error> {
     let sequence_number = sequence_number(i, record.pointer("/kinesis/sequenceNumber"))?;
     let event_id = text(&record, "/eventID").filter(|s| !s.is_empty());
     let arn = text(&record, "/eventSourceARN");
@@ -310,11 +382,8 @@ fn kinesis_record(i: usize, record: Value) -> Result<Record, Error> {
     }
     let data = record.pointer("/kinesis/data").and_then(Value::as_str);
     let decoded = match data {
-        None => Err("has no data"),
-        Some(data) => match base64::engine::general_purpose::STANDARD.decode(data) {
-            Err(_) => Err("has data that is not base64"),
-            Ok(bytes) => String::from_utf8(bytes).map_err(|_| "has data that is not UTF-8 text"),
-        },
+        None => Err("has no data".to_owned()),
+        Some(data) => decode_text(data).map_err(|why| format!("has data that {why}")),
     };
     match decoded {
         Ok(body) => m.body = Some(body),
@@ -327,12 +396,12 @@ fn kinesis_record(i: usize, record: Value) -> Result<Record, Error> {
     }
     Ok(Record {
         message: m,
-        sequence_number,
+        id: sequence_number,
     })
 }
 
 /// A DynamoDB Streams record: the body is the record's JSON, the group the stream.
-fn dynamodb_record(i: usize, record: Value) -> Result<Record, Error> {
+fn dynamodb_record(i: usize, record: Value) -> Result<Record<String>, Error> {
     let sequence_number = sequence_number(i, record.pointer("/dynamodb/SequenceNumber"))?;
     let event_id = text(&record, "/eventID").filter(|s| !s.is_empty());
     let arn = text(&record, "/eventSourceARN");
@@ -365,8 +434,189 @@ fn dynamodb_record(i: usize, record: Value) -> Result<Record, Error> {
     }
     Ok(Record {
         message: m,
-        sequence_number,
+        id: sequence_number,
     })
+}
+
+/// How Kafka's response names a record: its topic-partition and offset.
+struct KafkaId {
+    partition: String,
+    offset: i64,
+}
+
+/// A Kafka event's records: `records` maps each `TOPIC-PARTITION` to its records; each
+/// partition's records are taken in offset order.
+fn kafka_records(payload: Value) -> Result<Vec<Record<KafkaId>>, Error> {
+    let Value::Object(mut event) = payload else {
+        return Err(invalid("the event is not a JSON object"));
+    };
+    let source = event
+        .get("eventSource")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let arn = event
+        .get("eventSourceArn")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let partitions = match event.remove("records") {
+        Some(Value::Object(partitions)) => partitions,
+        Some(Value::Null) => serde_json::Map::new(),
+        _ => return Err(invalid("the event has no records object")),
+    };
+    let mut out = Vec::new();
+    for (key, records) in partitions {
+        let Value::Array(records) = records else {
+            return Err(invalid(&format!("the records of {key} are not a list")));
+        };
+        let mut partition = Vec::with_capacity(records.len());
+        for (i, record) in records.into_iter().enumerate() {
+            partition.push(kafka_record(&key, i, record, &source, &arn)?);
+        }
+        partition.sort_by_key(|r| r.id.offset);
+        out.extend(partition);
+    }
+    Ok(out)
+}
+
+/// `TOPIC-PARTITION` split at its last `-` (a topic's name may hold `-` itself).
+fn split_partition(key: &str) -> Option<(&str, i64)> {
+    let (topic, partition) = key.rsplit_once('-')?;
+    Some((topic, partition.parse().ok()?))
+}
+
+/// A Kafka record: the body is its base64-decoded `value`, the group its topic-partition,
+/// the id `TOPIC-PARTITION@OFFSET`.
+fn kafka_record(
+    key: &str,
+    i: usize,
+    record: Value,
+    source: &Option<String>,
+    arn: &Option<String>,
+) -> Result<Record<KafkaId>, Error> {
+    let offset = match record.get("offset") {
+        Some(Value::Number(n)) => n.as_i64(),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+    .filter(|o| *o >= 0)
+    .ok_or_else(|| {
+        invalid(&format!(
+            "record #{i} of {key} has no offset, so it cannot be named in a partial batch \
+             response"
+        ))
+    })?;
+    let topic = text(&record, "/topic").filter(|t| !t.is_empty());
+    let number = record.get("partition").and_then(Value::as_i64);
+    let (topic, number, partition) = match (topic, number) {
+        (Some(topic), Some(n)) => {
+            let partition = format!("{topic}-{n}");
+            (Some(topic), Some(n), partition)
+        }
+        _ => {
+            let split = split_partition(key);
+            (
+                split.map(|(t, _)| t.to_owned()),
+                split.map(|(_, n)| n),
+                key.to_owned(),
+            )
+        }
+    };
+    if partition.is_empty() {
+        return Err(invalid(&format!(
+            "record #{i} of the batch has no topic-partition, so it cannot be named in a \
+             partial batch response"
+        )));
+    }
+    let mut m = SqsMessage::default();
+    m.message_id = Some(format!("{partition}@{offset}"));
+    m.event_source.clone_from(source);
+    m.event_source_arn.clone_from(arn);
+    m.attributes
+        .insert("MessageGroupId".into(), partition.clone());
+    if let Some(topic) = topic {
+        m.attributes.insert("Topic".into(), topic);
+    }
+    if let Some(n) = number {
+        m.attributes.insert("Partition".into(), n.to_string());
+    }
+    m.attributes.insert("Offset".into(), offset.to_string());
+    if let Some(at) = record.get("timestamp").filter(|t| t.is_number()) {
+        m.attributes.insert("Timestamp".into(), at.to_string());
+    }
+    if let Some(kind) = text(&record, "/timestampType") {
+        m.attributes.insert("TimestampType".into(), kind);
+    }
+    if let Some(k) = record.get("key").and_then(Value::as_str) {
+        match decode_text(k) {
+            Ok(k) => m.attributes.insert("Key".into(), k),
+            Err(_) => m.attributes.insert("KeyBase64".into(), k.to_owned()),
+        };
+    }
+    if let Some(Value::Array(headers)) = record.get("headers") {
+        for (name, bytes) in headers.iter().filter_map(Value::as_object).flatten() {
+            let Some(bytes) = header_bytes(bytes) else {
+                continue;
+            };
+            if m.message_attributes.contains_key(name) {
+                continue;
+            }
+            let mut attribute = SqsMessageAttribute::default();
+            match String::from_utf8(bytes) {
+                Ok(text) => {
+                    attribute.data_type = Some("String".into());
+                    attribute.string_value = Some(text);
+                }
+                Err(e) => {
+                    attribute.data_type = Some("Binary".into());
+                    let mut data = aws_lambda_events::encodings::Base64Data::default();
+                    *data = e.into_bytes();
+                    attribute.binary_value = Some(data);
+                }
+            }
+            m.message_attributes.insert(name.clone(), attribute);
+        }
+    }
+    // A null (or absent) value is a tombstone: an empty body.
+    let decoded = match record.get("value") {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(value)) => decode_text(value),
+        Some(_) => Err("is not base64 text"),
+    };
+    match decoded {
+        Ok(body) => m.body = Some(body),
+        Err(why) => {
+            m.attributes.insert(
+                STREAM_UNDECODABLE.into(),
+                format!("Kafka record {partition}@{offset} has a value that {why}"),
+            );
+        }
+    }
+    Ok(Record {
+        message: m,
+        id: KafkaId { partition, offset },
+    })
+}
+
+/// A Kafka header's value: a list of bytes, signed (Java's `byte`, as Lambda sends them) or
+/// not.
+fn header_bytes(value: &Value) -> Option<Vec<u8>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|b| match b.as_i64()? {
+            b @ -128..=-1 => Some((b + 256) as u8),
+            b @ 0..=255 => Some(b as u8),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Base64 of UTF-8 text, decoded; or why not.
+fn decode_text(data: &str) -> Result<String, &'static str> {
+    match base64::engine::general_purpose::STANDARD.decode(data) {
+        Err(_) => Err("is not base64"),
+        Ok(bytes) => String::from_utf8(bytes).map_err(|_| "is not UTF-8 text"),
+    }
 }
 
 /// JSON text with every object's members in sorted order, whatever map the build uses.
@@ -406,7 +656,7 @@ mod tests {
             "kinesis": {"sequenceNumber": "7", "data": "%%%"}
         });
         let rec = kinesis_record(0, r).unwrap();
-        assert_eq!(rec.sequence_number, "7");
+        assert_eq!(rec.id, "7");
         assert!(rec.message.attributes.contains_key(STREAM_UNDECODABLE));
         assert_eq!(
             rec.message.attributes["MessageGroupId"],
@@ -414,5 +664,70 @@ mod tests {
         );
         let r = serde_json::json!({"kinesis": {"data": "e30="}});
         assert!(kinesis_record(3, r).is_err());
+    }
+
+    /// Two partitions with the same offsets, one of a topic with `-` in its name; a tombstone,
+    /// a value that is not base64, headers in signed bytes.
+    #[test]
+    fn kafka_records_are_named_by_topic_partition_and_offset() {
+        let event = serde_json::json!({
+            "eventSource": "aws:kafka",
+            "eventSourceArn": "arn:aws:kafka:us-east-1:123456789012:cluster/c/1",
+            "bootstrapServers": "b-1:9092",
+            "records": {
+                "orders-eu-3": [
+                    {"topic": "orders-eu", "partition": 3, "offset": 8, "timestamp": 1,
+                     "timestampType": "CREATE_TIME", "value": null, "headers": []},
+                    {"topic": "orders-eu", "partition": 3, "offset": 7, "timestamp": 1,
+                     "timestampType": "CREATE_TIME", "key": "azE=", "value": "eyJuIjoxfQ==",
+                     "headers": [{"trace": [116, 45, 49]}, {"bin": [-1, 0]}, {"trace": [120]}]}
+                ],
+                "orders-0": [
+                    {"topic": "orders", "partition": 0, "offset": 7, "timestamp": 1,
+                     "timestampType": "CREATE_TIME", "value": "%%%", "headers": []}
+                ]
+            }
+        });
+        let records = kafka_records(event).unwrap();
+        let ids: Vec<String> = records
+            .iter()
+            .map(|r| r.message.message_id.clone().unwrap())
+            .collect();
+        assert_eq!(ids, ["orders-0@7", "orders-eu-3@7", "orders-eu-3@8"]);
+        let (bad, first, tombstone) = (&records[0], &records[1], &records[2]);
+        assert!(bad.message.attributes.contains_key(STREAM_UNDECODABLE));
+        assert_eq!(first.message.body.as_deref(), Some(r#"{"n":1}"#));
+        assert_eq!(first.message.attributes["MessageGroupId"], "orders-eu-3");
+        assert_eq!(first.message.attributes["Topic"], "orders-eu");
+        assert_eq!(first.message.attributes["Key"], "k1");
+        let trace = &first.message.message_attributes["trace"];
+        assert_eq!(trace.string_value.as_deref(), Some("t-1"));
+        let bin = &first.message.message_attributes["bin"];
+        assert_eq!(
+            bin.binary_value.as_deref().map(|b| b.to_vec()),
+            Some(vec![255, 0])
+        );
+        assert_eq!(tombstone.message.body.as_deref(), Some(""));
+        assert!(
+            !tombstone
+                .message
+                .attributes
+                .contains_key(STREAM_UNDECODABLE)
+        );
+        let response = kafka_response(vec![KafkaId {
+            partition: "orders-eu-3".into(),
+            offset: 7,
+        }]);
+        assert_eq!(
+            response,
+            serde_json::json!({"batchItemFailures": [
+                {"itemIdentifier": {"partition": "orders-eu-3", "offset": 7}}
+            ]})
+        );
+        // A record without an offset cannot be named: the invocation fails.
+        let event = serde_json::json!({"records": {"t-0": [{"topic": "t", "partition": 0}]}});
+        assert!(kafka_records(event).is_err());
+        assert_eq!(split_partition("a-b-12"), Some(("a-b", 12)));
+        assert_eq!(split_partition("ab"), None);
     }
 }

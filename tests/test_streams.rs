@@ -1,11 +1,11 @@
-//! Kinesis and DynamoDB Streams consumers (`sqs_claim::stream`) replayed through the test kit's
-//! stand-in for Lambda's stream event source mappings (`sqs_claim_testkit::stream`: checkpoint
-//! at the lowest reported sequence number, retry from it, bisect on a function error, give up
-//! by retry attempts or record age), on the memory store and on DynamoDB Local: every record
-//! applied exactly once and in order per shard (the effects commit with the claims'
-//! completions, so the applied log is the commit order), failures, replays after a partial
-//! checkpoint and after a lost response, splits, a record that cannot be decoded, a batch of
-//! 10,000.
+//! Kinesis, DynamoDB Streams and Kafka consumers (`sqs_claim::stream`) replayed through the
+//! test kit's stand-in for Lambda's stream event source mappings (`sqs_claim_testkit::stream`:
+//! checkpoint at the lowest reported sequence number or offset, retry from it, bisect on a
+//! function error, give up by retry attempts or record age), on the memory store and on
+//! DynamoDB Local: every record applied exactly once and in order per shard or partition (the
+//! effects commit with the claims' completions, so the applied log is the commit order),
+//! failures, replays after a partial checkpoint and after a lost response, splits, a record
+//! that cannot be decoded, a batch of 10,000.
 
 mod common;
 mod support;
@@ -18,9 +18,9 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use sqs_claim::store::MemoryEffect;
-use sqs_claim::stream::{DynamoDbStreams, Kinesis};
+use sqs_claim::stream::{DynamoDbStreams, Kafka, Kinesis};
 use sqs_claim::{BoxError, ClaimStore, Effects, MemoryStore, Message, Processor};
-use sqs_claim_testkit::stream::{Drained, Mapping, Stream};
+use sqs_claim_testkit::stream::{Drained, Mapping, Source, Stream};
 
 /// What the handler does to a record: fail it a number of times first, or always.
 #[derive(Clone, Default)]
@@ -45,8 +45,9 @@ async fn replay<S: ClaimStore>(
     mapping: &Mapping,
     faults: &Faults,
     effect: MakeEffect<S::Effect>,
-    dynamodb: bool,
+    source: Source,
 ) -> (Drained, Vec<Value>) {
+    let dynamodb = source == Source::DynamoDb;
     let calls = Arc::new(AtomicUsize::new(0));
     let handler = {
         let faults = faults.clone();
@@ -56,9 +57,15 @@ async fn replay<S: ClaimStore>(
             let effect = Arc::clone(&effect);
             calls.fetch_add(1, Ordering::Relaxed);
             async move {
-                let seq = msg.sqs().attributes["SequenceNumber"].clone();
+                // A Kafka record's offset is its sequence number here (unique in the stream).
+                let attributes = &msg.sqs().attributes;
+                let seq = attributes
+                    .get("SequenceNumber")
+                    .or_else(|| attributes.get("Offset"))
+                    .cloned()
+                    .unwrap_or_default();
                 let shard = msg.group_id().unwrap_or("").to_owned();
-                // The payload decoded: Kinesis' `data`, DynamoDB's record.
+                // The payload decoded: Kinesis' `data`, Kafka's `value`, DynamoDB's record.
                 let payload: Value = msg.json()?;
                 let n = if dynamodb {
                     payload.pointer("/dynamodb/NewImage/n/N").cloned()
@@ -81,10 +88,10 @@ async fn replay<S: ClaimStore>(
     };
     let builder = Processor::builder(store, handler)
         .namespace(sqs_claim_testkit::local::unique_name("streams"));
-    let (kinesis, ddb) = if dynamodb {
-        (None, Some(DynamoDbStreams::new(builder).unwrap()))
-    } else {
-        (Some(Kinesis::new(builder).unwrap()), None)
+    let (kinesis, ddb, kafka) = match source {
+        Source::Kinesis => (Some(Kinesis::new(builder).unwrap()), None, None),
+        Source::DynamoDb => (None, Some(DynamoDbStreams::new(builder).unwrap()), None),
+        Source::Kafka => (None, None, Some(Kafka::new(builder).unwrap())),
     };
     let responses = Arc::new(Mutex::new(Vec::new()));
     let invocation = AtomicUsize::new(0);
@@ -92,20 +99,24 @@ async fn replay<S: ClaimStore>(
         let n = invocation.fetch_add(1, Ordering::Relaxed);
         let lost = faults.lost.contains(&n);
         let responses = Arc::clone(&responses);
-        let (kinesis, ddb) = (kinesis.clone(), ddb.clone());
+        let (kinesis, ddb, kafka) = (kinesis.clone(), ddb.clone(), kafka.clone());
         async move {
             let context = Context::default();
-            let response = match (kinesis, ddb) {
-                (Some(k), _) => serde_json::to_value(
+            let response = match (kinesis, ddb, kafka) {
+                (Some(k), _, _) => serde_json::to_value(
                     k.process(LambdaEvent::new(event, context))
                         .await
                         .map_err(|e| e.to_string())?,
                 ),
-                (_, Some(d)) => serde_json::to_value(
+                (_, Some(d), _) => serde_json::to_value(
                     d.process(LambdaEvent::new(event, context))
                         .await
                         .map_err(|e| e.to_string())?,
                 ),
+                (_, _, Some(f)) => Ok(f
+                    .process(LambdaEvent::new(event, context))
+                    .await
+                    .map_err(|e| e.to_string())?),
                 _ => unreachable!(),
             }
             .unwrap();
@@ -126,7 +137,8 @@ async fn replay<S: ClaimStore>(
 }
 
 /// Every record applied once, in order per shard, except those given up on; and every
-/// response names at most one record per shard, never an empty one.
+/// response names at most one record per shard, never an empty one (Kinesis, DynamoDB: one
+/// shard per batch; Kafka: a partition and an offset, each partition at most once).
 fn check(
     stream: &Stream,
     drained: &Drained,
@@ -148,9 +160,23 @@ fn check(
     }
     for response in responses {
         let failures = response["batchItemFailures"].as_array().unwrap();
-        assert!(failures.len() <= 1, "one shard per batch: {response}");
+        let mut partitions = HashSet::new();
         for f in failures {
-            assert!(!f["itemIdentifier"].as_str().unwrap().is_empty());
+            match &f["itemIdentifier"] {
+                Value::Object(id) => {
+                    let partition = id["partition"].as_str().unwrap();
+                    assert!(!partition.is_empty(), "{response}");
+                    assert!(id["offset"].is_i64(), "{response}");
+                    assert!(
+                        partitions.insert(partition),
+                        "one per partition: {response}"
+                    );
+                }
+                id => {
+                    assert!(failures.len() <= 1, "one shard per batch: {response}");
+                    assert!(!id.as_str().unwrap().is_empty());
+                }
+            }
         }
     }
 }
@@ -223,7 +249,7 @@ async fn kinesis_failures_replays_and_splits_apply_every_record_once_in_order() 
         &mapping,
         &faults,
         effect,
-        false,
+        Source::Kinesis,
     )
     .await;
     check(&stream, &drained, &responses, &log.lock().unwrap());
@@ -261,7 +287,7 @@ async fn a_poison_record_is_given_up_by_retry_attempts_and_the_rest_applied_once
         &mapping,
         &faults,
         effect,
-        false,
+        Source::Kinesis,
     )
     .await;
     check(&stream, &drained, &responses, &log.lock().unwrap());
@@ -294,7 +320,7 @@ async fn an_undecodable_record_fails_alone_and_stops_its_shard() {
         &mapping,
         &Faults::default(),
         effect,
-        false,
+        Source::Kinesis,
     )
     .await;
     // The first answer for shard a names the undecodable record, not the batch.
@@ -324,11 +350,200 @@ async fn a_batch_of_ten_thousand_records_runs_in_order() {
         &mapping,
         &Faults::default(),
         effect,
-        false,
+        Source::Kinesis,
     )
     .await;
     assert_eq!(drained.invocations, 1);
     check(&stream, &drained, &responses, &log.lock().unwrap());
+}
+
+/// A Kafka topic whose name holds `-`, three partitions of `per_partition` records, failures
+/// that pass after one to three tries, lost responses.
+fn kafka_scenario(topic: &str, per_partition: usize) -> (Stream, Faults) {
+    let mut stream = Stream::kafka(topic);
+    let mut seqs = Vec::new();
+    for i in 0..per_partition {
+        for p in 0..3 {
+            seqs.push(stream.put(&format!("{topic}-{p}"), &json!({"n": i, "p": p})));
+        }
+    }
+    let transient: HashMap<String, u32> = seqs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 7 == 3)
+        .map(|(i, s)| (s.clone(), (i % 3) as u32 + 1))
+        .collect();
+    let faults = Faults {
+        transient: Arc::new(Mutex::new(transient)),
+        poison: Arc::default(),
+        lost: Arc::new([1, 4, 5, 9, 16].into_iter().collect()),
+    };
+    (stream, faults)
+}
+
+#[tokio::test]
+async fn kafka_failures_replays_and_splits_apply_every_record_once_in_order_per_partition() {
+    common::init_logs();
+    let (stream, faults) = kafka_scenario("orders-eu", 40);
+    let (log, effect) = memory_log();
+    let mapping = Mapping {
+        batch_size: 9,
+        bisect_on_error: true,
+        ..Mapping::default()
+    };
+    let (drained, responses) = replay(
+        MemoryStore::new(),
+        &stream,
+        &mapping,
+        &faults,
+        effect,
+        Source::Kafka,
+    )
+    .await;
+    assert_eq!(
+        stream.shards(),
+        ["orders-eu-0", "orders-eu-1", "orders-eu-2"]
+    );
+    check(&stream, &drained, &responses, &log.lock().unwrap());
+    assert!(drained.on_failure.is_empty());
+    let sent: usize = drained.batches.iter().map(|b| b.1.len()).sum();
+    assert!(sent > 120, "{sent} records sent for 120");
+    assert!(
+        drained
+            .batches
+            .iter()
+            .any(|b| b.1.len() < 9 && !b.1.is_empty()),
+        "a split"
+    );
+    // Partitions fail in the same batch, and each is named once.
+    assert!(
+        responses
+            .iter()
+            .any(|r| r["batchItemFailures"].as_array().unwrap().len() > 1),
+        "a response naming two partitions"
+    );
+}
+
+#[tokio::test]
+async fn a_kafka_poison_record_is_given_up_and_the_other_partitions_go_on() {
+    common::init_logs();
+    let (stream, mut faults) = kafka_scenario("payments", 20);
+    let poison = stream.sequence_numbers("payments-1")[7].clone();
+    faults.poison = Arc::new([poison.clone()].into_iter().collect());
+    let (log, effect) = memory_log();
+    let mapping = Mapping {
+        batch_size: 10,
+        bisect_on_error: true,
+        max_retry_attempts: Some(5),
+        ..Mapping::default()
+    };
+    let (drained, responses) = replay(
+        MemoryStore::new(),
+        &stream,
+        &mapping,
+        &faults,
+        effect,
+        Source::Kafka,
+    )
+    .await;
+    check(&stream, &drained, &responses, &log.lock().unwrap());
+    assert_eq!(drained.on_failure.len(), 1, "{:?}", drained.on_failure);
+    assert_eq!(drained.on_failure[0].shard, "payments-1");
+    assert_eq!(drained.on_failure[0].start_sequence_number, poison);
+    assert_eq!(log.lock().unwrap()["payments-0"].len(), 20);
+    assert_eq!(log.lock().unwrap()["payments-2"].len(), 20);
+}
+
+#[tokio::test]
+async fn a_kafka_value_that_is_not_base64_fails_one_record_and_stops_its_partition() {
+    common::init_logs();
+    let mut stream = Stream::kafka("orders-eu");
+    let mut a = Vec::new();
+    for i in 0..6 {
+        a.push(stream.put("orders-eu-0", &json!({"n": i})));
+        stream.put("orders-eu-1", &json!({"n": i}));
+    }
+    stream.record_mut(&a[2]).unwrap()["value"] = json!("%%% not base64");
+    let (log, effect) = memory_log();
+    let mapping = Mapping {
+        batch_size: 6,
+        max_retry_attempts: Some(1),
+        ..Mapping::default()
+    };
+    let (drained, responses) = replay(
+        MemoryStore::new(),
+        &stream,
+        &mapping,
+        &Faults::default(),
+        effect,
+        Source::Kafka,
+    )
+    .await;
+    // The first answer names the undecodable record alone, by partition and offset.
+    let offset: i64 = a[2].parse().unwrap();
+    assert_eq!(
+        responses[0],
+        json!({"batchItemFailures": [
+            {"itemIdentifier": {"partition": "orders-eu-0", "offset": offset}}
+        ]})
+    );
+    check(&stream, &drained, &responses, &log.lock().unwrap());
+    assert_eq!(drained.given_up(&stream), a[2..].to_vec());
+    assert_eq!(log.lock().unwrap()["orders-eu-0"], a[..2].to_vec());
+    assert_eq!(log.lock().unwrap()["orders-eu-1"].len(), 6);
+}
+
+/// The sample event (events/streams/kafka.json, from the documented shape: ministack has no
+/// Kafka): its second record's value is not JSON, so its partition is named at that offset;
+/// the other partition, of a topic with `-` in its name, succeeds; a tombstone is an empty
+/// body.
+#[tokio::test]
+async fn the_sample_kafka_event_answers_as_documented() {
+    let path = format!("{}/events/streams/kafka.json", env!("CARGO_MANIFEST_DIR"));
+    let event: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let handler = {
+        let seen = Arc::clone(&seen);
+        tower::service_fn(move |msg: Message| {
+            seen.lock()
+                .unwrap()
+                .push((msg.key().unwrap_or("").to_owned(), msg.body().to_owned()));
+            let body = msg.body().to_owned();
+            async move {
+                if body.is_empty() {
+                    return Ok(()); // a tombstone: the key is deleted
+                }
+                serde_json::from_str::<Value>(&body)?;
+                Ok::<(), BoxError>(())
+            }
+        })
+    };
+    let kafka = Kafka::new(Processor::builder(MemoryStore::new(), handler).namespace("f")).unwrap();
+    let response = kafka
+        .process(LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        response,
+        json!({"batchItemFailures": [
+            {"itemIdentifier": {"partition": "orders-0", "offset": 16}}
+        ]})
+    );
+    // The partitions ran concurrently: sorted, the keys are topic, partition and offset, and
+    // offset 17 (after the failure) was not started.
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort();
+    let keys: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "f#orders-0@15",
+            "f#orders-0@16",
+            "f#orders-eu-2@3",
+            "f#orders-eu-2@4"
+        ]
+    );
+    assert_eq!(seen[3].1, "", "a tombstone is an empty body");
 }
 
 /// DynamoDB Streams on DynamoDB Local: the applied log is a list in the claims table itself,
@@ -383,7 +598,8 @@ async fn dynamodb_streams_on_dynamodb_local_apply_every_record_once_in_order() {
         ..Mapping::default()
     };
     let client = store.client().clone();
-    let (drained, responses) = replay(store, &stream, &mapping, &faults, effect, true).await;
+    let (drained, responses) =
+        replay(store, &stream, &mapping, &faults, effect, Source::DynamoDb).await;
     let item = client
         .get_item()
         .table_name(&table)
