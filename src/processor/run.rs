@@ -241,7 +241,13 @@ where
 
     /// FIFO: every item is a shared future that first awaits the item before it in its lane
     /// (and does not start if that one stopped the lane); a copy of a key awaits its leader,
-    /// which still waits for its own lane. At most 10 messages, all polled at once.
+    /// which still waits for its own lane. All polled at once (an SQS FIFO batch holds at most
+    /// 10 messages; a stream's, one lane per shard, up to 10,000).
+    ///
+    /// One-shot writes go through the packer here too: within a lane an item starts only
+    /// once the one before it has its answer, so at most one write per lane waits at a time,
+    /// and the heads of different lanes (groups, shards, partitions) share a pack. A lane's
+    /// order is untouched: its next item learns whether to start from its own write's answer.
     async fn run_fifo(
         &self,
         metas: &[Meta],
@@ -270,6 +276,12 @@ where
             FifoMode::WholeBatch => NotStarted::EarlierFailureInBatch,
             FifoMode::PerGroup => NotStarted::EarlierFailureInGroup,
         };
+        let packer = if self.config.one_shot {
+            Packer::for_store(&self.store)
+        } else {
+            None
+        };
+        let packer = packer.as_ref();
 
         let mut items: Vec<Item<'_>> = Vec::with_capacity(actions.len());
         for (i, action) in actions.into_iter().enumerate() {
@@ -284,7 +296,8 @@ where
                         stats,
                         liveness,
                     };
-                    self.execute(work, id, ctx, &AtomicU32::new(0), None).await
+                    self.execute(work, id, ctx, &AtomicU32::new(0), packer)
+                        .await
                 }
                 .boxed(),
                 Action::Follow {
@@ -335,11 +348,20 @@ where
             };
             items.push(item.boxed().shared());
         }
-        join_all(items)
-            .await
-            .into_iter()
-            .map(|done| done.outcome)
-            .collect()
+        let batch = join_all(items);
+        let done = match packer {
+            None => batch.await,
+            // As in `run_standard`: the packer never ends by itself, and goes with the batch.
+            Some(packer) => {
+                let run = packer.run();
+                tokio::pin!(batch, run);
+                match futures::future::select(batch, run).await {
+                    futures::future::Either::Left((done, _)) => done,
+                    futures::future::Either::Right(((), batch)) => batch.await,
+                }
+            }
+        };
+        done.into_iter().map(|done| done.outcome).collect()
     }
 
     /// The adaptive in-flight limit (see `limit.rs`).
