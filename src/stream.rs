@@ -369,6 +369,26 @@ fn dynamodb_record(i: usize, record: Value) -> Result<Record, Error> {
     })
 }
 
+/// The records of a batch whose `eventSource` is `source`, as the consumers hand them to the
+/// processor; `None` for a source that is not one of these streams
+/// (`ProcessorBuilder::record_keys`, `inspect.rs`).
+pub(crate) fn as_sqs_records(
+    source: &str,
+    records: &[Value],
+) -> Option<Result<Vec<SqsMessage>, Error>> {
+    let read: fn(usize, Value) -> Result<Record, Error> = match source {
+        "aws:kinesis" => kinesis_record,
+        "aws:dynamodb" => dynamodb_record,
+        _ => return None,
+    };
+    let records = records.iter().cloned().enumerate();
+    Some(
+        records
+            .map(|(i, r)| read(i, r).map(|r| r.message))
+            .collect(),
+    )
+}
+
 /// JSON text with every object's members in sorted order, whatever map the build uses.
 fn canonical(value: &Value) -> String {
     match value {
