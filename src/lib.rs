@@ -57,6 +57,7 @@
 //! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
 //! | a consumer's configuration from the `SQS_CLAIM_*` environment variables, the store URLs (`dynamodb:TABLE`, `postgres://...`, `tiered:...`), the table of the variables | `settings` (feature `settings`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
+//! | the keys a consumer would claim for each record of a captured batch (SQS, Kinesis, DynamoDB Streams), for an operator's tool: `ProcessorBuilder::record_keys` | `inspect` |
 //! | **any other event** (API Gateway, webhooks, direct invocations): key → claim → handler → the response stored with the completion and **replayed byte for byte** for a duplicate; 409 / 422 / 400 answers | [`idempotency`] (a `tower::Layer`) over [`claim`], served by [`lambda::serve`] |
 //!
 //! ## Stores
@@ -108,6 +109,7 @@ mod deadline;
 mod envelope;
 mod error;
 pub mod idempotency;
+mod inspect;
 pub mod key;
 pub mod lambda;
 #[cfg(feature = "s3")]

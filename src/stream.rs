@@ -619,6 +619,33 @@ fn decode_text(data: &str) -> Result<String, &'static str> {
     }
 }
 
+/// The records of a captured stream batch (Kinesis, DynamoDB Streams or Kafka, told apart by
+/// `eventSource`), as the consumers hand them to the processor; `None` for an event that is
+/// not one of these streams (`ProcessorBuilder::record_keys`, `inspect.rs`).
+pub(crate) fn as_sqs_records(event: &Value) -> Option<Result<Vec<SqsMessage>, Error>> {
+    fn messages<T>(
+        records: Result<Vec<Record<T>>, Error>,
+    ) -> Option<Result<Vec<SqsMessage>, Error>> {
+        Some(records.map(|records| records.into_iter().map(|r| r.message).collect()))
+    }
+    if let Some(source) = event.get("eventSource").and_then(Value::as_str)
+        && matches!(source, "aws:kafka" | "SelfManagedKafka")
+    {
+        return messages(kafka_records(event.clone()));
+    }
+    let source = event
+        .get("Records")?
+        .as_array()?
+        .first()?
+        .get("eventSource")?
+        .as_str()?;
+    match source {
+        "aws:kinesis" => messages(kinesis_records(event.clone())),
+        "aws:dynamodb" => messages(dynamodb_records(event.clone())),
+        _ => None,
+    }
+}
+
 /// JSON text with every object's members in sorted order, whatever map the build uses.
 fn canonical(value: &Value) -> String {
     match value {

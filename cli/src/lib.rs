@@ -10,6 +10,7 @@
 //! | `sqs-claim prune` | deletes expired claim records where the store has no TTL (SQLite, PostgreSQL) |
 //! | `sqs-claim doctor` | checks the queue, the event source mapping and the claims table against the protocol's rules |
 //! | `sqs-claim inspect KEY` | shows one key's claim record |
+//! | `sqs-claim inspect --event FILE` | shows each record of a captured batch (SQS, Kinesis, DynamoDB Streams): its key and claim, and where each shard stands |
 //! | `sqs-claim release KEY` | frees a stuck in-progress claim (never a completed one) |
 //! | `sqs-claim forget KEY` | deletes a completed record, so its message runs again (never an in-progress one) |
 //!
@@ -23,10 +24,12 @@
 //! | the commands, the store flags over the environment, one-line errors and exit codes | [`command`] |
 //! | `doctor`: facts, pure rules, the report | [`doctor`] |
 //! | `inspect`, `release`, `forget` | [`operator`] |
+//! | `inspect --event`: a batch's keys (the library's `ProcessorBuilder::record_keys`) and claims | `batch.rs` |
 //!
 //! Errors are one `error: ...` line on stderr: exit 1 for bad input, a missing record or a
 //! store that does not answer; exit 2 for a usage mistake.
 
+mod batch;
 pub mod command;
 pub mod doctor;
 pub mod operator;

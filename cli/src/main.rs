@@ -5,6 +5,7 @@
 //! sqs-claim prune [--store URL] [--limit N]
 //! sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json] [--strict]
 //! sqs-claim inspect|release|forget KEY [--namespace NS] [--store URL]
+//! sqs-claim inspect --event FILE [--namespace NS] [--store URL] [--report json]
 //! ```
 //!
 //! Bad input (an unknown store URL, a store that does not answer, a key with no record) is one
@@ -28,6 +29,7 @@ sqs-claim init [--store URL] [--partition-key K=T] [--sort-key K=T]
        sqs-claim prune [--store URL] [--limit N]
        sqs-claim doctor [--queue-url URL] [--function NAME] [--store URL] [--report json]
        sqs-claim inspect KEY [--namespace NS] [--report json]
+       sqs-claim inspect --event FILE [--namespace NS] [--report json]
        sqs-claim release|forget KEY [--namespace NS] [--yes]
        sqs-claim help [COMMAND]";
 

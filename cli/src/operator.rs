@@ -1,4 +1,5 @@
-//! The operator's commands for one key: `sqs-claim inspect`, `release` and `forget`.
+//! The operator's commands for one key: `sqs-claim inspect`, `release` and `forget` (and
+//! `inspect --event FILE` for every record of a captured batch: `batch.rs`).
 //!
 //! They work on every store through its administration ([`StoreAdmin::inspect`],
 //! [`StoreAdmin::force_release`], [`StoreAdmin::forget`]), whose
@@ -36,11 +37,34 @@ pub enum OperatorCommand {
     ///
     /// In plain words on stdout, or with --report json as one JSON object. Exit 1 if the key
     /// has no record.
+    ///
+    /// With --event FILE instead of KEY: every record of a captured batch (SQS, Kinesis or
+    /// DynamoDB Streams), its key derived as the consumer derives it (SQS_CLAIM_KEY,
+    /// SQS_CLAIM_ENVELOPE, SQS_CLAIM_NAMESPACE or --namespace, SQS_CLAIM_POWERTOOLS_*) and
+    /// its claim's state, and for each shard the first record not completed. Exit 0 once the
+    /// batch is read, whatever the states.
     Inspect {
-        #[command(flatten)]
-        key: KeyArgs,
+        /// The full key, namespace#key (as `invoke --report json` shows it); with --namespace,
+        /// the raw key. With SQS_CLAIM_POWERTOOLS_HANDLER: the stored key (PREFIX#HASH), or
+        /// the raw key string, hashed as Powertools does
+        #[arg(
+            value_name = "KEY",
+            required_unless_present = "event",
+            conflicts_with = "event"
+        )]
+        key: Option<String>,
 
-        /// Print the record as one JSON object
+        /// The key's namespace (the consumer's SQS_CLAIM_NAMESPACE): KEY is then the raw key;
+        /// with --event, the namespace of the batch's keys
+        #[arg(long, value_name = "NS")]
+        namespace: Option<String>,
+
+        /// A captured batch (the event JSON the function received): inspect each record's
+        /// claim
+        #[arg(long, value_name = "FILE")]
+        event: Option<std::path::PathBuf>,
+
+        /// Print the record as one JSON object (with --event, one JSON array)
         #[arg(long, value_name = "FORMAT")]
         report: Option<InspectReport>,
     },
@@ -183,14 +207,14 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Failure {
             message: message.into(),
             usage: true,
         }
     }
 
-    fn failed(message: impl Into<String>) -> Self {
+    pub(crate) fn failed(message: impl Into<String>) -> Self {
         Failure {
             message: message.into(),
             usage: false,
@@ -208,8 +232,27 @@ pub async fn run(
     store: &str,
 ) -> Result<(), Failure> {
     match command {
-        OperatorCommand::Inspect { key, report } => {
-            let key = key.stored_key(settings)?;
+        OperatorCommand::Inspect {
+            key,
+            namespace,
+            event,
+            report,
+        } => {
+            let key = match (event, key) {
+                (Some(path), _) => {
+                    return crate::batch::inspect(
+                        &path,
+                        namespace.as_deref(),
+                        claims,
+                        settings,
+                        store,
+                        report,
+                    )
+                    .await;
+                }
+                (None, Some(key)) => KeyArgs { key, namespace }.stored_key(settings)?,
+                (None, None) => return Err(Failure::usage("inspect needs KEY or --event FILE")),
+            };
             let found = inspect_on(claims, &key, store).await?;
             let now = SystemTime::now();
             match report {
@@ -337,7 +380,7 @@ fn confirm(question: &str, yes: bool) -> Result<(), Failure> {
 }
 
 /// What the record means now, in one line.
-fn state_line(found: &Inspected, now: SystemTime) -> String {
+pub(crate) fn state_line(found: &Inspected, now: SystemTime) -> String {
     let r = &found.record;
     if r.expires_at <= now {
         return format!(
@@ -409,7 +452,7 @@ fn describe(key: &str, found: &Inspected, now: SystemTime) -> String {
 
 /// `inspect --report json`: times as RFC 3339 (UTC) and epoch milliseconds, and the state in
 /// one word (`held`, `lapsed`, `completed`, `expired`).
-fn to_json(key: &str, found: &Inspected, now: SystemTime) -> serde_json::Value {
+pub(crate) fn to_json(key: &str, found: &Inspected, now: SystemTime) -> serde_json::Value {
     let r = &found.record;
     let state = if r.expires_at <= now {
         "expired"
@@ -444,7 +487,7 @@ fn epoch_millis(t: SystemTime) -> i64 {
 }
 
 /// `2025-01-31T12:00:00.250Z`: RFC 3339 in UTC, to the millisecond.
-fn timestamp(t: SystemTime) -> String {
+pub(crate) fn timestamp(t: SystemTime) -> String {
     let ms = epoch_millis(t);
     let (days, rem) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
     let (year, month, day) = civil_from_days(days);

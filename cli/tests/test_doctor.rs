@@ -109,6 +109,16 @@ impl Run {
             .collect()
     }
 
+    /// The SQS rules (the first 13 lines) with `status`, whatever follows them.
+    fn with_status_in_sqs(&self, status: &str) -> Vec<String> {
+        self.stdout
+            .lines()
+            .take(RULES.len())
+            .filter(|l| l.starts_with(&format!("{status} ")))
+            .map(str::to_owned)
+            .collect()
+    }
+
     fn assert_all_ok(&self, what: &str) {
         assert_eq!(
             self.code,
@@ -925,4 +935,205 @@ fn unknown_values_skip_and_bad_input_is_one_error_line() {
         error.contains("no AWS::Serverless::Function with an SQS event"),
         "{error}"
     );
+}
+
+/// The stream rules, in the report's order, after the 13 SQS rules, for each stream mapping.
+const STREAM_RULES: [&str; 5] = [
+    "stream-claim-ttl",
+    "stream-report-batch-item-failures",
+    "stream-bisect",
+    "stream-on-failure",
+    "stream-retry-limit",
+];
+
+/// The stream rules' statuses of a report on a function with one stream mapping: the SQS
+/// rules first, unchanged, then the five stream lines.
+fn stream_statuses(run: &Run) -> Vec<(String, String)> {
+    let lines: Vec<(String, String)> = run
+        .stdout
+        .lines()
+        .map(|line| {
+            let (status, rest) = line
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("not a report line: {line:?}"));
+            let rule = rest.trim_start().split(':').next().unwrap_or_default();
+            (rule.to_owned(), status.to_owned())
+        })
+        .collect();
+    let rules: Vec<&str> = lines.iter().map(|(r, _)| r.as_str()).collect();
+    let want: Vec<&str> = RULES.iter().chain(STREAM_RULES.iter()).copied().collect();
+    assert_eq!(rules, want, "{}", run.stdout);
+    lines[RULES.len()..].to_vec()
+}
+
+/// A DynamoDB table with a stream on ministack (not DynamoDB Local: the mapping reads
+/// ministack's streams): its stream ARN.
+async fn ministack_stream() -> String {
+    use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+    use aws_sdk_dynamodb::types::{StreamSpecification, StreamViewType};
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "static-test"))
+        .endpoint_url(sqs_endpoint())
+        .build();
+    let client = aws_sdk_dynamodb::Client::from_conf(config);
+    let table = unique("doctor-orders");
+    let created = within(
+        "ministack DynamoDB CreateTable",
+        client
+            .create_table()
+            .table_name(&table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("id")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .expect("attribute"),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("id")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .expect("key"),
+            )
+            .stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::NewAndOldImages)
+                    .build()
+                    .expect("stream"),
+            )
+            .send(),
+    )
+    .await
+    .expect("CreateTable with a stream on ministack");
+    created
+        .table_description()
+        .and_then(|d| d.latest_stream_arn())
+        .expect("a stream ARN")
+        .to_owned()
+}
+
+/// A function reading `stream` on ministack, its mapping as docs/streams.md advises it
+/// (`advised`) or with nothing set.
+async fn stream_function(stream: &str, advised: bool) -> (String, Option<String>) {
+    use aws_sdk_lambda::types::{
+        DestinationConfig, EventSourcePosition, FunctionResponseType, OnFailure,
+    };
+    let none = Queue {
+        url: String::new(),
+        arn: String::new(),
+    };
+    let (name, _) = function(30, &none, None).await;
+    let mut request = lambda()
+        .create_event_source_mapping()
+        .function_name(&name)
+        .event_source_arn(stream)
+        .starting_position(EventSourcePosition::Latest)
+        .batch_size(100);
+    if advised {
+        let failures =
+            create_queue(&sqs(), &unique("doctor-stream-failures"), HashMap::new()).await;
+        request = request
+            .function_response_types(FunctionResponseType::ReportBatchItemFailures)
+            .bisect_batch_on_function_error(true)
+            .maximum_retry_attempts(10)
+            .maximum_record_age_in_seconds(21_600)
+            .destination_config(
+                DestinationConfig::builder()
+                    .on_failure(OnFailure::builder().destination(failures.arn).build())
+                    .build(),
+            );
+    }
+    let created = request
+        .send()
+        .await
+        .expect("CreateEventSourceMapping from a DynamoDB stream");
+    (name, created.uuid().map(str::to_owned))
+}
+
+#[tokio::test]
+async fn a_stream_consumer_s_mapping_is_checked_by_the_stream_rules() {
+    let (stream, table) = (ministack_stream().await, initialized_table());
+
+    // As docs/streams.md advises, with a claim TTL of 48 h: every stream rule ok, and the SQS
+    // rules that need a queue skip (the function has no SQS mapping: not a failure).
+    let (name, mapping) = stream_function(&stream, true).await;
+    let two_days = [("SQS_CLAIM_TTL_SECS", "172800")];
+    let advised = doctor(&["--function", &name, "--table", &table], &two_days);
+    let strict = doctor(
+        &["--function", &name, "--table", &table, "--strict"],
+        &[("SQS_CLAIM_TTL_SECS", "3600")],
+    );
+    remove_function(&name, mapping).await;
+    assert_eq!(
+        advised.code,
+        Some(0),
+        "{}\n{}",
+        advised.stdout,
+        advised.stderr
+    );
+    for (rule, status) in stream_statuses(&advised) {
+        assert_eq!(status, "ok", "{rule}: {}", advised.stdout);
+    }
+    assert!(
+        advised
+            .stdout
+            .contains("DynamoDB Streams keep records 24 h")
+            && advised.stdout.contains("(Lambda ListEventSourceMappings)")
+            && advised.stdout.contains("MaximumRecordAgeInSeconds 21600"),
+        "{}",
+        advised.stdout
+    );
+    assert!(
+        advised.with_status_in_sqs("fail").is_empty(),
+        "{}",
+        advised.stdout
+    );
+    let line = advised
+        .stdout
+        .lines()
+        .find(|l| l.contains(" report-batch-item-failures:"))
+        .unwrap_or_default();
+    assert!(
+        line.starts_with("skip") && line.contains("only 1 stream mapping"),
+        "{line}"
+    );
+    // A claim TTL of 1 h: shorter than the 6 h the mapping retries a record for.
+    let ttl = stream_statuses(&strict);
+    assert_eq!(
+        ttl[0],
+        ("stream-claim-ttl".into(), "fail".into()),
+        "{}",
+        strict.stdout
+    );
+    assert_eq!(strict.code, Some(1));
+    assert!(
+        strict.stderr.contains("stream-claim-ttl"),
+        "{}",
+        strict.stderr
+    );
+
+    // Nothing set on the mapping: Lambda's defaults, each a warning with its fix; exit 0
+    // unless --strict.
+    let (name, mapping) = stream_function(&stream, false).await;
+    let bare = doctor(&["--function", &name, "--table", &table], &two_days);
+    let bare_strict = doctor(
+        &["--function", &name, "--table", &table, "--strict"],
+        &two_days,
+    );
+    remove_function(&name, mapping).await;
+    assert_eq!(bare.code, Some(0), "{}\n{}", bare.stdout, bare.stderr);
+    let bare_lines = stream_statuses(&bare);
+    let statuses: Vec<&str> = bare_lines.iter().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(
+        statuses,
+        ["ok", "warn", "warn", "warn", "warn"],
+        "{}",
+        bare.stdout
+    );
+    assert_eq!(bare_strict.code, Some(1), "{}", bare_strict.stderr);
 }

@@ -340,6 +340,27 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
+    /// The stored key of each of `records` as the processor this builder makes would claim
+    /// it, for [`ProcessorBuilder::record_keys`](crate::ProcessorBuilder::record_keys)
+    /// (`inspect.rs`): a stream record the consumer could not decode has none, and why.
+    pub(crate) fn keys_of(
+        &self,
+        records: &[aws_lambda_events::sqs::SqsMessage],
+    ) -> Vec<Result<Option<String>, crate::Error>> {
+        let namespace = self.config.namespace.clone().read_env();
+        let context = lambda_runtime::Context::default();
+        let namespace = namespace.resolve(&context);
+        records
+            .iter()
+            .map(
+                |record| match record.attributes.get(super::STREAM_UNDECODABLE) {
+                    Some(why) => Err(crate::Error::new(crate::ErrorKind::BadBody, why.clone())),
+                    None => self.config.read(record, &namespace, None).key,
+                },
+            )
+            .collect()
+    }
+
     /// The key namespace (`namespace#key`). Default: the function's name (the invocation
     /// context's, else `AWS_LAMBDA_FUNCTION_NAME`), else `sqs-claim`: the
     /// [namespace rule](crate::claim#the-namespace-rule), the idempotency layer's too. Set it

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_lambda::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_lambda::types::EventSourceMappingConfiguration;
 use sqs_claim::aws_config::{self, BehaviorVersion, SdkConfig, timeout::TimeoutConfig};
 use sqs_claim::aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TimeToLiveStatus};
 use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
@@ -107,6 +108,9 @@ pub struct FunctionFacts {
     pub batching_window_secs: Option<Known<u64>>,
     /// The Lambda API says the function has no SQS event source mapping (from the queue).
     pub no_mapping: Option<String>,
+    /// The function's stream event source mappings (Kinesis, DynamoDB Streams, Kafka), each
+    /// checked by the `stream-*` rules.
+    pub streams: Vec<StreamFacts>,
     /// Why values are unknown though a source was given (the endpoint offers no Lambda API,
     /// the template writes a value the doctor cannot evaluate), for the skip lines.
     pub notes: Vec<String>,
@@ -122,8 +126,102 @@ impl FunctionFacts {
         self.batch_size = self.batch_size.or(other.batch_size);
         self.batching_window_secs = self.batching_window_secs.or(other.batching_window_secs);
         self.no_mapping = self.no_mapping.or(other.no_mapping);
+        if self.streams.is_empty() {
+            self.streams = other.streams;
+        }
         self.notes.extend(other.notes);
         self
+    }
+}
+
+/// Where a stream mapping reads from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StreamSource {
+    /// Amazon Kinesis Data Streams.
+    Kinesis,
+    /// Amazon DynamoDB Streams (records kept 24 hours).
+    DynamoDbStreams,
+    /// Amazon MSK or self-managed Apache Kafka.
+    Kafka,
+}
+
+impl StreamSource {
+    /// How the report names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamSource::Kinesis => "Kinesis",
+            StreamSource::DynamoDbStreams => "DynamoDB Streams",
+            StreamSource::Kafka => "Kafka",
+        }
+    }
+
+    /// The source of a mapping reading `arn`, `None` for one that is not a stream (SQS, MQ,
+    /// DocumentDB).
+    pub fn of_arn(arn: &str) -> Option<StreamSource> {
+        if arn.starts_with("arn:") && arn.contains(":kinesis:") {
+            Some(StreamSource::Kinesis)
+        } else if arn.contains(":dynamodb:") && arn.contains("/stream/") {
+            Some(StreamSource::DynamoDbStreams)
+        } else if arn.contains(":kafka:") {
+            Some(StreamSource::Kafka)
+        } else {
+            None
+        }
+    }
+}
+
+/// The seconds DynamoDB Streams keep a record (fixed by the service).
+pub const DYNAMODB_STREAMS_RETENTION_SECS: u64 = 24 * 3600;
+/// A Kinesis stream's retention unless it was changed (24 hours; at most 365 days).
+pub const KINESIS_DEFAULT_RETENTION_SECS: u64 = 24 * 3600;
+
+/// One stream event source mapping (from the Lambda API or a template's stream event): the
+/// facts the `stream-*` rules read. Each `None` is unknown; `-1` is "infinite", as the API
+/// writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamFacts {
+    /// What it reads.
+    pub source: StreamSource,
+    /// How the report names it (`mapping UUID from ARN`, `template: Function.Event`).
+    pub name: String,
+    /// How long the stream keeps a record, seconds.
+    pub retention_secs: Option<Known<u64>>,
+    /// `MaximumRecordAgeInSeconds` (`-1`: until the record expires).
+    pub maximum_record_age_secs: Option<Known<i64>>,
+    /// `MaximumRetryAttempts` (`-1`: until the record expires).
+    pub maximum_retry_attempts: Option<Known<i64>>,
+    /// `BisectBatchOnFunctionError`.
+    pub bisect_on_error: Option<Known<bool>>,
+    /// `FunctionResponseTypes` includes `ReportBatchItemFailures`.
+    pub report_batch_item_failures: Option<Known<bool>>,
+    /// `DestinationConfig.OnFailure.Destination`: `Some(None)` when there is none.
+    pub on_failure: Option<Known<Option<String>>>,
+    /// `ParallelizationFactor` (batches of one shard run at once).
+    pub parallelization_factor: Option<Known<u64>>,
+}
+
+impl StreamFacts {
+    /// A mapping of `source` named `name`, every value unknown but the retention DynamoDB
+    /// Streams fix.
+    pub fn new(source: StreamSource, name: impl Into<String>) -> Self {
+        StreamFacts {
+            source,
+            name: name.into(),
+            retention_secs: (source == StreamSource::DynamoDbStreams).then(|| {
+                Known::new(
+                    DYNAMODB_STREAMS_RETENTION_SECS,
+                    "DynamoDB Streams keep records 24 h",
+                )
+            }),
+            maximum_record_age_secs: None,
+            maximum_retry_attempts: None,
+            bisect_on_error: None,
+            report_batch_item_failures: None,
+            on_failure: None,
+            parallelization_factor: None,
+        }
     }
 }
 
@@ -220,6 +318,18 @@ pub(super) async fn gather(
     }
     if let Some(from_template) = from_template {
         function = function.or(from_template);
+    }
+    if let Some(hours) = args.stream_retention_hours {
+        // DynamoDB Streams' retention is the service's; a Kinesis stream's or a Kafka topic's
+        // is given (no Kinesis or Kafka API is read).
+        for stream in &mut function.streams {
+            if stream.source != StreamSource::DynamoDbStreams {
+                stream.retention_secs = Some(Known::new(
+                    hours.saturating_mul(3600),
+                    "--stream-retention-hours",
+                ));
+            }
+        }
     }
     let table = match (dynamodb_table(store), &config) {
         (Some((table, keys)), Some(config)) => read_table(config, table, keys).await?,
@@ -443,10 +553,11 @@ async fn read_function(
     let mut mappings = Vec::new();
     let mut marker: Option<String> = None;
     loop {
+        // Every mapping of the function (its stream mappings too): the queue's is picked
+        // below.
         let page = client
             .list_event_source_mappings()
             .function_name(name)
-            .set_event_source_arn(queue_arn.map(str::to_owned))
             .set_marker(marker.take())
             .send()
             .await;
@@ -463,7 +574,11 @@ async fn read_function(
             _ => break,
         }
     }
-    // Some endpoints ignore the EventSourceArn filter: apply it here too.
+    facts.streams = mappings
+        .iter()
+        .filter_map(|m| stream_facts(m, api))
+        .collect();
+    // The queue's SQS mapping, filtered here (some endpoints ignore an EventSourceArn filter).
     mappings.retain(|m| {
         let source = m.event_source_arn().unwrap_or_default();
         source.contains(":sqs:") && queue_arn.is_none_or(|q| source == q)
@@ -473,6 +588,13 @@ async fn read_function(
         None => String::new(),
     };
     match mappings.as_slice() {
+        // A stream consumer: its mappings are the stream rules'.
+        [] if queue_arn.is_none() && !facts.streams.is_empty() => facts.notes.push(format!(
+            "function {name} has no SQS event source mapping, only {} stream mapping{} (the \
+             stream-* rules)",
+            facts.streams.len(),
+            if facts.streams.len() == 1 { "" } else { "s" }
+        )),
         [] => {
             facts.no_mapping = Some(format!(
                 "function {name} has no SQS event source mapping{from} ({api})"
@@ -498,6 +620,73 @@ async fn read_function(
         )),
     }
     Ok(facts)
+}
+
+/// A stream mapping's facts, `None` for a mapping that is not a stream's. Lambda writes `-1`
+/// for an unlimited age or retry count and omits what was never set: an absent value is
+/// Lambda's default (`-1`, no bisection, no destination), and the report says so.
+fn stream_facts(m: &EventSourceMappingConfiguration, api: &str) -> Option<StreamFacts> {
+    let arn = m.event_source_arn().unwrap_or_default();
+    let source = match StreamSource::of_arn(arn) {
+        Some(source) => source,
+        None if m.self_managed_event_source().is_some() => StreamSource::Kafka,
+        None => return None,
+    };
+    let from = if arn.is_empty() {
+        "a self-managed Kafka cluster".to_owned()
+    } else {
+        arn.to_owned()
+    };
+    let mut facts = StreamFacts::new(
+        source,
+        format!(
+            "{} mapping {} from {from}",
+            source.name(),
+            m.uuid().unwrap_or("?")
+        ),
+    );
+    let default = format!("{api}: not set, Lambda's default");
+    let signed = |v: Option<i32>| match v {
+        Some(v) => Known::new(i64::from(v), api),
+        None => Known::new(-1, default.clone()),
+    };
+    // Kafka mappings offer none of these outside provisioned mode: unknown unless written.
+    if source == StreamSource::Kafka {
+        facts.maximum_record_age_secs = m
+            .maximum_record_age_in_seconds()
+            .map(|v| Known::new(i64::from(v), api));
+        facts.maximum_retry_attempts = m
+            .maximum_retry_attempts()
+            .map(|v| Known::new(i64::from(v), api));
+        facts.bisect_on_error = m
+            .bisect_batch_on_function_error()
+            .map(|v| Known::new(v, api));
+    } else {
+        facts.maximum_record_age_secs = Some(signed(m.maximum_record_age_in_seconds()));
+        facts.maximum_retry_attempts = Some(signed(m.maximum_retry_attempts()));
+        facts.bisect_on_error = Some(match m.bisect_batch_on_function_error() {
+            Some(v) => Known::new(v, api),
+            None => Known::new(false, default.clone()),
+        });
+        facts.parallelization_factor = Some(match m.parallelization_factor() {
+            Some(v) => Known::new(u64::try_from(v).unwrap_or(1), api),
+            None => Known::new(1, default.clone()),
+        });
+    }
+    facts.report_batch_item_failures = Some(Known::new(
+        m.function_response_types()
+            .iter()
+            .any(|t| t.as_str() == "ReportBatchItemFailures"),
+        api,
+    ));
+    let destination = m
+        .destination_config()
+        .and_then(|d| d.on_failure())
+        .and_then(|f| f.destination())
+        .filter(|d| !d.is_empty())
+        .map(str::to_owned);
+    facts.on_failure = Some(Known::new(destination, api));
+    Some(facts)
 }
 
 async fn read_table(

@@ -6,8 +6,8 @@
 //! | step | where |
 //! |------|-------|
 //! | the command line ([`DoctorArgs`]) | here |
-//! | the facts: SQS `GetQueueAttributes`, Lambda `GetFunctionConfiguration` and `ListEventSourceMappings`, DynamoDB `DescribeTable` and `DescribeTimeToLive`, else flags or `template.yaml` | `facts.rs`, `template.rs` |
-//! | the rules, pure functions of the facts | `rules.rs` |
+//! | the facts: SQS `GetQueueAttributes`, Lambda `GetFunctionConfiguration` and `ListEventSourceMappings` (the SQS mapping, and every stream mapping), DynamoDB `DescribeTable` and `DescribeTimeToLive`, else flags or `template.yaml` | `facts.rs`, `template.rs` |
+//! | the rules, pure functions of the facts | `rules.rs`; for each stream mapping, `stream_rules.rs` |
 //! | one line per rule (or a JSON array), and the verdict | [`Report`] |
 //!
 //! A value that cannot be known (no API, no flag) makes its rules `skip` lines that say how to
@@ -24,12 +24,17 @@ use crate::{Settings, StoreUrl};
 
 mod facts;
 mod rules;
+mod stream_rules;
 mod template;
 
-pub use facts::{FunctionFacts, Known, QueueFacts, Redrive, TableFacts, TableShape, Ttl};
+pub use facts::{
+    DYNAMODB_STREAMS_RETENTION_SECS, FunctionFacts, KINESIS_DEFAULT_RETENTION_SECS, Known,
+    QueueFacts, Redrive, StreamFacts, StreamSource, TableFacts, TableShape, Ttl,
+};
 pub use rules::{
     MAX_BATCH_WITHOUT_WINDOW, MIN_MAX_RECEIVE_COUNT, TTL_WINDOW_FACTOR, VISIBILITY_FACTOR, check,
 };
+pub use stream_rules::STREAM_RULES;
 
 /// `sqs-claim doctor`'s own flags (the store flags `--store` and `--table` are the CLI's).
 #[derive(Debug, Clone, Default, Args)]
@@ -70,6 +75,12 @@ pub struct DoctorArgs {
     /// publisher sets a MessageDeduplicationId itself) [default: no]
     #[arg(long, value_name = "yes|no")]
     pub content_based_dedup: Option<YesNo>,
+
+    /// The stream's retention in hours, for the stream rules: a Kinesis stream's
+    /// RetentionPeriodHours or a Kafka topic's retention (not read from an API; DynamoDB Streams
+    /// keep 24 h) [default for Kinesis: 24, its default, said in the report]
+    #[arg(long, value_name = "HOURS", value_parser = clap::value_parser!(u64).range(1..=8760))]
+    pub stream_retention_hours: Option<u64>,
 
     /// Exit 1 on a warning too, not only on a failure
     #[arg(long)]
@@ -212,13 +223,18 @@ impl Report {
         )
     }
 
-    /// The rules that make the run fail: every `fail`, and with `strict` every `warn`.
+    /// The rules that make the run fail: every `fail`, and with `strict` every `warn`; each
+    /// once, though a stream rule has a line per mapping.
     pub fn failing(&self, strict: bool) -> Vec<&'static str> {
-        self.findings
-            .iter()
-            .filter(|f| f.status == Status::Fail || (strict && f.status == Status::Warn))
-            .map(|f| f.rule)
-            .collect()
+        let mut rules: Vec<&'static str> = Vec::new();
+        for f in &self.findings {
+            if (f.status == Status::Fail || (strict && f.status == Status::Warn))
+                && !rules.contains(&f.rule)
+            {
+                rules.push(f.rule);
+            }
+        }
+        rules
     }
 }
 

@@ -20,7 +20,8 @@ pub const MAX_BATCH_WITHOUT_WINDOW: u64 = 10;
 const HOW_QUEUE: &str = "give --queue-url URL";
 const HOW_TABLE: &str = "give --store dynamodb:TABLE, --table TABLE or SQS_CLAIM_TABLE";
 
-/// Every rule over `facts`, in the order the report prints them.
+/// Every rule over `facts`, in the order the report prints them: the SQS rules, then the
+/// stream rules for each stream mapping (none for an SQS consumer).
 pub fn check(facts: &Facts) -> Vec<Finding> {
     vec![
         visibility_timeout(facts),
@@ -37,6 +38,9 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         backoff_receives(facts),
         large_message_key(facts),
     ]
+    .into_iter()
+    .chain(super::stream_rules::check(facts))
+    .collect()
 }
 
 fn skip(rule: &'static str, detail: impl Into<String>) -> Finding {
@@ -821,6 +825,25 @@ mod tests {
         for f in &findings {
             assert_eq!(f.status, Status::Ok, "{f}");
         }
+    }
+
+    #[test]
+    fn each_stream_mapping_adds_the_stream_rules_after_the_sqs_ones() {
+        use super::super::facts::{StreamFacts, StreamSource};
+        let mut f = good();
+        f.function.streams = vec![
+            StreamFacts::new(StreamSource::Kinesis, "k"),
+            StreamFacts::new(StreamSource::DynamoDbStreams, "d"),
+        ];
+        let rules: Vec<&str> = check(&f).iter().map(|f| f.rule).collect();
+        let sqs: Vec<&str> = check(&good()).iter().map(|f| f.rule).collect();
+        assert_eq!(rules[..13], sqs[..]);
+        let streams: Vec<&str> = super::super::STREAM_RULES
+            .iter()
+            .chain(super::super::STREAM_RULES.iter())
+            .copied()
+            .collect();
+        assert_eq!(rules[13..], streams[..]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The function timeout and the SQS event's settings, read from a SAM template
-//! (`template.yaml`) when no Lambda API answers.
+//! The function timeout and the SQS event's settings, and every stream event's (Kinesis,
+//! DynamoDB, MSK, SelfManagedKafka), read from a SAM template (`template.yaml`) when no Lambda
+//! API answers.
 //!
 //! The YAML is read with `saphyr`, which keeps CloudFormation's short tags (`!Ref`, `!GetAtt`,
 //! ...) as tagged nodes, where serde-based YAML crates either refuse unknown tags or drop them
@@ -14,7 +15,7 @@ use std::path::Path;
 use saphyr::{LoadableYamlNode, Scalar, Yaml};
 use sqs_claim::{Error, ErrorKind};
 
-use super::facts::{FunctionFacts, Known};
+use super::facts::{FunctionFacts, Known, StreamFacts, StreamSource};
 
 /// SAM's function timeout when neither the function nor `Globals` sets one.
 const SAM_DEFAULT_TIMEOUT_SECS: u64 = 3;
@@ -60,6 +61,7 @@ fn from_text(text: &str) -> Result<FunctionFacts, String> {
         _ => return Err("no Resources".into()),
     };
     let mut found = Vec::new();
+    let mut streams = Vec::new();
     for (id, resource) in resources {
         if get(resource, "Type").and_then(as_str) != Some("AWS::Serverless::Function") {
             continue;
@@ -70,18 +72,34 @@ fn from_text(text: &str) -> Result<FunctionFacts, String> {
             continue;
         };
         for (event_id, event) in events {
-            if get(event, "Type").and_then(as_str) == Some("SQS") {
-                let name = format!(
-                    "{}.{}",
-                    as_str(id).unwrap_or("?"),
-                    as_str(event_id).unwrap_or("?")
-                );
-                found.push((name, resource, event));
+            let name = format!(
+                "{}.{}",
+                as_str(id).unwrap_or("?"),
+                as_str(event_id).unwrap_or("?")
+            );
+            match get(event, "Type").and_then(as_str) {
+                Some("SQS") => found.push((name, resource, event)),
+                Some(kind) => {
+                    if let Some(source) = stream_source(kind) {
+                        streams.push(stream_event(doc, source, &name, event)?);
+                    }
+                }
+                None => {}
             }
         }
     }
     let (name, function, event) = match found.as_slice() {
         [one] => one.clone(),
+        // A stream consumer: the stream rules read its events.
+        [] if !streams.is_empty() => {
+            return Ok(FunctionFacts {
+                streams,
+                notes: vec![
+                    "template: no SQS event, only stream events (the stream-* rules)".into(),
+                ],
+                ..FunctionFacts::default()
+            });
+        }
         [] => return Err("no AWS::Serverless::Function with an SQS event".into()),
         several => {
             let names: Vec<&str> = several.iter().map(|(n, _, _)| n.as_str()).collect();
@@ -160,8 +178,130 @@ fn from_text(text: &str) -> Result<FunctionFacts, String> {
         batch_size,
         batching_window_secs,
         no_mapping: None,
+        streams,
         notes,
     })
+}
+
+/// The stream an event `Type` reads, `None` for an event that is not a stream's.
+fn stream_source(kind: &str) -> Option<StreamSource> {
+    match kind {
+        "Kinesis" => Some(StreamSource::Kinesis),
+        "DynamoDB" => Some(StreamSource::DynamoDbStreams),
+        "MSK" | "SelfManagedKafka" => Some(StreamSource::Kafka),
+        _ => None,
+    }
+}
+
+/// A stream event's settings, with what SAM and Lambda use when one is not written (`-1`
+/// for the age and the retries, no bisection, no destination); a value written with an
+/// intrinsic the doctor does not evaluate is unknown. The Kinesis stream's retention is read
+/// when `Stream` is `!GetAtt RESOURCE.Arn` of an `AWS::Kinesis::Stream` in the template.
+fn stream_event(
+    doc: &Yaml,
+    source: StreamSource,
+    name: &str,
+    event: &Yaml,
+) -> Result<StreamFacts, String> {
+    let props = get(event, "Properties");
+    let prop = |key: &str| props.and_then(|p| get(p, key));
+    let mut facts = StreamFacts::new(source, format!("template: {name}"));
+    let not_set = |what: &str| format!("template: {name} has no {what}, Lambda's default");
+    let kafka = source == StreamSource::Kafka;
+    let signed = |key: &str| -> Result<Option<Known<i64>>, String> {
+        match prop(key) {
+            None if kafka => Ok(None),
+            None => Ok(Some(Known::new(-1, not_set(key)))),
+            Some(node) => match integer(doc, node, &format!("{name} {key}")) {
+                Ok(known) => Ok(Some(known)),
+                Err(Unknown::Unsupported(_)) => Ok(None),
+                Err(Unknown::Invalid(why)) => Err(why),
+            },
+        }
+    };
+    facts.maximum_record_age_secs = signed("MaximumRecordAgeInSeconds")?;
+    facts.maximum_retry_attempts = signed("MaximumRetryAttempts")?;
+    let key = "BisectBatchOnFunctionError";
+    facts.bisect_on_error = match prop(key) {
+        None if kafka => None,
+        None => Some(Known::new(false, not_set(key))),
+        Some(node) => boolean(node).map(|v| Known::new(v, format!("template: {name} {key}"))),
+    };
+    let key = "ParallelizationFactor";
+    facts.parallelization_factor = match prop(key) {
+        None if kafka => None,
+        None => Some(Known::new(1, not_set(key))),
+        Some(node) => number(doc, node, &format!("{name} {key}")).ok(),
+    };
+    facts.report_batch_item_failures = match prop("FunctionResponseTypes") {
+        None => Some(false),
+        Some(Yaml::Sequence(items)) => Some(
+            items
+                .iter()
+                .any(|t| as_str(t) == Some("ReportBatchItemFailures")),
+        ),
+        Some(_) => None,
+    }
+    .map(|v| Known::new(v, format!("template: {name} FunctionResponseTypes")));
+    let destination = prop("DestinationConfig")
+        .and_then(|d| get(d, "OnFailure"))
+        .and_then(|f| get(f, "Destination"))
+        .map(shown);
+    facts.on_failure = Some(Known::new(
+        destination,
+        format!("template: {name} DestinationConfig"),
+    ));
+    if source == StreamSource::Kinesis
+        && let Some(stream) = prop("Stream").and_then(get_att_resource)
+        && let Some(resource) = get(doc, "Resources").and_then(|r| get(r, stream))
+        && get(resource, "Type").and_then(as_str) == Some("AWS::Kinesis::Stream")
+    {
+        let hours = get(resource, "Properties").and_then(|p| get(p, "RetentionPeriodHours"));
+        facts.retention_secs = match hours {
+            None => Some(Known::new(
+                24 * 3600,
+                format!("template: {stream} has no RetentionPeriodHours, so 24 h"),
+            )),
+            Some(node) => number(doc, node, &format!("{stream} RetentionPeriodHours"))
+                .ok()
+                .map(|k| Known::new(k.value.saturating_mul(3600), k.source)),
+        };
+    }
+    Ok(facts)
+}
+
+/// `RESOURCE` of `!GetAtt RESOURCE.Attr` (short or long form).
+fn get_att_resource<'a>(node: &'a Yaml<'a>) -> Option<&'a str> {
+    let target = match node {
+        Yaml::Tagged(tag, inner) if tag.suffix == "GetAtt" => as_str(inner),
+        Yaml::Mapping(map) if map.len() == 1 => match get(node, "Fn::GetAtt") {
+            Some(Yaml::Sequence(items)) => items.first().and_then(as_str),
+            Some(other) => as_str(other),
+            None => None,
+        },
+        _ => None,
+    }?;
+    Some(target.split('.').next().unwrap_or(target))
+}
+
+/// A value as the report shows it: a string as is, `!Tag value` for a short-form intrinsic.
+fn shown(node: &Yaml) -> String {
+    match node {
+        Yaml::Tagged(tag, inner) => format!("!{} {}", tag.suffix, shown(inner)),
+        other => as_str(other).map_or_else(|| "(an intrinsic function)".to_owned(), str::to_owned),
+    }
+}
+
+/// A literal `true`/`false` (or its string).
+fn boolean(node: &Yaml) -> Option<bool> {
+    match node {
+        Yaml::Value(Scalar::Boolean(b)) => Some(*b),
+        other => match as_str(other).map(str::trim) {
+            Some("true" | "True" | "TRUE") => Some(true),
+            Some("false" | "False" | "FALSE") => Some(false),
+            _ => None,
+        },
+    }
 }
 
 /// Why a value is unknown.
@@ -174,6 +314,18 @@ enum Unknown {
 
 /// A whole number written as a literal or a `!Ref` to a parameter with a `Default`.
 fn number(doc: &Yaml, node: &Yaml, what: &str) -> Result<Known<u64>, Unknown> {
+    let known = integer(doc, node, what)?;
+    match u64::try_from(known.value) {
+        Ok(value) => Ok(Known::new(value, known.source)),
+        Err(_) => Err(Unknown::Invalid(format!(
+            "template: {what} is not a whole number"
+        ))),
+    }
+}
+
+/// An integer (`-1` included) written as a literal or a `!Ref` to a parameter with a
+/// `Default`.
+fn integer(doc: &Yaml, node: &Yaml, what: &str) -> Result<Known<i64>, Unknown> {
     if let Some(param) = reference(node) {
         let default = get(doc, "Parameters")
             .and_then(|p| get(p, param))
@@ -223,11 +375,68 @@ fn reference<'a>(node: &'a Yaml<'a>) -> Option<&'a str> {
     (!name.starts_with("AWS::")).then_some(name)
 }
 
-fn literal(node: &Yaml) -> Option<u64> {
+fn literal(node: &Yaml) -> Option<i64> {
     match node {
-        Yaml::Value(Scalar::Integer(i)) => u64::try_from(*i).ok(),
+        Yaml::Value(Scalar::Integer(i)) => Some(*i),
         Yaml::Value(Scalar::String(s)) => s.trim().parse().ok(),
         Yaml::Representation(s, _, _) => s.trim().parse().ok(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_streams_template_gives_each_stream_event_s_settings() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../examples/streams/template.yaml");
+        let text = std::fs::read_to_string(path).expect("examples/streams/template.yaml");
+        let facts = from_text(&text).expect("a template with stream events");
+        let sources: Vec<StreamSource> = facts.streams.iter().map(|s| s.source).collect();
+        assert_eq!(
+            sources,
+            [StreamSource::Kinesis, StreamSource::DynamoDbStreams],
+            "{facts:?}"
+        );
+        for s in &facts.streams {
+            assert_eq!(s.maximum_retry_attempts.as_ref().map(|k| k.value), Some(10));
+            assert_eq!(
+                s.maximum_record_age_secs.as_ref().map(|k| k.value),
+                Some(21_600)
+            );
+            assert_eq!(s.bisect_on_error.as_ref().map(|k| k.value), Some(true));
+            assert_eq!(
+                s.report_batch_item_failures.as_ref().map(|k| k.value),
+                Some(true)
+            );
+            let destination = s.on_failure.as_ref().and_then(|k| k.value.clone());
+            assert_eq!(
+                destination.as_deref(),
+                Some("!GetAtt StreamFailures.Arn"),
+                "{s:?}"
+            );
+            // Kinesis: the stream resource's RetentionPeriodHours; DynamoDB Streams: 24 h.
+            assert_eq!(s.retention_secs.as_ref().map(|k| k.value), Some(86_400));
+        }
+        // Nothing written: Lambda's defaults, said as such.
+        let bare = text
+            .replace("BisectBatchOnFunctionError: true", "")
+            .replace("MaximumRetryAttempts: !Ref MaximumRetryAttempts", "")
+            .replace(
+                "MaximumRecordAgeInSeconds: !Ref MaximumRecordAgeInSeconds",
+                "",
+            );
+        let facts = from_text(&bare).expect("a template");
+        let s = &facts.streams[0];
+        assert_eq!(s.maximum_retry_attempts.as_ref().map(|k| k.value), Some(-1));
+        assert_eq!(s.bisect_on_error.as_ref().map(|k| k.value), Some(false));
+        assert!(
+            s.bisect_on_error
+                .as_ref()
+                .is_some_and(|k| k.source.contains("Lambda's default")),
+            "{s:?}"
+        );
     }
 }

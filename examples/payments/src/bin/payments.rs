@@ -38,6 +38,7 @@ payments invoke EVENT.json [--store URL] [--report json]
        payments prune [--store URL] [--limit N]
        payments doctor [--queue-url URL] [--function NAME] [--store URL] [--report json]
        payments inspect KEY [--namespace NS] [--report json]
+       payments inspect --event FILE [--namespace NS] [--report json]
        payments release|forget KEY [--namespace NS] [--yes]
        payments help [COMMAND]";
 
