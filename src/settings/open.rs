@@ -20,7 +20,7 @@ impl StoreUrl {
     ///
     /// A URL whose store this build lacks (`redis://` without the `redis` feature, ...) fails
     /// with [`ErrorKind::Config`] naming the feature. A `tiered:` store boxes its durable store
-    /// first: [`TieredStore<BoxStore>`](crate::store::tiered::TieredStore), boxed again.
+    /// first: [`TieredStore<BoxStore>`](crate::TieredStore), boxed again.
     ///
     /// ```
     /// # async fn f() -> Result<(), sqs_claim::Error> {
