@@ -27,7 +27,7 @@ impl StoreUrl {
     /// use sqs_claim::settings::StoreUrl;
     /// use sqs_claim::store::{ClaimStore, MemoryStore};
     ///
-    /// let store = StoreUrl::parse("memory:")?.open().await?;
+    /// let store = "memory:".parse::<StoreUrl>()?.open().await?;
     /// assert!(store.downcast_ref::<MemoryStore>().is_some());
     /// # Ok(()) }
     /// ```
