@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Counts the public items of a crate from rustdoc's JSON output.
 
-Usage: scripts/public-items.py [PACKAGE ...]   (default: sqs-claim sqs-claim-cli sqs-claim-testkit)
+Usage: scripts/public-items.py [--breakdown] [PACKAGE ...]
+       (default: sqs-claim sqs-claim-cli sqs-claim-testkit)
 
 Builds `cargo rustdoc -p PACKAGE --lib --all-features -- --output-format json` (rustdoc's JSON
 is unstable: RUSTC_BOOTSTRAP=1 lets the stable toolchain emit it) and counts the items a user
 can name: every item of the crate reachable from its root through public modules and
 re-exports (modules, types, traits, functions, methods, constants, fields, variants), each
-once. It also prints `grep -c 'pub ...'`-style declaration counts for comparison.
+once. `--breakdown` also lists the count per owner (the type, trait or module holding each
+item), largest first. It also prints `grep -c 'pub ...'`-style declaration counts for comparison.
 """
 import json
 import os
@@ -30,13 +32,16 @@ def doc_json(package):
         return json.load(f)
 
 
-def reachable(doc):
-    """Ids of the crate's items a user can reach from the root, and their kinds."""
+def reachable(doc, owners=None):
+    """Ids of the crate's items a user can reach from the root, and their kinds.
+
+    With `owners` (a Counter), each counted item is also tallied under its owner: the type,
+    trait or module that holds it (a type, trait or module is tallied under itself)."""
     index = doc["index"]
     seen, kinds = set(), Counter()
-    stack = [doc["root"]]
+    stack = [(doc["root"], "crate")]
     while stack:
-        item_id = stack.pop()
+        item_id, owner = stack.pop()
         key = str(item_id)
         if key in seen or key not in index:
             continue
@@ -50,46 +55,60 @@ def reachable(doc):
         if vis != "public" and not is_impl_child and kind not in ("impl", "variant", "module"):
             continue
         seen.add(key)
+        if kind in ("module", "struct", "enum", "union", "trait"):
+            name = item.get("name") or "crate"
+            owner = name if owner == "crate" else f"{owner}::{name}"
         if kind not in ("impl", "use"):
             kinds[kind] += 1
+            if owners is not None:
+                owners[owner] += 1
         body = inner.get(kind) or {}
+        children = []
         if kind == "module":
-            stack.extend(body.get("items", []))
+            children.extend(body.get("items", []))
         elif kind == "use":
             if body.get("id") is not None:
-                stack.append(body["id"])
+                children.append(body["id"])
         elif kind in ("struct", "enum", "union", "trait"):
-            stack.extend(body.get("impls", []) if kind != "trait" else [])
-            stack.extend(body.get("items", []))
-            stack.extend(body.get("variants", []))
+            children.extend(body.get("impls", []) if kind != "trait" else [])
+            children.extend(body.get("items", []))
+            children.extend(body.get("variants", []))
             fields = body.get("kind", {})
             if isinstance(fields, dict):
                 for v in fields.values():
                     if isinstance(v, dict):
-                        stack.extend(v.get("fields", []))
+                        children.extend(v.get("fields", []))
                     elif isinstance(v, list):
-                        stack.extend(x for x in v if x is not None)
+                        children.extend(x for x in v if x is not None)
         elif kind == "impl":
             if body.get("trait") is None:  # inherent methods only: trait impls add no names
-                stack.extend(body.get("items", []))
+                children.extend(body.get("items", []))
         elif kind == "variant":
             vk = body.get("kind", {})
             if isinstance(vk, dict):
                 for v in vk.values():
                     if isinstance(v, dict):
-                        stack.extend(v.get("fields", []))
+                        children.extend(v.get("fields", []))
                     elif isinstance(v, list):
-                        stack.extend(x for x in v if x is not None)
+                        children.extend(x for x in v if x is not None)
+        stack.extend((c, owner) for c in children)
     return kinds
 
 
 def main():
-    packages = sys.argv[1:] or ["sqs-claim", "sqs-claim-cli", "sqs-claim-testkit"]
+    args = sys.argv[1:]
+    breakdown = "--breakdown" in args
+    packages = [a for a in args if a != "--breakdown"]
+    packages = packages or ["sqs-claim", "sqs-claim-cli", "sqs-claim-testkit"]
     for package in packages:
-        kinds = reachable(doc_json(package))
+        owners = Counter() if breakdown else None
+        kinds = reachable(doc_json(package), owners)
         total = sum(kinds.values())
         detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
         print(f"{package}: {total} public items ({detail})")
+        if breakdown:
+            for owner, n in owners.most_common():
+                print(f"{n:5}  {owner}")
 
 
 if __name__ == "__main__":

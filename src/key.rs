@@ -37,21 +37,15 @@ pub enum KeySource {
     EnvelopeId,
 }
 
-/// [`KeySource::parse`].
+/// A key source from its textual form (`"json:/order_id".parse::<KeySource>()`).
 impl std::str::FromStr for KeySource {
     type Err = Error;
 
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        KeySource::parse(s)
-    }
-}
-
-impl KeySource {
     /// Parses the textual form used by the CLI and the reference consumer's environment:
     /// `message-id`, `json:/pointer`, `attribute:NAME`, `body-sha256`, `dedup-id`,
     /// `envelope-id`. A pointer may descend into a string holding JSON with the token `~json`
     /// (`json:/Message/~json/order_id`).
-    pub fn parse(s: &str) -> Result<KeySource, Error> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         if let Some(ptr) = s.strip_prefix("json:") {
             if ptr.is_empty() {
@@ -91,25 +85,17 @@ impl KeySource {
             )),
         }
     }
+}
 
-    /// Extracts the raw (un-namespaced) key of `msg`, as the processor does before claiming
-    /// when no envelope is set ([`KeySource::extract_in`] with [`Envelope::None`]).
+impl KeySource {
+    /// Extracts the raw (un-namespaced) key of `msg` whose body is wrapped in `envelope`
+    /// ([`Envelope::None`] for a bare body), as the processor does before claiming: a pointer
+    /// and the body's hash read the payload, [`KeySource::EnvelopeId`] the envelope's id.
     /// `Ok(None)` means the message does not carry it; `Err` explains why it could not be
-    /// derived, naming the key source and where a body failed to parse, never the body.
-    /// The same message always gives the same answer.
-    pub fn extract(&self, msg: &SqsMessage) -> Result<Option<String>, Error> {
-        self.extract_in(msg, Envelope::None)
-    }
-
-    /// Extracts the raw key of `msg` whose body is wrapped in `envelope`: a pointer and the
-    /// body's hash read the payload, [`KeySource::EnvelopeId`] the envelope's id. A body that
-    /// is not that envelope is an `Err` (kind [`ErrorKind::MissingKey`]) for the sources that
-    /// read it.
-    pub fn extract_in(
-        &self,
-        msg: &SqsMessage,
-        envelope: Envelope,
-    ) -> Result<Option<String>, Error> {
+    /// derived, naming the key source and where a body failed to parse, never the body. A body
+    /// that is not that envelope is an `Err` (kind [`ErrorKind::MissingKey`]) for the sources
+    /// that read it. The same message always gives the same answer.
+    pub fn extract(&self, msg: &SqsMessage, envelope: Envelope) -> Result<Option<String>, Error> {
         if !self.reads_body() {
             return self.extract_opened(msg, "", None);
         }
@@ -131,7 +117,7 @@ impl KeySource {
     pub(crate) fn unopened(&self, e: &Error) -> Error {
         Error::new(
             ErrorKind::MissingKey,
-            format!("cannot read key {}: {}", self.describe(), e.message()),
+            format!("cannot read key {self}: {}", e.message()),
         )
     }
 
@@ -174,16 +160,18 @@ impl KeySource {
             KeySource::EnvelopeId => envelope_id.map(str::to_owned),
         })
     }
+}
 
-    /// A short description for errors and logs.
-    pub fn describe(&self) -> String {
+/// A short description for errors and logs (`the message id`, `JSON pointer "/order_id"`, ...).
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            KeySource::MessageId => "the message id".into(),
-            KeySource::JsonPointer(p) => format!("JSON pointer {p:?}"),
-            KeySource::MessageAttribute(n) => format!("message attribute {n:?}"),
-            KeySource::BodySha256 => "the body's SHA-256".into(),
-            KeySource::DeduplicationId => "the MessageDeduplicationId".into(),
-            KeySource::EnvelopeId => "the envelope's id".into(),
+            KeySource::MessageId => f.write_str("the message id"),
+            KeySource::JsonPointer(p) => write!(f, "JSON pointer {p:?}"),
+            KeySource::MessageAttribute(n) => write!(f, "message attribute {n:?}"),
+            KeySource::BodySha256 => f.write_str("the body's SHA-256"),
+            KeySource::DeduplicationId => f.write_str("the MessageDeduplicationId"),
+            KeySource::EnvelopeId => f.write_str("the envelope's id"),
         }
     }
 }
@@ -237,16 +225,29 @@ mod tests {
     fn json_pointer_values() {
         let k = KeySource::JsonPointer("/order_id".into());
         assert_eq!(
-            k.extract(&msg(r#"{"order_id":"o-1"}"#)).unwrap().as_deref(),
+            k.extract(&msg(r#"{"order_id":"o-1"}"#), Envelope::None)
+                .unwrap()
+                .as_deref(),
             Some("o-1")
         );
         assert_eq!(
-            k.extract(&msg(r#"{"order_id":42}"#)).unwrap().as_deref(),
+            k.extract(&msg(r#"{"order_id":42}"#), Envelope::None)
+                .unwrap()
+                .as_deref(),
             Some("42")
         );
-        assert_eq!(k.extract(&msg(r#"{"order_id":null}"#)).unwrap(), None);
-        assert_eq!(k.extract(&msg(r#"{"other":1}"#)).unwrap(), None);
-        let err = k.extract(&msg("not json {secret}")).unwrap_err();
+        assert_eq!(
+            k.extract(&msg(r#"{"order_id":null}"#), Envelope::None)
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            k.extract(&msg(r#"{"other":1}"#), Envelope::None).unwrap(),
+            None
+        );
+        let err = k
+            .extract(&msg("not json {secret}"), Envelope::None)
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::MissingKey);
         assert!(
             !err.to_string().contains("secret"),
@@ -257,18 +258,18 @@ mod tests {
     #[test]
     fn parse_forms() {
         assert_eq!(
-            KeySource::parse("message-id").unwrap(),
+            "message-id".parse::<KeySource>().unwrap(),
             KeySource::MessageId
         );
         assert_eq!(
-            KeySource::parse("json:/a/b").unwrap(),
+            "json:/a/b".parse::<KeySource>().unwrap(),
             KeySource::JsonPointer("/a/b".into())
         );
         assert_eq!(
-            KeySource::parse("attribute:Idem").unwrap(),
+            "attribute:Idem".parse::<KeySource>().unwrap(),
             KeySource::MessageAttribute("Idem".into())
         );
-        assert!(KeySource::parse("json:order_id").is_err());
-        assert!(KeySource::parse("bogus").is_err());
+        assert!("json:order_id".parse::<KeySource>().is_err());
+        assert!("bogus".parse::<KeySource>().is_err());
     }
 }

@@ -141,7 +141,7 @@ pub use claim::{Lease, MissingKey, PayloadCheck};
 pub use deadline::Clock;
 pub use envelope::Envelope;
 pub use error::{BoxError, Error, ErrorKind};
-pub use key::KeySource;
+pub use key::{KeySource, sha256_hex};
 pub use message::Message;
 pub use outcome::{
     BatchReport, Counts, Failure, FailureKind, ItemReport, NotStarted, Outcome, Step,

@@ -187,7 +187,7 @@ impl Logging {
     }
 
     /// The format lines will be written in.
-    pub fn format(&self) -> LogFormat {
+    pub(crate) fn format(&self) -> LogFormat {
         self.format.unwrap_or(self.default_format)
     }
 

@@ -112,8 +112,9 @@ impl Outcome {
         }
     }
 
-    /// A one-line explanation for failures and skipped messages.
-    pub fn detail(&self) -> Option<String> {
+    /// A one-line explanation for failures and skipped messages: the `detail` of the
+    /// message's item in [`BatchReport::to_json`].
+    pub(crate) fn detail(&self) -> Option<String> {
         match self {
             Outcome::Processed | Outcome::Duplicate => None,
             Outcome::HeldElsewhere { .. } => Some("another worker holds a live claim".into()),

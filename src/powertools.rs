@@ -36,7 +36,7 @@
 //! # Limits of the byte-for-byte match
 //!
 //! * A [`serde_json::Value`] holds integers only within `i64`/`u64`; a larger integer in a
-//!   body becomes a float there, and Python keeps it exact. [`python_json_dumps_text`] reads
+//!   body becomes a float there, and Python keeps it exact. `python_json_dumps_text` (crate-private) reads
 //!   the JSON text itself and keeps every number as Python's `json.loads` would (exact
 //!   integers, correctly rounded floats), so keys derived from a message body use it.
 //! * Strings with lone surrogates (`"\ud800"`), which Python accepts and Rust strings cannot
@@ -165,39 +165,29 @@ impl PowertoolsFormat {
     /// The stored key of `datum`, the value Powertools' `event_key_jmespath` selects (the
     /// whole event when there is none): `{prefix}#{hash(datum)}`.
     ///
-    /// Powertools does not key a datum that [`is_missing_key`] says is missing; it runs the
-    /// function without idempotency instead. Check that first.
+    /// Powertools does not key a datum its `_is_missing_idempotency_key` counts as missing
+    /// (`null`, an empty list or object, ...); it runs the function without idempotency
+    /// instead.
     pub fn key(&self, datum: &Value) -> String {
         format!("{}#{}", self.prefix, self.hash(datum))
     }
 
     /// [`key`](Self::key) of the JSON text `datum`, read as Python's `json.loads` reads it
-    /// (exact integers of any size, correctly rounded floats): see [`python_json_dumps_text`].
-    pub fn key_of_text(&self, datum: &str) -> Result<String, Error> {
+    /// (exact integers of any size, correctly rounded floats): see the module docs.
+    pub(crate) fn key_of_text(&self, datum: &str) -> Result<String, Error> {
         Ok(format!("{}#{}", self.prefix, self.hash_text(datum)?))
     }
 
     /// The hash of `value` as Powertools computes it, for the key and for the `validation`
     /// attribute (the payload hash, of what `payload_validation_jmespath` selects): the hex
     /// digest of `json.dumps(value, sort_keys=True)`.
-    pub fn hash(&self, value: &Value) -> String {
+    pub(crate) fn hash(&self, value: &Value) -> String {
         self.hash.hex(python_json_dumps(value).as_bytes())
     }
 
-    /// [`hash`](Self::hash) of the JSON text `value` (see [`python_json_dumps_text`]).
-    pub fn hash_text(&self, value: &str) -> Result<String, Error> {
+    /// `hash` of the JSON text `value`, its numbers kept as Python reads them.
+    pub(crate) fn hash_text(&self, value: &str) -> Result<String, Error> {
         Ok(self.hash.hex(python_json_dumps_text(value)?.as_bytes()))
-    }
-
-    /// The partition key value Powertools' sort-key mode
-    /// (`DynamoDBPersistenceLayer(sort_key_attr=...)`) stores every record under unless
-    /// `static_pk_value` is given: `idempotency#{AWS_LAMBDA_FUNCTION_NAME}`, with an empty
-    /// name (not `test-func`) when the variable is unset. The key then goes in the sort key.
-    pub fn static_pk_value_from_env() -> String {
-        format!(
-            "idempotency#{}",
-            std::env::var(FUNCTION_NAME_ENV).unwrap_or_default()
-        )
     }
 }
 
@@ -206,7 +196,7 @@ impl PowertoolsFormat {
 /// The SQS processor's ([`ProcessorBuilder::key_format`](crate::ProcessorBuilder::key_format)):
 /// [`PowertoolsFormat::record_key`] and [`PowertoolsFormat::record_fingerprint`]. The
 /// idempotency layer's: the key is [`PowertoolsFormat::key`] of the extractor's datum (the layer's namespace does not enter
-/// it: the prefix is Powertools'), the fingerprint [`PowertoolsFormat::hash`] of the
+/// it: the prefix is Powertools'), the fingerprint the payload hash (`hashlib.md5(json.dumps(..))` by default) of the
 /// request, which is Powertools' `validation` of `payload_validation_jmespath="powertools_json(body)"`
 /// for an API Gateway event with a JSON body (`"body"` for one that is not JSON), and of
 /// `"@"` for a `LambdaEvent<serde_json::Value>`.
@@ -308,7 +298,7 @@ impl PowertoolsFormat {
 
     /// The stored key of an SQS record whose key comes from `source`, as a Powertools
     /// `@idempotent_function` record handler keys it, or `None` if Powertools would find no
-    /// key ([`is_missing_key`]). What each source is to Powertools' `event_key_jmespath`:
+    /// key (Powertools' `_is_missing_idempotency_key`). What each source is to Powertools' `event_key_jmespath`:
     ///
     /// | `KeySource` | `event_key_jmespath` | hashed |
     /// |---|---|---|
@@ -410,7 +400,7 @@ fn body_json_at<'b>(body: &'b str, ptr: &str) -> Result<Option<std::borrow::Cow<
 /// `null`, an empty string, an empty array or one of only `null`s, an object whose values are
 /// all `null` (the empty object included). Numbers and booleans, `0` and `false` included,
 /// are keys.
-pub fn is_missing_key(datum: &Value) -> bool {
+pub(crate) fn is_missing_key(datum: &Value) -> bool {
     match datum {
         Value::Null => true,
         Value::String(s) => s.is_empty(),
@@ -435,7 +425,7 @@ pub fn python_json_dumps(value: &Value) -> String {
 /// integers exact whatever their size (`-0` is `0`), other numbers correctly rounded to the
 /// nearest `f64`, duplicate member names the last one winning. This is the text Powertools
 /// hashes for a value it parsed from an event or a body (`powertools_json(body)`).
-pub fn python_json_dumps_text(text: &str) -> Result<String, Error> {
+pub(crate) fn python_json_dumps_text(text: &str) -> Result<String, Error> {
     let raw: &RawValue = serde_json::from_str(text).map_err(not_json)?;
     let mut out = String::new();
     write_raw(&mut out, raw)?;

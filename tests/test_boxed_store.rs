@@ -98,7 +98,7 @@ async fn conformance_over_a_packing_store() {
 #[cfg(feature = "sqlite")]
 mod sqlite {
     use super::*;
-    use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
+    use sqs_claim::{SqlEffect, SqlValue, SqliteStore};
 
     /// Effects as rows of a `probe` table, boxed; refusal by a statement that changes no row
     /// while `expect_rows(1)` asks for one.
@@ -275,11 +275,14 @@ struct Spy {
     packs: Arc<AtomicUsize>,
 }
 
-const SPY_CAPABILITIES: Capabilities = Capabilities::new()
-    .with_max_in_flight(7)
-    .with_retries_internally(true)
-    .with_atomic_one_shot(true)
-    .with_max_pack_actions(5);
+const SPY_CAPABILITIES: Capabilities = {
+    let mut caps = Capabilities::new();
+    caps.max_in_flight = 7;
+    caps.retries_internally = true;
+    caps.atomic_one_shot = true;
+    caps.max_pack_actions = 5;
+    caps
+};
 
 impl ClaimStore for Spy {
     type Effect = MemoryEffect;
@@ -542,9 +545,6 @@ async fn the_idempotency_layer_over_a_boxed_store() {
 /// tiered store's own tests run it against Redis).
 #[cfg(feature = "redis")]
 #[allow(dead_code)]
-fn a_tiered_store_over_a_boxed_store(
-    cache: sqs_claim::store::redis::RedisStore,
-    durable: BoxStore,
-) -> BoxStore {
-    BoxStore::new(sqs_claim::store::tiered::TieredStore::new(cache, durable))
+fn a_tiered_store_over_a_boxed_store(cache: sqs_claim::RedisStore, durable: BoxStore) -> BoxStore {
+    BoxStore::new(sqs_claim::TieredStore::new(cache, durable))
 }

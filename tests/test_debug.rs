@@ -37,7 +37,7 @@ fn memory_effect_debug_has_no_data() {
 #[cfg(feature = "sqlite")]
 #[test]
 fn sql_effect_debug_has_the_statement_but_no_parameters() {
-    use sqs_claim::store::sqlite::{SqlEffect, SqlValue};
+    use sqs_claim::{SqlEffect, SqlValue};
     let effect = SqlEffect::new(
         "UPDATE accounts SET card = ?1 WHERE account = ?2",
         vec![SECRET.into(), SqlValue::Blob(SECRET.as_bytes().to_vec())],
@@ -65,7 +65,7 @@ fn pg_effect_debug_has_the_statement_but_no_parameters() {
 #[cfg(feature = "redis")]
 #[test]
 fn redis_effect_debug_has_no_values() {
-    use sqs_claim::store::redis::RedisEffect;
+    use sqs_claim::RedisEffect;
     for effect in [
         RedisEffect::set("receipt:o-1", SECRET),
         RedisEffect::set_nx("receipt:o-1", SECRET),

@@ -489,8 +489,13 @@ async fn errors_say_how_far_the_request_got() {
 // ------------------------------------------------------------------ stored response (issue 12)
 
 use sqs_claim::ErrorKind;
-use sqs_claim::store::dynamodb::{DynamoDbKeySchema, MAX_FINGERPRINT_BYTES, MAX_ITEM_BYTES};
+use sqs_claim::store::dynamodb::DynamoDbKeySchema;
 use sqs_claim::store::{Completion, Status, StoredResponse};
+
+/// DynamoDB's item size limit (400 KB, names included).
+const MAX_ITEM_BYTES: usize = 409_600;
+/// The longest fingerprint the store keeps (the `validation` attribute).
+const MAX_FINGERPRINT_BYTES: usize = 1024;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -922,10 +927,7 @@ fn templates_make_the_item_key_and_hash_what_would_not_fit() {
         s(&format!("CLAIM#{fits}"))
     );
     let over = "k".repeat(2048 - 5);
-    let hashed = format!(
-        "CLAIM#sha256:{}",
-        sqs_claim::key::sha256_hex(over.as_bytes())
-    );
+    let hashed = format!("CLAIM#sha256:{}", sqs_claim::sha256_hex(over.as_bytes()));
     assert_eq!(store.key_schema().item_key(&over)["pk"], s(&hashed));
 
     let sorted = DynamoDbStore::new(client(), "t")
@@ -944,14 +946,14 @@ fn templates_make_the_item_key_and_hash_what_would_not_fit() {
         sorted.key_schema().item_key(&over)["sort_key"],
         s(&format!(
             "sha256:{}",
-            sqs_claim::key::sha256_hex(over.as_bytes())
+            sqs_claim::sha256_hex(over.as_bytes())
         ))
     );
 
     // The default layout is the single `id` key, as before: the key, hashed past 2048 bytes.
     let stored = |key: &str| match key.len() {
         0..=2048 => key.to_owned(),
-        _ => format!("sha256:{}", sqs_claim::key::sha256_hex(key.as_bytes())),
+        _ => format!("sha256:{}", sqs_claim::sha256_hex(key.as_bytes())),
     };
     let default = DynamoDbStore::new(client(), "t");
     for key in ["ns#1".to_owned(), "k".repeat(2048), "k".repeat(2049)] {

@@ -55,7 +55,7 @@ fn processor(
     let p = Processor::builder(store.clone(), handler)
         .namespace("t")
         .envelope(envelope)
-        .key(KeySource::parse(key).unwrap())
+        .key(key.parse::<KeySource>().unwrap())
         .build();
     (p, seen)
 }
@@ -153,7 +153,7 @@ async fn json_in_a_string_pointer_keys_sns_bodies_without_an_envelope() {
     let seen = Seen::new();
     let p = Processor::builder(store.clone(), scripted(&seen))
         .namespace("t")
-        .key(KeySource::parse("json:/Message/~json/order_id").unwrap())
+        .key("json:/Message/~json/order_id".parse::<KeySource>().unwrap())
         .build();
     let batch = [
         rec("m-1", &sns_notification("sns-1", &order("ord-1", 500))),
@@ -329,10 +329,7 @@ async fn body_hash_under_an_envelope_is_the_payloads() {
     ];
     let report = p.process(event(&batch)).await.unwrap();
     assert_eq!(outcome_names(&report), ["processed", "duplicate"]);
-    let key = format!(
-        "t#{}",
-        sqs_claim::key::sha256_hex(record.to_string().as_bytes())
-    );
+    let key = format!("t#{}", sqs_claim::sha256_hex(record.to_string().as_bytes()));
     assert!(completed(&store, &key).await, "{key}");
 }
 
@@ -355,10 +352,14 @@ async fn s3_through_sns_is_read_with_a_pointer_into_the_notification() {
     );
     // Without an envelope, `~json` reads the same key: SNS's Message holds the notification
     // as text.
-    let key = KeySource::parse("json:/Message/~json/Records/0/s3/object/key").unwrap();
+    let key = "json:/Message/~json/Records/0/s3/object/key"
+        .parse::<KeySource>()
+        .unwrap();
     let event = sqs_claim_testkit::sqs::sqs_event(&batch[..1]);
     assert_eq!(
-        key.extract(&event.records[0]).unwrap().as_deref(),
+        key.extract(&event.records[0], Envelope::None)
+            .unwrap()
+            .as_deref(),
         Some("in/a.csv")
     );
 }
@@ -372,20 +373,20 @@ fn key_source_extracts_through_an_envelope() {
     let body = sns_notification("sns-1", &order("ord-1", 5));
     let event = sqs_claim_testkit::sqs::sqs_event(&[rec("m-1", &body)]);
     let msg = &event.records[0];
-    let pointer = KeySource::parse("json:/order_id").unwrap();
-    assert_eq!(pointer.extract(msg).unwrap(), None);
+    let pointer = "json:/order_id".parse::<KeySource>().unwrap();
+    assert_eq!(pointer.extract(msg, Envelope::None).unwrap(), None);
     assert_eq!(
-        pointer.extract_in(msg, Envelope::Sns).unwrap().as_deref(),
+        pointer.extract(msg, Envelope::Sns).unwrap().as_deref(),
         Some("ord-1")
     );
     assert_eq!(
         KeySource::EnvelopeId
-            .extract_in(msg, Envelope::Sns)
+            .extract(msg, Envelope::Sns)
             .unwrap()
             .as_deref(),
         Some("sns-1")
     );
-    let err = pointer.extract_in(msg, Envelope::S3).unwrap_err();
+    let err = pointer.extract(msg, Envelope::S3).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::MissingKey);
 }
 

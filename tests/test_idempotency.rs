@@ -142,8 +142,9 @@ fn test_store(hang: &Arc<Hang>, limit: Option<usize>) -> Spy<MemoryStore> {
             }
         })
         .map_capabilities(move |inner| {
-            sqs_claim::store::Capabilities::new()
-                .with_max_response_bytes(limit.unwrap_or(inner.max_response_bytes))
+            let mut caps = sqs_claim::store::Capabilities::new();
+            caps.max_response_bytes = limit.unwrap_or(inner.max_response_bytes);
+            caps
         })
 }
 

@@ -22,7 +22,7 @@ mod support;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqs_claim::store::sqlite::SqliteStore;
+use sqs_claim::SqliteStore;
 use sqs_claim::store::{
     CachedStore, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, MemoryStore,
     OneShotWrite, Packed,

@@ -19,8 +19,11 @@ use sqs_claim_testkit::store::{Method, Spy};
 type Counting = Spy<MemoryStore>;
 
 fn counting() -> Counting {
-    Spy::new(MemoryStore::new())
-        .map_capabilities(|_| sqs_claim::store::Capabilities::new().with_atomic_one_shot(true))
+    Spy::new(MemoryStore::new()).map_capabilities(|_| {
+        let mut caps = sqs_claim::store::Capabilities::new();
+        caps.atomic_one_shot = true;
+        caps
+    })
 }
 
 /// A processor crediting `{"amount": N}` to `balance` in one shot; a negative amount is

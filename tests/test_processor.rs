@@ -749,12 +749,12 @@ async fn key_json_pointer() {
 #[test]
 fn key_json_pointer_must_not_be_the_whole_body() {
     for text in ["json:", " json: "] {
-        let err = KeySource::parse(text).expect_err(text);
+        let err = text.parse::<KeySource>().expect_err(text);
         assert_eq!(err.kind(), ErrorKind::Config);
         assert!(err.to_string().contains("body-sha256"), "{err}");
     }
     assert_eq!(
-        KeySource::parse("json:/order_id").expect("a pointer"),
+        "json:/order_id".parse::<KeySource>().expect("a pointer"),
         KeySource::JsonPointer("/order_id".into())
     );
 }
@@ -788,7 +788,7 @@ async fn key_body_sha256() {
     )
     .await;
     assert_eq!((a, b), ("processed", "duplicate"));
-    let expected = format!("t#{}", sqs_claim::key::sha256_hex(b"same body"));
+    let expected = format!("t#{}", sqs_claim::sha256_hex(b"same body"));
     assert_eq!(key.as_deref(), Some(expected.as_str()));
     let (_, b, _) = two_batches(
         KeySource::BodySha256,
@@ -1248,8 +1248,11 @@ async fn concurrency_is(limit: usize, configured: Option<usize>) {
 
 /// A memory store that says it carries `calls` at once.
 fn carries(calls: usize) -> Spy<MemoryStore> {
-    Spy::new(MemoryStore::new())
-        .map_capabilities(move |_| Capabilities::new().with_max_in_flight(calls))
+    Spy::new(MemoryStore::new()).map_capabilities(move |_| {
+        let mut caps = Capabilities::new();
+        caps.max_in_flight = calls;
+        caps
+    })
 }
 
 async fn concurrency_on<S: ClaimStore + Clone + Send + Sync + 'static>(

@@ -11,7 +11,7 @@
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use sqs_claim::events::SqsEvent;
-use sqs_claim::{ErrorKind, KeySource};
+use sqs_claim::{Envelope, ErrorKind, KeySource};
 use sqs_claim_testkit::strategies::*;
 
 proptest! {
@@ -78,7 +78,7 @@ proptest! {
 proptest! {
     #![proptest_config(config(512))]
 
-    /// `KeySource::parse` never panics, and a JSON pointer is accepted exactly when it starts
+    /// Parsing a `KeySource` never panics, and a JSON pointer is accepted exactly when it starts
     /// with '/'.
     #[test]
     fn key_source_parsing(s in prop_oneof![
@@ -91,8 +91,8 @@ proptest! {
             "deduplication-id", " message-id ", "json:", "attribute:",
         ]).prop_map(str::to_owned),
     ]) {
-        let parsed = KeySource::parse(&s);
-        prop_assert_eq!(KeySource::parse(&s).is_ok(), parsed.is_ok(), "deterministic");
+        let parsed = s.parse::<KeySource>();
+        prop_assert_eq!(s.parse::<KeySource>().is_ok(), parsed.is_ok(), "deterministic");
         let trimmed = s.trim();
         if let Some(ptr) = trimmed.strip_prefix("json:") {
             prop_assert_eq!(parsed.is_ok(), ptr.starts_with('/'), "{:?}", s);
@@ -103,7 +103,7 @@ proptest! {
         if let Err(e) = parsed {
             prop_assert_eq!(e.kind(), ErrorKind::Config);
         } else {
-            let _ = parsed.map(|k| k.describe());
+            let _ = parsed.map(|k| k.to_string());
         }
     }
 
@@ -119,8 +119,8 @@ proptest! {
             KeySource::DeduplicationId,
         ] {
             let msg = message(Some(body.clone()));
-            let first = source.extract(&msg);
-            let second = source.extract(&msg);
+            let first = source.extract(&msg, Envelope::None);
+            let second = source.extract(&msg, Envelope::None);
             match (&first, &second) {
                 (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
                 (Err(a), Err(b)) => {
@@ -138,10 +138,10 @@ proptest! {
         }
         // Without a body, a pointer finds nothing to read and the hash is the empty string's.
         let msg = message(None);
-        prop_assert!(KeySource::JsonPointer(ptr).extract(&msg).is_err());
+        prop_assert!(KeySource::JsonPointer(ptr).extract(&msg, Envelope::None).is_err());
         prop_assert_eq!(
-            KeySource::BodySha256.extract(&msg).ok().flatten(),
-            Some(sqs_claim::key::sha256_hex(b""))
+            KeySource::BodySha256.extract(&msg, Envelope::None).ok().flatten(),
+            Some(sqs_claim::sha256_hex(b""))
         );
     }
 
@@ -163,7 +163,7 @@ proptest! {
         }
         let ptr: String = names.iter().map(|n| format!("/{}", escape(n))).collect();
         let got = KeySource::JsonPointer(ptr)
-            .extract(&message(Some(body.to_string())))
+            .extract(&message(Some(body.to_string())), Envelope::None)
             .expect("valid JSON");
         // serde_json's float parsing is not always the exact inverse of its printing, so the
         // value as the body's text reads back is the reference (the key is still a pure
@@ -182,8 +182,8 @@ proptest! {
     #[test]
     fn body_sha256_is_the_body_hash(body in body()) {
         prop_assert_eq!(
-            KeySource::BodySha256.extract(&message(Some(body.clone()))).ok().flatten(),
-            Some(sqs_claim::key::sha256_hex(body.as_bytes()))
+            KeySource::BodySha256.extract(&message(Some(body.clone())), Envelope::None).ok().flatten(),
+            Some(sqs_claim::sha256_hex(body.as_bytes()))
         );
     }
 }
@@ -195,7 +195,8 @@ fn huge_and_deep_bodies() {
     let huge = json!({"order_id": "o-1", "pad": SECRET.repeat(200_000)}).to_string();
     let ptr = KeySource::JsonPointer("/order_id".into());
     assert_eq!(
-        ptr.extract(&message(Some(huge))).expect("huge but valid"),
+        ptr.extract(&message(Some(huge)), Envelope::None)
+            .expect("huge but valid"),
         Some("o-1".into())
     );
     for depth in [100, 127, 128, 129, 10_000, 1_000_000] {
@@ -206,7 +207,7 @@ fn huge_and_deep_bodies() {
                 KeySource::JsonPointer("/0".into()),
                 KeySource::JsonPointer("/a".repeat(depth.min(200))),
             ] {
-                if let Err(e) = source.extract(&message(Some(body.clone()))) {
+                if let Err(e) = source.extract(&message(Some(body.clone())), Envelope::None) {
                     assert!(!e.to_string().contains(SECRET), "{e}");
                 }
             }
@@ -218,7 +219,7 @@ fn huge_and_deep_bodies() {
     let body = format!("{}\"k\"{}", "{\"a\":".repeat(depth), "}".repeat(depth));
     assert_eq!(
         KeySource::JsonPointer("/a".repeat(depth))
-            .extract(&message(Some(body)))
+            .extract(&message(Some(body)), Envelope::None)
             .expect("within the limit"),
         Some("k".into())
     );

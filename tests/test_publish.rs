@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use serde_json::{Value, json};
-use sqs_claim::publish::{
-    DEFAULT_MAX_MESSAGE_BYTES, Outgoing, OutputLabel, PublishFailure, Publisher, deduplication_id,
-};
+use sqs_claim::publish::{Outgoing, OutputLabel, PublishFailure, Publisher, deduplication_id};
 use sqs_claim::{ErrorKind, Message};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+
+/// SQS's default message size limit (256 KiB), the publisher's default.
+const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
 const FIFO_URL: &str = "http://127.0.0.1:9/000000000000/out.fifo";
 const STANDARD_URL: &str = "http://127.0.0.1:9/000000000000/out";
@@ -57,13 +58,10 @@ fn ids_are_deterministic_hex_sha256() {
         "{a}"
     );
     // The documented formula, recomputed independently.
-    let expected = sqs_claim::key::sha256_hex(b"ns#order-1\0pos:0");
+    let expected = sqs_claim::sha256_hex(b"ns#order-1\0pos:0");
     assert_eq!(a, expected);
     let named = deduplication_id("ns#order-1", &OutputLabel::Named("receipt".into()));
-    assert_eq!(
-        named,
-        sqs_claim::key::sha256_hex(b"ns#order-1\0name:receipt")
-    );
+    assert_eq!(named, sqs_claim::sha256_hex(b"ns#order-1\0name:receipt"));
 }
 
 #[test]

@@ -196,7 +196,7 @@ async fn records_carry_a_ttl() {
     let mut conn = store.connection().clone();
     let now = SystemTime::now();
     let token = acquire(&store, request("ttl", now)).await;
-    let pttl: i64 = conn.pttl(store.record_key("ttl")).await.unwrap();
+    let pttl: i64 = conn.pttl(record_key(&store, "ttl")).await.unwrap();
     // expires_at - now (1 h) + the 60 s slack, minus the time the test took.
     assert!(
         (3_600_000..=3_660_000).contains(&pttl),
@@ -210,7 +210,7 @@ async fn records_carry_a_ttl() {
         )
         .await
         .unwrap();
-    let pttl: i64 = conn.pttl(store.record_key("ttl")).await.unwrap();
+    let pttl: i64 = conn.pttl(record_key(&store, "ttl")).await.unwrap();
     assert!(
         (120_000..=180_000).contains(&pttl),
         "completed TTL {pttl} ms"
@@ -231,7 +231,7 @@ async fn a_short_ttl_key_outlives_its_lease() {
     req.lease_until = lease_until;
     req.expires_at = now + Duration::from_secs(1);
     acquire(&store, req).await;
-    let key = store.record_key("short-ttl");
+    let key = record_key(&store, "short-ttl");
     let pttl: i64 = conn.pttl(&key).await.unwrap();
     // lease_until - now (60 s), minus the time the test took: never the 1 s TTL asked for.
     assert!(
@@ -280,7 +280,7 @@ async fn a_record_without_the_response_field_reads_as_no_response() {
     let expires = epoch_millis(now + Duration::from_secs(600));
     // The fields exactly as the previous version's claim and completion left them.
     let () = redis::cmd("HSET")
-        .arg(store.record_key("old"))
+        .arg(record_key(&store, "old"))
         .arg(&["s", "COMPLETED", "t", "old-token", "n"][..])
         .arg(epoch_millis(now))
         .arg("e")
@@ -309,7 +309,7 @@ async fn a_record_without_the_response_field_reads_as_no_response() {
         )
         .await
         .unwrap();
-    let stored: String = conn.hget(store.record_key("new"), "r").await.unwrap();
+    let stored: String = conn.hget(record_key(&store, "new"), "r").await.unwrap();
     assert_eq!(stored, "{\"ok\":  true}", "stored as given, not re-encoded");
     cleanup(store.connection(), store.prefix()).await;
 }
@@ -321,7 +321,7 @@ async fn an_unreadable_record_is_reported_without_its_response() {
     let store = store().await;
     let mut conn = store.connection().clone();
     let () = redis::cmd("HSET")
-        .arg(store.record_key("broken"))
+        .arg(record_key(&store, "broken"))
         .arg(
             &[
                 "s",
@@ -384,7 +384,7 @@ async fn a_foreign_value_under_the_prefix_is_rejected() {
     let store = store().await;
     let mut conn = store.connection().clone();
     let () = conn
-        .set(store.record_key("foreign"), "not a hash")
+        .set(record_key(&store, "foreign"), "not a hash")
         .await
         .unwrap();
     let err = store
@@ -473,4 +473,9 @@ async fn bounded_increments_are_checked_together() {
     let f: i64 = conn.hget(&hash, "f").await.expect("HGET");
     assert_eq!(f, 0);
     cleanup(store.connection(), store.prefix()).await;
+}
+
+/// The Redis key under which `key`'s record is kept: the store's prefix, then the key.
+fn record_key(store: &RedisStore, key: &str) -> String {
+    format!("{}{key}", store.prefix())
 }

@@ -86,12 +86,14 @@ impl StoreFlags {
     /// `SQS_CLAIM_TABLE`. Errors name the flag.
     pub fn apply(self, settings: &mut Settings) -> Result<(), CliError> {
         if let Some(store) = self.store {
-            let url =
-                StoreUrl::parse(&store).map_err(|e| CliError::failed(format!("--store: {e:#}")))?;
+            let url = store
+                .parse::<StoreUrl>()
+                .map_err(|e| CliError::failed(format!("--store: {e:#}")))?;
             settings.store = Some(url);
             settings.table = None;
         } else if let Some(table) = self.table {
-            StoreUrl::parse(&format!("dynamodb:{table}"))
+            format!("dynamodb:{table}")
+                .parse::<StoreUrl>()
                 .map_err(|e| CliError::failed(format!("--table: {e:#}")))?;
             settings.store = None;
             settings.table = Some(table.trim().to_owned());

@@ -12,9 +12,9 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
+use sqs_claim::RedisStore;
+use sqs_claim::SqliteStore;
 use sqs_claim::store::postgres::PostgresStore;
-use sqs_claim::store::redis::RedisStore;
-use sqs_claim::store::sqlite::SqliteStore;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, DynamoDbStore};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");

@@ -239,7 +239,10 @@ mod tests {
         type Effect = <MemoryStore as ClaimStore>::Effect;
 
         fn capabilities(&self) -> Capabilities {
-            self.inner.capabilities().with_max_pack_actions(100)
+            Capabilities {
+                max_pack_actions: 100,
+                ..self.inner.capabilities()
+            }
         }
         async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
             self.inner.claim(req).await

@@ -159,7 +159,7 @@ impl Plan {
                     (Some(key), action)
                 }
                 Ok(None) => {
-                    let why = format!("message has no idempotency key ({})", config.key.describe());
+                    let why = format!("message has no idempotency key ({})", config.key);
                     let message = Message::new(record, None).with_payload(payload);
                     (None, no_key(message, &id, why, config.missing_key, stop_at))
                 }

@@ -97,7 +97,7 @@ pub use validate::is_valid_group_id;
 /// The most entries SQS takes in one `SendMessageBatch` call.
 pub(crate) const MAX_BATCH_ENTRIES: usize = 10;
 /// The default size limit of one message (body plus attributes), and of one batch: 256 KiB.
-pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
+pub(crate) const DEFAULT_MAX_MESSAGE_BYTES: usize = 256 * 1024;
 /// The largest message size a queue can be configured for: 1 MiB.
 pub(crate) const MAX_MESSAGE_BYTES_LIMIT: usize = 1024 * 1024;
 /// The smallest `MaximumMessageSize` a queue can have: 1 KiB.

@@ -101,14 +101,14 @@ pub(crate) const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDAT
 /// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
 /// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
 /// timeout.
-pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The CloudWatch namespace of the consumer's metrics when `SQS_CLAIM_METRICS_NAMESPACE` is
 /// unset.
-pub const DEFAULT_METRICS_NAMESPACE: &str = "sqs-claim";
+pub(crate) const DEFAULT_METRICS_NAMESPACE: &str = "sqs-claim";
 
 /// The CLI's store when none is configured: a file under the current directory.
-pub const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
+pub(crate) const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
 
 /// A consumer's settings. [`Settings::default`] is what an empty environment gives.
 #[derive(Debug, Clone)]
@@ -415,7 +415,7 @@ impl Settings {
     }
 
     /// The store the `sqs-claim` CLI uses: [`Settings::store`], else
-    /// `dynamodb:`[`Settings::table`], else the SQLite file [`DEFAULT_CLI_STORE`] (created on
+    /// `dynamodb:`[`Settings::table`], else the SQLite file `.sqs-claim/claims.db` (created on
     /// demand, so a second run of the same event finds every message already done); with
     /// [`Settings::dynamodb_keys`] applied to either's DynamoDB table.
     pub fn cli_store(&self) -> Result<StoreUrl, Error> {

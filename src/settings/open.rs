@@ -20,14 +20,14 @@ impl StoreUrl {
     ///
     /// A URL whose store this build lacks (`redis://` without the `redis` feature, ...) fails
     /// with [`ErrorKind::Config`] naming the feature. A `tiered:` store boxes its durable store
-    /// first: [`TieredStore<BoxStore>`](crate::store::tiered::TieredStore), boxed again.
+    /// first: [`TieredStore<BoxStore>`](crate::TieredStore), boxed again.
     ///
     /// ```
     /// # async fn f() -> Result<(), sqs_claim::Error> {
     /// use sqs_claim::settings::StoreUrl;
     /// use sqs_claim::store::{ClaimStore, MemoryStore};
     ///
-    /// let store = StoreUrl::parse("memory:")?.open().await?;
+    /// let store = "memory:".parse::<StoreUrl>()?.open().await?;
     /// assert!(store.downcast_ref::<MemoryStore>().is_some());
     /// # Ok(()) }
     /// ```

@@ -21,7 +21,7 @@ use super::describe_key_layout;
 /// | `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`, `postgresql://...` | PostgreSQL; claims in `sqs_claim_processed_events` |
 /// | `tiered:REDIS_URL\|DURABLE_URL` | a Redis cache of completed keys in front of any store above |
 ///
-/// Parsed with [`StoreUrl::parse`] or [`str::parse`]. Errors name the scheme, never the rest
+/// Parsed with [`str::parse`] (`FromStr`). Errors name the scheme, never the rest
 /// of the URL, and `Debug` and `Display` hide a password ([`ServerUrl`]): a database URL can
 /// carry one, and both end up in logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +113,7 @@ impl fmt::Debug for ServerUrl {
 impl StoreUrl {
     /// Parses a store URL. Errors name the scheme, never the rest of the URL (a database URL
     /// can carry a password).
-    pub fn parse(url: &str) -> Result<StoreUrl, Error> {
+    pub(crate) fn parse(url: &str) -> Result<StoreUrl, Error> {
         let url = url.trim();
         let (scheme, rest) = url.split_once(':').unwrap_or((url, ""));
         let bad = |why: String| Error::new(ErrorKind::Config, why);
@@ -218,6 +218,8 @@ impl fmt::Display for StoreUrl {
 impl FromStr for StoreUrl {
     type Err = Error;
 
+    /// Parses a store URL. Errors name the scheme, never the rest of the URL (a database URL
+    /// can carry a password).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         StoreUrl::parse(s)
     }

@@ -7,15 +7,18 @@ use super::DEFAULT_MAX_RESPONSE_BYTES;
 /// answers it. Hints, not the contract: a store that answers the defaults
 /// ([`Capabilities::new`]) is served correctly, only perhaps less well.
 ///
-/// Built from the defaults with the `with_*` methods, so that a field added later keeps every
-/// store compiling:
+/// Built from the defaults ([`Capabilities::new`]) by setting fields, so that a field added
+/// later keeps every store compiling:
 ///
 /// ```
 /// use sqs_claim::store::Capabilities;
 ///
-/// const MINE: Capabilities = Capabilities::new()
-///     .with_max_in_flight(64)
-///     .with_atomic_one_shot(true);
+/// const MINE: Capabilities = {
+///     let mut caps = Capabilities::new();
+///     caps.max_in_flight = 64;
+///     caps.atomic_one_shot = true;
+///     caps
+/// };
 /// assert_eq!(MINE.max_in_flight, 64);
 /// assert!(!MINE.retries_internally);
 /// ```
@@ -62,36 +65,6 @@ impl Capabilities {
             atomic_one_shot: false,
             max_pack_actions: 0,
         }
-    }
-
-    /// Sets [`max_in_flight`](Self::max_in_flight).
-    pub const fn with_max_in_flight(mut self, calls: usize) -> Self {
-        self.max_in_flight = calls;
-        self
-    }
-
-    /// Sets [`max_response_bytes`](Self::max_response_bytes).
-    pub const fn with_max_response_bytes(mut self, bytes: usize) -> Self {
-        self.max_response_bytes = bytes;
-        self
-    }
-
-    /// Sets [`retries_internally`](Self::retries_internally).
-    pub const fn with_retries_internally(mut self, retries: bool) -> Self {
-        self.retries_internally = retries;
-        self
-    }
-
-    /// Sets [`max_pack_actions`](Self::max_pack_actions).
-    pub const fn with_max_pack_actions(mut self, actions: usize) -> Self {
-        self.max_pack_actions = actions;
-        self
-    }
-
-    /// Sets [`atomic_one_shot`](Self::atomic_one_shot).
-    pub const fn with_atomic_one_shot(mut self, atomic: bool) -> Self {
-        self.atomic_one_shot = atomic;
-        self
     }
 }
 

@@ -179,9 +179,11 @@ impl ClaimStore for MemoryStore {
     /// No network: a whole batch (Lambda sends at most 10,000) at once; the one-shot write is
     /// one step under the lock.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_max_in_flight(10_000)
-            .with_atomic_one_shot(true)
+        Capabilities {
+            max_in_flight: 10_000,
+            atomic_one_shot: true,
+            ..Capabilities::new()
+        }
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {

@@ -283,10 +283,12 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
     /// write is the default's claim, then complete, through the cache.
     fn capabilities(&self) -> Capabilities {
         let durable = self.durable.capabilities();
-        Capabilities::new()
-            .with_max_in_flight(durable.max_in_flight)
-            .with_max_response_bytes(durable.max_response_bytes)
-            .with_retries_internally(durable.retries_internally)
+        Capabilities {
+            max_in_flight: durable.max_in_flight,
+            max_response_bytes: durable.max_response_bytes,
+            retries_internally: durable.retries_internally,
+            ..Capabilities::new()
+        }
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {

@@ -130,7 +130,11 @@ async fn fail_after_writes_and_loses_the_answer() {
 #[tokio::test]
 async fn capabilities_are_mapped_and_packs_are_sent_write_by_write() {
     let spy = Spy::new(MemoryStore::new())
-        .map_capabilities(|inner| Capabilities::new().with_max_in_flight(inner.max_in_flight / 2))
+        .map_capabilities(|inner| {
+            let mut caps = Capabilities::new();
+            caps.max_in_flight = inner.max_in_flight / 2;
+            caps
+        })
         .on_call(|call| match call.key() {
             "refused" => Action::Fail(unavailable()),
             _ => Action::Forward,

@@ -503,9 +503,8 @@ fn large_message_key(facts: &Facts) -> Finding {
             RULE,
             Status::Ok,
             format!(
-                "objects deleted once done, key {} carried by the record: a redelivery whose \
-                 object went is skipped as a duplicate",
-                key.describe()
+                "objects deleted once done, key {key} carried by the record: a redelivery whose \
+                 object went is skipped as a duplicate"
             ),
         ),
     }

@@ -5,7 +5,7 @@
 //!
 //! | variable | default | meaning |
 //! |----------|---------|---------|
-//! | `SQS_CLAIM_KEY` | `json:/order_id` | the key source, [`KeySource::parse`] syntax |
+//! | `SQS_CLAIM_KEY` | `json:/order_id` | the key source, [`KeySource`]'s `FromStr` syntax |
 //! | `SQS_CLAIM_ENVELOPE` | `none` | the envelope around each payment (`sns`, `eventbridge`, `s3`, `none`): the key and the payment are read from the payload inside |
 //! | `SQS_CLAIM_NAMESPACE` | `payments` | the key namespace |
 //! | `SQS_CLAIM_ACCOUNTS_TABLE` | `<claims table>-accounts` | the DynamoDB accounts table |
@@ -17,9 +17,8 @@ use sqs_claim::settings::{Variable, read};
 use sqs_claim::{Error, KeySource};
 
 pub use sqs_claim::settings::{
-    DEFAULT_CLI_STORE, DEFAULT_METRICS_NAMESPACE, DEFAULT_STARTUP_TIMEOUT, PARTITION_KEY_VAR,
-    SORT_KEY_VAR, ServerUrl, StoreUrl, describe_key_layout, key_layout, key_layout_values,
-    powertools,
+    PARTITION_KEY_VAR, SORT_KEY_VAR, ServerUrl, StoreUrl, describe_key_layout, key_layout,
+    key_layout_values, powertools,
 };
 
 /// The key namespace when `SQS_CLAIM_NAMESPACE` is unset.

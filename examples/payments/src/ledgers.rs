@@ -178,7 +178,7 @@ fn ledger_on(app: &AppStore, url: &StoreUrl, claims: BoxStore) -> Result<BoxLedg
         }
         #[cfg(feature = "redis")]
         StoreUrl::Tiered { durable, .. } => {
-            use sqs_claim::store::tiered::TieredStore;
+            use sqs_claim::TieredStore;
             let tiered: &TieredStore<BoxStore> = claims.downcast_ref().ok_or_else(not_the_store)?;
             let durable = ledger_on(app, durable, tiered.get_ref().clone())?;
             BoxLedger::new(crate::TieredLedger::new(tiered.cache().clone(), durable))

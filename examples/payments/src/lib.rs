@@ -365,7 +365,7 @@ impl<L: Ledger> Service<Message> for PaymentHandler<L> {
                     } else {
                         format!(
                             "sha256:{}",
-                            sqs_claim::key::sha256_hex(payment.account.as_bytes())
+                            sqs_claim::sha256_hex(payment.account.as_bytes())
                         )
                     };
                     outgoing = outgoing.group_id(group);

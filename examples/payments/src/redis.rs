@@ -7,10 +7,10 @@
 //! restart loses both (see [`sqs_claim::store::redis`]).
 
 use super::{Ledger, Payment, read_balance};
+use sqs_claim::TieredStore;
 use sqs_claim::store::ClaimStore;
-use sqs_claim::store::redis::{RedisEffect, RedisStore};
-use sqs_claim::store::tiered::TieredStore;
 use sqs_claim::{Error, ErrorKind};
+use sqs_claim::{RedisEffect, RedisStore};
 
 /// The hash of balances, under the store's prefix (`sqs-claim:reference:balances` by default).
 /// Claim records are `{prefix}{namespace}#{key}`, so this name cannot collide with one.

@@ -3,8 +3,8 @@
 
 use super::{Ledger, Payment, read_balance};
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::sqlite::{SqlEffect, SqlValue, SqliteStore};
 use sqs_claim::{Error, ErrorKind};
+use sqs_claim::{SqlEffect, SqlValue, SqliteStore};
 
 /// `CHECK (typeof(balance) = 'integer')`: SQLite turns an integer overflow into a float; the
 /// check makes that a refused effect instead of a silently rounded balance. The range check

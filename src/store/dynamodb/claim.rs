@@ -4,7 +4,7 @@
 use super::*;
 
 impl DynamoDbStore {
-    /// Refuses a fingerprint past [`MAX_FINGERPRINT_BYTES`] before anything is sent.
+    /// Refuses a fingerprint past 1,024 bytes (`MAX_FINGERPRINT_BYTES`) before anything is sent.
     pub(super) fn check_fingerprint(req: &ClaimRequest<'_>) -> Result<(), Error> {
         match req.fingerprint {
             Some(fp) if fp.len() > MAX_FINGERPRINT_BYTES => Err(Error::new(
@@ -156,24 +156,25 @@ impl ClaimStore for DynamoDbStore {
     /// descriptors; an on-demand table takes it, a provisioned one may throttle (the SDK then
     /// backs off and retries). The one-shot write is one `TransactWriteItems`.
     ///
-    /// The longest response: [`MAX_ITEM_BYTES`] (409,600) less the most the record's other
+    /// The longest response: DynamoDB's item limit (409,600 bytes) less the most the record's other
     /// attributes can take, so a response of this length fits for every key the store
     /// accepts: each key attribute at DynamoDB's limit (2048 bytes for the partition key, 1024
     /// for the sort key; a fixed template at its own length) with its name, the expiry and the
     /// lease at 21 bytes each (DynamoDB's bound for a number), the status at 10 (`INPROGRESS`),
-    /// the fingerprint at [`MAX_FINGERPRINT_BYTES`], the token at 36 (a UUID), and every
+    /// the fingerprint at 1,024 bytes (`MAX_FINGERPRINT_BYTES`), the token at 36 (a UUID), and every
     /// attribute name as configured, the response's own (`data`) included.
     ///
     /// With the default names and layout: 409,600 − 3,225 = **406,375 bytes** (the key 2 +
     /// 2048, `expiration` 10 + 21, `in_progress_expiration` 22 + 21, `status` 6 + 10,
     /// `validation` 10 + 1024, `claim_token` 11 + 36, `data` 4).
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_max_in_flight(256)
-            .with_max_response_bytes(MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes()))
-            .with_retries_internally(true)
-            .with_atomic_one_shot(true)
-            .with_max_pack_actions(MAX_TRANSACTION_ACTIONS)
+        Capabilities {
+            max_in_flight: 256,
+            max_response_bytes: MAX_ITEM_BYTES.saturating_sub(self.record_overhead_bytes()),
+            retries_internally: true,
+            atomic_one_shot: true,
+            max_pack_actions: MAX_TRANSACTION_ACTIONS,
+        }
     }
 
     /// One `TransactWriteItems` of every write's claim (a conditional `Put` of the record as

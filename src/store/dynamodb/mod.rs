@@ -12,7 +12,7 @@
 //! | `expiration`             | N    | epoch **seconds**: the TTL attribute, and the record's end |
 //! | `in_progress_expiration` | N    | epoch **milliseconds**: the claimant's lease (removed on completion) |
 //! | `status`                 | S    | `INPROGRESS` or `COMPLETED` |
-//! | `validation`             | S    | the payload fingerprint, if any (at most [`MAX_FINGERPRINT_BYTES`]) |
+//! | `validation`             | S    | the payload fingerprint, if any (at most 1,024 bytes) |
 //! | `claim_token`            | S    | the owner token that fences completion and release |
 //! | `data`                   | S    | the handler's response, exactly as given, if the completion stored one (`""` for an empty one) |
 //!
@@ -113,10 +113,8 @@ mod pack;
 mod schema;
 mod settings;
 
-pub use schema::{
-    DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema, MAX_FINGERPRINT_BYTES,
-    MAX_ITEM_BYTES,
-};
+pub use schema::{DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema};
+pub(crate) use schema::{MAX_FINGERPRINT_BYTES, MAX_ITEM_BYTES};
 pub use settings::DynamoDbSettings;
 
 // The children's own items, for one another (each child reads the parent's scope).

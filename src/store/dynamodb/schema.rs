@@ -10,13 +10,13 @@ pub(crate) const MAX_KEY_BYTES: usize = 2048;
 pub(crate) const MAX_SORT_KEY_BYTES: usize = 1024;
 
 /// DynamoDB's limit on one item, in bytes: 400 KB, attribute names and values (UTF-8) included.
-pub const MAX_ITEM_BYTES: usize = 409_600;
+pub(crate) const MAX_ITEM_BYTES: usize = 409_600;
 
 /// The longest payload fingerprint a claim stores, in bytes. A fingerprint is a hash (the
 /// processor's is 64 hex digits, Powertools' 32); a longer one is refused before anything is
 /// sent, so that [`Capabilities::max_response_bytes`] can hold
 /// for every record.
-pub const MAX_FINGERPRINT_BYTES: usize = 1024;
+pub(crate) const MAX_FINGERPRINT_BYTES: usize = 1024;
 
 /// The most a number attribute takes in an item: DynamoDB counts 1 byte per two significant
 /// digits plus 1, and an `i64` has at most 19 digits (38 would take 20): 21 is a bound.

@@ -92,9 +92,11 @@ impl ClaimStore for PostgresStore {
     /// The pool's size in flight (more calls at once would only queue for a connection); the
     /// one-shot write is one SQL transaction.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_max_in_flight(self.pool.status().max_size.max(1))
-            .with_atomic_one_shot(true)
+        Capabilities {
+            max_in_flight: self.pool.status().max_size.max(1),
+            atomic_one_shot: true,
+            ..Capabilities::new()
+        }
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {

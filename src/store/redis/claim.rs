@@ -189,7 +189,10 @@ impl ClaimStore for RedisStore {
     /// 256 calls in flight: one multiplexed connection pipelines the calls; the server runs
     /// each script atomically in turn.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new().with_max_in_flight(256)
+        Capabilities {
+            max_in_flight: 256,
+            ..Capabilities::new()
+        }
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {

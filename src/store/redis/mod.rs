@@ -113,7 +113,7 @@ pub(crate) const DEFAULT_EXPIRY_SLACK: Duration = Duration::from_secs(60);
 /// Keys are used as given (the store's prefix is not added).
 ///
 /// ```
-/// use sqs_claim::store::redis::RedisEffect;
+/// use sqs_claim::RedisEffect;
 /// let effects = vec![
 ///     RedisEffect::hincr_by("balances", "acct-42", 1_500),
 ///     RedisEffect::set_nx("receipt:order-7", "paid"),
@@ -371,7 +371,7 @@ impl RedisStore {
     }
 
     /// The Redis key under which `key`'s record is kept.
-    pub fn record_key(&self, key: &str) -> String {
+    pub(crate) fn record_key(&self, key: &str) -> String {
         format!("{}{key}", self.prefix)
     }
 

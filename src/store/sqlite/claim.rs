@@ -155,9 +155,11 @@ impl ClaimStore for SqliteStore {
     /// is waiting as one group (one fsync), so more in flight means fewer commits per batch.
     /// The one-shot write is one SQL transaction.
     fn capabilities(&self) -> Capabilities {
-        Capabilities::new()
-            .with_max_in_flight(256)
-            .with_atomic_one_shot(true)
+        Capabilities {
+            max_in_flight: 256,
+            atomic_one_shot: true,
+            ..Capabilities::new()
+        }
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {

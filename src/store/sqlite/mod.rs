@@ -213,7 +213,7 @@ impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
 ///   with `expect_rows(1)`).
 ///
 /// ```
-/// use sqs_claim::store::sqlite::SqlEffect;
+/// use sqs_claim::SqlEffect;
 ///
 /// let debit = SqlEffect::new(
 ///     "UPDATE accounts SET balance = balance - ?1 WHERE account = ?2 AND balance >= ?1",
@@ -269,7 +269,7 @@ struct Inner {
 ///
 /// ```no_run
 /// # fn demo() -> Result<(), sqs_claim::Error> {
-/// let store = sqs_claim::store::sqlite::SqliteStore::open(".sqs-claim/claims.db")?;
+/// let store = sqs_claim::SqliteStore::open(".sqs-claim/claims.db")?;
 /// # let _ = store; Ok(()) }
 /// ```
 #[derive(Clone)]

@@ -59,7 +59,7 @@ async fn start() -> Result<(payments::Consumer, Check), lambda_runtime::Error> {
     let url = settings.lambda_store()?;
     tracing::info!(
         store = %url,
-        key = %settings.key().describe(),
+        key = %settings.key(),
         namespace = %settings.namespace(),
         output_queue = settings.output_queue_url.is_some(),
         // The Powertools key prefix, when the interop is on (SQS_CLAIM_POWERTOOLS_*).
