@@ -582,10 +582,10 @@ impl ClaimStore for Packing {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner
-            .capabilities()
-            .with_atomic_one_shot(true)
-            .with_max_pack_actions(100)
+        let mut caps = self.inner.capabilities();
+        caps.atomic_one_shot = true;
+        caps.max_pack_actions = 100;
+        caps
     }
 
     async fn claim_completed_packed(
