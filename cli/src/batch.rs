@@ -16,7 +16,7 @@ use sqs_claim::store::{BoxStore, Inspected, Status, StoreAdmin};
 use sqs_claim::{MemoryStore, Message, Processor};
 
 use crate::Settings;
-use crate::operator::{Failure, InspectReport, state_line, timestamp, to_json};
+use crate::operator::{Failure, InspectReport, state_line, state_word, timestamp, to_json};
 
 /// The environment variable naming the function, the consumer's namespace when none is set.
 const FUNCTION_NAME: &str = "AWS_LAMBDA_FUNCTION_NAME";
@@ -45,18 +45,7 @@ impl Row {
         match (&self.key, &self.found) {
             (Err(_), _) => "no_key",
             (Ok(_), None) => "absent",
-            (Ok(_), Some(found)) => {
-                let r = &found.record;
-                if r.expires_at <= now {
-                    "expired"
-                } else {
-                    match (r.status, r.lease_until) {
-                        (Status::Completed, _) => "completed",
-                        (Status::InProgress, Some(l)) if l <= now => "lapsed",
-                        (Status::InProgress, _) => "held",
-                    }
-                }
-            }
+            (Ok(_), Some(found)) => state_word(found, now),
         }
     }
 

@@ -450,19 +450,25 @@ fn describe(key: &str, found: &Inspected, now: SystemTime) -> String {
     s
 }
 
+/// A record's state in one word at `now`: `held`, `lapsed`, `completed` or `expired` (the
+/// `state` of `inspect --report json`, for one key or a batch).
+pub(crate) fn state_word(found: &Inspected, now: SystemTime) -> &'static str {
+    let r = &found.record;
+    if r.expires_at <= now {
+        return "expired";
+    }
+    match (r.status, r.lease_until) {
+        (Status::Completed, _) => "completed",
+        (Status::InProgress, Some(l)) if l <= now => "lapsed",
+        (Status::InProgress, _) => "held",
+    }
+}
+
 /// `inspect --report json`: times as RFC 3339 (UTC) and epoch milliseconds, and the state in
 /// one word (`held`, `lapsed`, `completed`, `expired`).
 pub(crate) fn to_json(key: &str, found: &Inspected, now: SystemTime) -> serde_json::Value {
     let r = &found.record;
-    let state = if r.expires_at <= now {
-        "expired"
-    } else {
-        match (r.status, r.lease_until) {
-            (Status::Completed, _) => "completed",
-            (Status::InProgress, Some(l)) if l <= now => "lapsed",
-            (Status::InProgress, _) => "held",
-        }
-    };
+    let state = state_word(found, now);
     serde_json::json!({
         "key": key,
         "status": match r.status {

@@ -212,19 +212,7 @@ where
             })
             .buffered(self.concurrency())
             .collect::<Vec<Ran>>();
-        let ran = match packer {
-            None => batch.await,
-            // The packer sends the messages' writes while they wait; it never ends by itself,
-            // and is dropped with the batch.
-            Some(packer) => {
-                let run = packer.run();
-                tokio::pin!(batch, run);
-                match futures::future::select(batch, run).await {
-                    futures::future::Either::Left((ran, _)) => ran,
-                    futures::future::Either::Right(((), batch)) => batch.await,
-                }
-            }
-        };
+        let ran = beside_packer(packer, batch).await;
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
         let mut any_copies = false;
         for (index, outcome, copies) in ran {
@@ -349,18 +337,7 @@ where
             items.push(item.boxed().shared());
         }
         let batch = join_all(items);
-        let done = match packer {
-            None => batch.await,
-            // As in `run_standard`: the packer never ends by itself, and goes with the batch.
-            Some(packer) => {
-                let run = packer.run();
-                tokio::pin!(batch, run);
-                match futures::future::select(batch, run).await {
-                    futures::future::Either::Left((done, _)) => done,
-                    futures::future::Either::Right(((), batch)) => batch.await,
-                }
-            }
-        };
+        let done = beside_packer(packer, batch).await;
         done.into_iter().map(|done| done.outcome).collect()
     }
 
@@ -892,5 +869,23 @@ fn log_outcome(meta: &Meta, outcome: &Outcome) {
         Outcome::CutOff(step) => {
             warn!(message_id = %id, key, trace_header, outcome = "cut_off", step = step.as_str(), "message cut off by the time budget; reported for retry")
         }
+    }
+}
+
+/// `batch`'s output, with `packer` (one-shot writes, where the store packs them) sending the
+/// messages' writes while they wait. The packer never ends by itself: it is dropped with the
+/// batch.
+async fn beside_packer<S: ClaimStore, T>(
+    packer: Option<&Packer<'_, S>>,
+    batch: impl Future<Output = T>,
+) -> T {
+    let Some(packer) = packer else {
+        return batch.await;
+    };
+    let run = packer.run();
+    tokio::pin!(batch, run);
+    match futures::future::select(batch, run).await {
+        futures::future::Either::Left((out, _)) => out,
+        futures::future::Either::Right(((), batch)) => batch.await,
     }
 }
