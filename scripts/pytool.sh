@@ -23,6 +23,11 @@ packages=("$@")
 cache="${SQS_CLAIM_CACHE:-$HOME/.cache/sqs-claim}"
 python="${SQS_CLAIM_PYTHON:-python3}"
 venv="$cache/venv-${lib:-$tool}"
+# One installer at a time per venv: tests that run at once on a fresh machine all ask for it,
+# and a second `python -m venv` over a venv being made fails (or hands out a half-made one).
+mkdir -p "$cache"
+exec 9>"$venv.lock"
+flock 9
 # A library venv is rebuilt when the packages asked for change (a new pin).
 stamp="$venv/.pytool-packages"
 if [[ -n "$lib" && -x "$venv/bin/python" && "$(cat "$stamp" 2>/dev/null)" != "${packages[*]}" ]]; then
