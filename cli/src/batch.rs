@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use futures::StreamExt;
 use serde_json::Value;
-use sqs_claim::store::{BoxStore, Inspected, Status, StoreAdmin};
+use sqs_claim::store::{BoxStore, Inspected, StoreAdmin};
 use sqs_claim::{MemoryStore, Message, Processor};
 
 use crate::Settings;
