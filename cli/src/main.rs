@@ -39,7 +39,7 @@ $SQS_CLAIM_TABLE, else sqlite:.sqs-claim/claims.db: a flag beats the environment
 
 DynamoDB endpoint, region and credentials come from the standard AWS environment \
 (AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and \
-checking its table may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The consumer's other \
+checking its table may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 15000). The consumer's other \
 settings (SQS_CLAIM_NAMESPACE, SQS_CLAIM_TTL_SECS, SQS_CLAIM_POWERTOOLS_*, ...) are read from \
 the environment as the consumer reads them. RUST_LOG=info shows the library's logs on stderr.";
 

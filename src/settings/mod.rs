@@ -98,10 +98,11 @@ pub(crate) const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDAT
 
 /// How long opening the store and its start-up check may take by default
 /// (`SQS_CLAIM_STARTUP_TIMEOUT_MS`).
-/// A healthy store answers in milliseconds; five seconds leaves room for a cold TLS handshake
-/// and a slow DNS, and still fails a Lambda init (10 s limit) with a clear line instead of a
-/// timeout.
-pub(crate) const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
+/// A healthy store answers in milliseconds. Start-up is several round trips in a row (connect,
+/// handshake, the table checks), each bounded by the store's own timeout (4-5 s without an
+/// answer); fifteen seconds lets a slow store that answers each of them seconds late start, while
+/// a dark one fails first on its own timeout, with a clear line.
+pub(crate) const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The CloudWatch namespace of the consumer's metrics when `SQS_CLAIM_METRICS_NAMESPACE` is
 /// unset.

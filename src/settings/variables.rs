@@ -138,8 +138,8 @@ pub const VARIABLES: &[Variable] = &[
     ),
     Variable::new(
         "SQS_CLAIM_STARTUP_TIMEOUT_MS",
-        "`5000`",
-        "how long connecting to the store and checking its tables may take at start-up (both binaries; the checks of several tables run at once). A store that does not answer in time (down, partitioned, a port that accepts and never replies) stops the start with one error line and a non-zero exit, instead of hanging until Lambda's init timeout",
+        "`15000`",
+        "how long connecting to the store and checking its tables may take at start-up, in all (both binaries; the checks of several tables run at once). Each round trip is also bounded by the store's own timeout (no answer in 4-5 s), so a dark store fails sooner; a slow one, answering each round trip seconds late, still starts. A store that does not answer in time (down, partitioned, a port that accepts and never replies) stops the start with one error line and a non-zero exit, instead of hanging until Lambda's init timeout",
     ),
     Variable::new(
         "SQS_CLAIM_OUTPUT_QUEUE_URL",

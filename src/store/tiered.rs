@@ -50,8 +50,9 @@
 //!
 //! # When Redis is down, or silent
 //!
-//! Each tier is bounded on its own: a Redis call by the connection's response timeout (2 s,
-//! see [`RedisStore`]), the durable store by its own bounds (the DynamoDB client's timeouts,
+//! Each tier is bounded on its own: a marker read or write by 500 ms (a cache slower than that
+//! saves nothing; the `forget` of a marker by the connection's response timeout, 4 s, see
+//! [`RedisStore`]), the durable store by its own bounds (the DynamoDB client's timeouts,
 //! PostgreSQL's call timeout, SQLite's busy timeout).
 //!
 //! Every Redis error is logged at `warn` and ignored: the durable store decides alone. After an
@@ -85,6 +86,12 @@ use crate::Error;
 
 /// How long the cache is skipped after a Redis error, by default.
 pub(crate) const DEFAULT_COOLDOWN: Duration = Duration::from_secs(1);
+
+/// How long a marker read or write may wait for Redis before it counts as a cache failure: a
+/// cache slower than this saves nothing, and a dark cache must not add its whole response
+/// timeout to a claim that the durable store then has to decide anyway (with both tiers dark,
+/// the claim fails one durable timeout plus this after it started).
+const CACHE_ANSWER: Duration = Duration::from_millis(500);
 
 /// The start of a marker in the current format ([`encode_marker`]). An older marker
 /// (`{expires_at_ms}` or `{expires_at_ms}:{fingerprint}`) cannot start with it, and the older
@@ -161,7 +168,7 @@ impl<D: ClaimStore> TieredStore<D> {
         guard.is_none_or(|until| Instant::now() >= until)
     }
 
-    fn cache_failed(&self, op: &str, e: &redis::RedisError) {
+    fn cache_failed(&self, op: &str, e: &dyn std::fmt::Display) {
         tracing::warn!(
             error = %e,
             op,
@@ -185,10 +192,15 @@ impl<D: ClaimStore> TieredStore<D> {
             return None;
         }
         let mut conn = self.cache.connection().clone();
-        let value: Option<String> = match conn.get(self.marker_key(key)).await {
-            Ok(v) => v,
-            Err(e) => {
+        let get = conn.get::<_, Option<String>>(self.marker_key(key));
+        let value = match tokio::time::timeout(CACHE_ANSWER, get).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
                 self.cache_failed("get", &e);
+                return None;
+            }
+            Err(_) => {
+                self.cache_failed("get", &no_answer());
                 return None;
             }
         };
@@ -217,10 +229,20 @@ impl<D: ClaimStore> TieredStore<D> {
             cmd.arg("NX");
         }
         let mut conn = self.cache.connection().clone();
-        if let Err(e) = cmd.query_async::<()>(&mut conn).await {
-            self.cache_failed("set", &e);
+        match tokio::time::timeout(CACHE_ANSWER, cmd.query_async::<()>(&mut conn)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => self.cache_failed("set", &e),
+            Err(_) => self.cache_failed("set", &no_answer()),
         }
     }
+}
+
+/// What a cache call that ran out of [`CACHE_ANSWER`] logs.
+fn no_answer() -> String {
+    format!(
+        "no answer within {} ms (the cache is skipped for its cool-down)",
+        CACHE_ANSWER.as_millis()
+    )
 }
 
 /// `v2:{expires_at_ms}:{fingerprint length}:{response length}:{fingerprint}{response}`, each

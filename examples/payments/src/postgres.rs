@@ -76,18 +76,16 @@ impl Ledger for PostgresLedger {
         .expect_rows(1)
     }
 
+    /// Each round trip bounded on its own ([`PostgresStore::bounded`]), as the store's calls
+    /// are: a server that answers each late still answers.
     async fn balances(&self) -> Result<Vec<(String, i64)>, Error> {
-        self.store
-            .bounded("reading the balances", read_balances(&self.store))
-            .await
+        read_balances(&self.store).await
     }
 
     /// Creates the claims table ([`StoreAdmin::init`]) and the accounts table.
     async fn init(&self) -> Result<(), Error> {
         self.store.init().await?;
-        self.store
-            .bounded("creating the accounts table", create_accounts(&self.store))
-            .await
+        create_accounts(&self.store).await
     }
 
     /// Checks that both tables exist and answer, at once; creates nothing.
@@ -107,16 +105,21 @@ impl Ledger for PostgresLedger {
     }
 }
 
+/// Three round trips (a pooled connection, the prepare, the query), each bounded on its own.
 async fn read_balances(store: &PostgresStore) -> Result<Vec<(String, i64)>, Error> {
-    let client = store.client().await?;
+    const OP: &str = "reading the balances";
+    let client = store.bounded(OP, store.client()).await?;
     let sql = format!(
         "SELECT account, balance FROM {} ORDER BY account",
         quoted(&accounts_table(store))
     );
-    let rows = client
-        .query(&sql, &[])
-        .await
-        .map_err(|e| db_err(store, "cannot read the balances", e))?;
+    let err = |e| db_err(store, "cannot read the balances", e);
+    let stmt = store
+        .bounded(OP, async { client.prepare_cached(&sql).await.map_err(err) })
+        .await?;
+    let rows = store
+        .bounded(OP, async { client.query(&stmt, &[]).await.map_err(err) })
+        .await?;
     rows.iter()
         .map(|row| {
             Ok((
@@ -129,8 +132,10 @@ async fn read_balances(store: &PostgresStore) -> Result<Vec<(String, i64)>, Erro
         .collect()
 }
 
+/// Two round trips (a pooled connection, one simple query), each bounded on its own.
 async fn create_accounts(store: &PostgresStore) -> Result<(), Error> {
-    let client = store.client().await?;
+    const OP: &str = "creating the accounts table";
+    let client = store.bounded(OP, store.client()).await?;
     // Under the advisory lock the store's `init` takes (one simple query is one implicit
     // transaction, which the `xact` lock lasts for): two `CREATE TABLE IF NOT EXISTS` at once
     // can both miss the table, and one then fails on the catalog's unique index (two
@@ -143,8 +148,12 @@ async fn create_accounts(store: &PostgresStore) -> Result<(), Error> {
         quoted(&accounts_table(store)),
         Payment::MAX_BALANCE_CENTS
     );
-    client
-        .batch_execute(&sql)
+    store
+        .bounded(OP, async {
+            client
+                .batch_execute(&sql)
+                .await
+                .map_err(|e| db_err(store, "cannot create the accounts table", e))
+        })
         .await
-        .map_err(|e| db_err(store, "cannot create the accounts table", e))
 }

@@ -1,7 +1,7 @@
 //! Both binaries start in bounded time whatever the store does: a store that is dark at
 //! start-up (a port that accepts connections and never answers, a PostgreSQL server that goes
 //! silent after the handshake) fails the start with one clear error line and a non-zero exit,
-//! never a hang (issue 8). The bound is `SQS_CLAIM_STARTUP_TIMEOUT_MS` (default 5 s), on top of
+//! never a hang (issue 8). The bound is `SQS_CLAIM_STARTUP_TIMEOUT_MS` (default 15 s), on top of
 //! each store client's own timeouts.
 #![cfg(all(feature = "redis", feature = "postgres"))]
 
@@ -19,9 +19,9 @@ use support::consumer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_payments");
 
-/// Far above every bound in play (5 s start-up), far below "hangs": a run that takes longer
+/// Far above every bound in play (15 s start-up; each store fails sooner on its own timeout), far below "hangs": a run that takes longer
 /// failed the test, it did not pass slowly.
-const BOUNDED: Duration = Duration::from_secs(15);
+const BOUNDED: Duration = Duration::from_secs(25);
 
 fn plain_event() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/plain.json")

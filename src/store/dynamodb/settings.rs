@@ -6,12 +6,13 @@ use super::*;
 /// uses the defaults). Change a field on the defaults: the struct is `non_exhaustive`, so a
 /// setting added later keeps your code compiling.
 ///
-/// The defaults fit a Lambda invocation. A DynamoDB write answers in single-digit
-/// milliseconds; an attempt that has not answered in 2 s is lost, not slow, and is better
-/// retried on a fresh connection. Three attempts would then take up to 6 s, so the operation
-/// timeout (4 s) cuts the whole call first: a store that went dark costs a message at most 4 s,
-/// well inside the default 30 s function timeout, and leaves time to answer the batch.
-/// Connecting takes a round trip or two inside a region: 1 s is generous.
+/// The defaults fit a Lambda invocation and tell a dark endpoint from a slow one. A DynamoDB
+/// write answers in single-digit milliseconds; an attempt still unanswered after 4 s is lost,
+/// not slow (an answer seconds late, from a congested link or an overloaded proxy, still
+/// arrives within it and is used), and is better retried on a fresh connection. The operation
+/// timeout (5 s) cuts the whole call, retries included: a store that went dark costs a message
+/// at most 5 s, well inside the default 30 s function timeout, and leaves time to answer the
+/// batch. Connecting takes a round trip or two inside a region: 1 s is generous.
 ///
 /// ```
 /// use std::time::Duration;
@@ -20,16 +21,16 @@ use super::*;
 /// let mut settings = DynamoDbSettings::default();
 /// settings.attempt_timeout = Duration::from_millis(500);
 /// settings.max_attempts = 2;
-/// assert_eq!(settings.operation_timeout, Duration::from_secs(4));
+/// assert_eq!(settings.operation_timeout, Duration::from_secs(5));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DynamoDbSettings {
     /// How long opening a connection may take. Default 1 s.
     pub connect_timeout: Duration,
-    /// How long one attempt may take, from sending to the whole answer. Default 2 s.
+    /// How long one attempt may take, from sending to the whole answer. Default 4 s.
     pub attempt_timeout: Duration,
-    /// How long a whole call may take, every attempt and backoff included. Default 4 s.
+    /// How long a whole call may take, every attempt and backoff included. Default 5 s.
     pub operation_timeout: Duration,
     /// Attempts per call, the first included (standard retry mode; 1 disables the SDK's
     /// retries). Default 3.
@@ -44,8 +45,8 @@ impl Default for DynamoDbSettings {
     fn default() -> Self {
         DynamoDbSettings {
             connect_timeout: Duration::from_secs(1),
-            attempt_timeout: Duration::from_secs(2),
-            operation_timeout: Duration::from_secs(4),
+            attempt_timeout: Duration::from_secs(4),
+            operation_timeout: Duration::from_secs(5),
             max_attempts: 3,
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(1),

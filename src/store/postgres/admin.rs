@@ -4,30 +4,32 @@
 use super::*;
 
 impl PostgresStore {
-    async fn migrate_unbounded(&self) -> Result<(), Error> {
+    async fn migrate_sql(&self) -> Result<(), Error> {
         let mut client = self.client().await?;
-        let txn = client
-            .transaction()
-            .await
+        let txn = self
+            .answer("migrate", client.transaction())
+            .await?
             .map_err(|e| self.pg_err("migrate", "", e))?;
-        txn.batch_execute(&self.sql.migrate)
-            .await
+        self.answer("migrate", txn.batch_execute(&self.sql.migrate))
+            .await?
             .map_err(|e| self.pg_err("migrate", "", e))?;
-        txn.commit()
-            .await
+        self.answer("migrate", txn.commit())
+            .await?
             .map_err(|e| self.pg_err("migrate", "", e))
     }
 
-    async fn prune_unbounded(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
+    async fn prune_sql(&self, now: SystemTime, limit: u32) -> Result<u64, Error> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&self.sql.prune)
-            .await
+        let stmt = self
+            .answer("prune", client.prepare_cached(&self.sql.prune))
+            .await?
             .map_err(|e| self.pg_err("prune", "", e))?;
-        client
-            .execute(&stmt, &[&epoch_millis(now), &i64::from(limit)])
-            .await
-            .map_err(|e| self.pg_err("prune", "", e))
+        self.answer(
+            "prune",
+            client.execute(&stmt, &[&epoch_millis(now), &i64::from(limit)]),
+        )
+        .await?
+        .map_err(|e| self.pg_err("prune", "", e))
     }
 }
 
@@ -37,43 +39,38 @@ impl StoreAdmin for PostgresStore {
     /// `response` column to a table of an older version. Safe to run on every start and from
     /// several processes at once.
     async fn init(&self) -> Result<(), Error> {
-        self.bounded("migrate", self.migrate_unbounded()).await
+        self.migrate_sql().await
     }
 
     /// One `SELECT` of the newest column, `LIMIT 0`: a missing table, or one of an older
     /// version, fails with what to run; a lost connection, a timeout or a permission says what
     /// it is.
     async fn check_ready(&self) -> Result<(), Error> {
-        self.bounded("the start-up check", self.check_unbounded())
-            .await
+        self.check_sql().await
     }
 
     /// Deletes up to `limit` records that expired at or before `now`, oldest first, and says
     /// how many it deleted. Rows locked by a running claim are skipped. Call it repeatedly
     /// until it returns less than `limit` to drain a backlog.
     async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {
-        self.bounded("prune", self.prune_unbounded(now, limit))
-            .await
-            .map(Some)
+        self.prune_sql(now, limit).await.map(Some)
     }
 
     async fn inspect(&self, key: &str) -> Result<Option<Inspected>, Error> {
-        self.bounded("inspect", self.inspect_unbounded(key)).await
+        self.inspect_sql(key).await
     }
 
     async fn force_release(&self, key: &str) -> Result<bool, Error> {
-        self.bounded("force release", self.delete_if(key, Status::InProgress))
-            .await
+        self.delete_if(key, Status::InProgress).await
     }
 
     async fn forget(&self, key: &str) -> Result<bool, Error> {
-        self.bounded("forget", self.delete_if(key, Status::Completed))
-            .await
+        self.delete_if(key, Status::Completed).await
     }
 }
 
 impl PostgresStore {
-    async fn check_unbounded(&self) -> Result<(), Error> {
+    async fn check_sql(&self) -> Result<(), Error> {
         let client = self.client().await?;
         // Names the newest column, so a table of an older version is caught here, with the fix,
         // and not at the first claim.
@@ -81,23 +78,22 @@ impl PostgresStore {
             "SELECT response FROM {} LIMIT 0",
             quote_table(&self.sql.table)
         );
-        client
-            .batch_execute(&sql)
-            .await
+        self.answer("the start-up check", client.batch_execute(&sql))
+            .await?
             .map_err(|e| check_error(&self.sql.table, e))
     }
 
-    async fn inspect_unbounded(&self, key: &str) -> Result<Option<Inspected>, Error> {
+    async fn inspect_sql(&self, key: &str) -> Result<Option<Inspected>, Error> {
         let id = stored_id(key);
         let client = self.client().await?;
         let err = |e| self.pg_err("inspect of", key, e);
-        let stmt = client
-            .prepare_cached(&self.sql.inspect)
-            .await
+        let stmt = self
+            .answer("inspect", client.prepare_cached(&self.sql.inspect))
+            .await?
             .map_err(err)?;
-        let Some(row) = client
-            .query_opt(&stmt, &[&id.as_ref()])
-            .await
+        let Some(row) = self
+            .answer("inspect", client.query_opt(&stmt, &[&id.as_ref()]))
+            .await?
             .map_err(err)?
         else {
             return Ok(None);
@@ -136,13 +132,19 @@ impl PostgresStore {
         let id = stored_id(key);
         let client = self.client().await?;
         let err = |e| self.pg_err("delete of", key, e);
-        let stmt = client
-            .prepare_cached(&self.sql.delete_if)
-            .await
+        let stmt = self
+            .answer(
+                "a conditional delete",
+                client.prepare_cached(&self.sql.delete_if),
+            )
+            .await?
             .map_err(err)?;
-        let deleted = client
-            .execute(&stmt, &[&id.as_ref(), &status.as_str()])
-            .await
+        let deleted = self
+            .answer(
+                "a conditional delete",
+                client.execute(&stmt, &[&id.as_ref(), &status.as_str()]),
+            )
+            .await?
             .map_err(err)?;
         Ok(deleted == 1)
     }

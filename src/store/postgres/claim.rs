@@ -13,18 +13,18 @@ impl PostgresStore {
         effects: &[PgEffect],
     ) -> Result<(), Error> {
         for (i, effect) in effects.iter().enumerate() {
-            let stmt = txn
-                .prepare_cached(&effect.sql)
-                .await
+            let stmt = self
+                .answer("an effect", txn.prepare_cached(&effect.sql))
+                .await?
                 .map_err(|e| effect_err(i, e, key, &self.sql.table))?;
             let params: Vec<&(dyn ToSql + Sync)> = effect
                 .params
                 .iter()
                 .map(|p| p.as_ref() as &(dyn ToSql + Sync))
                 .collect();
-            let rows = txn
-                .execute(&stmt, &params)
-                .await
+            let rows = self
+                .answer("an effect", txn.execute(&stmt, &params))
+                .await?
                 .map_err(|e| effect_err(i, e, key, &self.sql.table))?;
             if let Some(expected) = effect.expect_rows
                 && rows != expected
@@ -53,11 +53,17 @@ impl PostgresStore {
     ) -> Result<(), Error> {
         let mut client = self.client().await?;
         let err = |e| map_pg_err("completion of", key, &self.sql.table, e);
-        let txn = client.transaction().await.map_err(err)?;
-        let lock = txn.prepare_cached(&self.sql.lock).await.map_err(err)?;
-        let row = txn
-            .query_opt(&lock, &[&id, &token.as_str()])
-            .await
+        let txn = self
+            .answer("completion", client.transaction())
+            .await?
+            .map_err(err)?;
+        let lock = self
+            .answer("completion", txn.prepare_cached(&self.sql.lock))
+            .await?
+            .map_err(err)?;
+        let row = self
+            .answer("completion", txn.query_opt(&lock, &[&id, &token.as_str()]))
+            .await?
             .map_err(err)?;
         let status: Option<String> = match row {
             Some(row) => row.try_get(0).map_err(err)?,
@@ -70,19 +76,25 @@ impl PostgresStore {
             _ => return Err(Error::lost_claim(key)),
         }
         self.run_effects(&txn, key, &effects).await?;
-        let complete = txn.prepare_cached(&self.sql.complete).await.map_err(err)?;
-        let updated = txn
-            .execute(
-                &complete,
-                &[&id, &token.as_str(), &epoch_millis(expires_at), &response],
+        let complete = self
+            .answer("completion", txn.prepare_cached(&self.sql.complete))
+            .await?
+            .map_err(err)?;
+        let updated = self
+            .answer(
+                "completion",
+                txn.execute(
+                    &complete,
+                    &[&id, &token.as_str(), &epoch_millis(expires_at), &response],
+                ),
             )
-            .await
+            .await?
             .map_err(err)?;
         if updated != 1 {
             // Cannot happen while we hold the row lock; refuse rather than commit effects alone.
             return Err(Error::lost_claim(key));
         }
-        txn.commit().await.map_err(err)
+        self.answer("completion", txn.commit()).await?.map_err(err)
     }
 }
 
@@ -100,7 +112,7 @@ impl ClaimStore for PostgresStore {
     }
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
-        self.bounded("claim", self.claim_unbounded(req)).await
+        self.claim_sql(req).await
     }
 
     async fn complete_with(
@@ -118,35 +130,27 @@ impl ClaimStore for PostgresStore {
             ..
         } = completion;
         let response = response.as_ref().map(StoredResponse::as_str);
-        self.bounded(
-            "completion",
-            self.complete_unbounded(key, token, expires_at, response, effects),
-        )
-        .await
-    }
-
-    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
-        self.bounded("release", self.release_unbounded(key, token))
+        self.complete_sql(key, token, expires_at, response, effects)
             .await
     }
 
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+        self.release_sql(key, token).await
+    }
+
     /// One SQL transaction on one connection: the claim written completed, the effects, the
-    /// commit (see `claim_completed_unbounded`).
+    /// commit (see `claim_completed_sql`).
     async fn claim_completed(
         &self,
         req: ClaimRequest<'_>,
         effects: Effects<PgEffect>,
     ) -> Result<OneShotWrite, Error> {
-        self.bounded(
-            "one-shot commit",
-            self.claim_completed_unbounded(req, effects),
-        )
-        .await
+        self.claim_completed_sql(req, effects).await
     }
 }
 
 impl PostgresStore {
-    async fn claim_unbounded(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
+    async fn claim_sql(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         let client = self.client().await?;
         self.claim_on(
             &client,
@@ -175,20 +179,26 @@ impl PostgresStore {
         } else {
             &self.sql.claim_completed
         };
-        let stmt = client.prepare_cached(sql).await.map_err(err)?;
-        let row = client
-            .query_one(
-                &stmt,
-                &[
-                    &id.as_ref(),
-                    &token.as_str(),
-                    &lease_until.map(epoch_millis),
-                    &epoch_millis(expires_at),
-                    &req.fingerprint,
-                    &epoch_millis(req.now),
-                ],
+        let stmt = self
+            .answer("claim", client.prepare_cached(sql))
+            .await?
+            .map_err(err)?;
+        let row = self
+            .answer(
+                "claim",
+                client.query_one(
+                    &stmt,
+                    &[
+                        &id.as_ref(),
+                        &token.as_str(),
+                        &lease_until.map(epoch_millis),
+                        &epoch_millis(expires_at),
+                        &req.fingerprint,
+                        &epoch_millis(req.now),
+                    ],
+                ),
             )
-            .await
+            .await?
             .map_err(err)?;
         let bad = |e| bad_row(req.key, &self.sql.table, e);
         let won: bool = row.try_get(0).map_err(bad)?;
@@ -225,14 +235,17 @@ impl PostgresStore {
     /// One transaction: the claim written as completed, then the effects; committed only if
     /// every effect passed. A claim that finds the key taken writes nothing, and the
     /// transaction is dropped (rolled back) with it.
-    async fn claim_completed_unbounded(
+    async fn claim_completed_sql(
         &self,
         req: ClaimRequest<'_>,
         effects: Effects<PgEffect>,
     ) -> Result<OneShotWrite, Error> {
         let mut client = self.client().await?;
         let err = |e| map_pg_err("one-shot commit of", req.key, &self.sql.table, e);
-        let txn = client.transaction().await.map_err(err)?;
+        let txn = self
+            .answer("one-shot commit", client.transaction())
+            .await?
+            .map_err(err)?;
         let token = ClaimToken::generate();
         match self
             .claim_on(&txn, req, &token, req.expires_at, None)
@@ -245,11 +258,13 @@ impl PostgresStore {
             }
         }
         self.run_effects(&txn, req.key, effects.as_slice()).await?;
-        txn.commit().await.map_err(err)?;
+        self.answer("one-shot commit", txn.commit())
+            .await?
+            .map_err(err)?;
         Ok(OneShotWrite::Committed)
     }
 
-    async fn complete_unbounded(
+    async fn complete_sql(
         &self,
         key: &str,
         token: &ClaimToken,
@@ -265,21 +280,24 @@ impl PostgresStore {
         }
         let client = self.client().await?;
         let err = |e| self.pg_err("completion of", key, e);
-        let stmt = client
-            .prepare_cached(&self.sql.complete)
-            .await
+        let stmt = self
+            .answer("completion", client.prepare_cached(&self.sql.complete))
+            .await?
             .map_err(err)?;
-        let updated = client
-            .execute(
-                &stmt,
-                &[
-                    &id.as_ref(),
-                    &token.as_str(),
-                    &epoch_millis(expires_at),
-                    &response,
-                ],
+        let updated = self
+            .answer(
+                "completion",
+                client.execute(
+                    &stmt,
+                    &[
+                        &id.as_ref(),
+                        &token.as_str(),
+                        &epoch_millis(expires_at),
+                        &response,
+                    ],
+                ),
             )
-            .await
+            .await?
             .map_err(err)?;
         if updated == 1 {
             return Ok(());
@@ -289,13 +307,16 @@ impl PostgresStore {
         // the token is unique to this claim and only its holder ever completes it: if a row
         // with our token is completed now, our earlier attempt did it, and no other writer can
         // turn a lost claim back into ours between the two statements.
-        let stmt = client
-            .prepare_cached(&self.sql.completed_by)
-            .await
+        let stmt = self
+            .answer("completion", client.prepare_cached(&self.sql.completed_by))
+            .await?
             .map_err(err)?;
-        let row = client
-            .query_opt(&stmt, &[&id.as_ref(), &token.as_str()])
-            .await
+        let row = self
+            .answer(
+                "completion",
+                client.query_opt(&stmt, &[&id.as_ref(), &token.as_str()]),
+            )
+            .await?
             .map_err(err)?;
         let status: Option<String> = match row {
             Some(row) => row
@@ -309,17 +330,20 @@ impl PostgresStore {
         }
     }
 
-    async fn release_unbounded(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
+    async fn release_sql(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         let id = stored_id(key);
         let client = self.client().await?;
         let err = |e| self.pg_err("release of", key, e);
-        let stmt = client
-            .prepare_cached(&self.sql.release)
-            .await
+        let stmt = self
+            .answer("release", client.prepare_cached(&self.sql.release))
+            .await?
             .map_err(err)?;
-        let deleted = client
-            .execute(&stmt, &[&id.as_ref(), &token.as_str()])
-            .await
+        let deleted = self
+            .answer(
+                "release",
+                client.execute(&stmt, &[&id.as_ref(), &token.as_str()]),
+            )
+            .await?
             .map_err(err)?;
         if deleted == 1 {
             Ok(())

@@ -97,12 +97,17 @@
 //!
 //! `tokio-postgres` has no query timeout: a server behind a network partition (or a security
 //! group change) neither answers nor resets the connection, and a query waits forever. So
-//! every store call (claim, complete, release, migrate, prune) is bounded on the client
-//! ([`PostgresSettings::call_timeout`], default 5 s, also for a pool passed to
-//! [`PostgresStore::new`]) and fails with [`ErrorKind::StoreUnavailable`] "no answer from
-//! PostgreSQL within ...": the statement may or may not have run, which the claim protocol
-//! makes safe (a claim that landed is held until its lease lapses; a repeated completion is a
-//! no-op). [`PostgresStore::connect_with`] also sets, on each connection:
+//! every store call (claim, complete, release, migrate, prune) is bounded on the client, per
+//! answer: each round trip of the call (a pooled connection, `BEGIN`, a prepare, a statement,
+//! `COMMIT`) must be answered within [`PostgresSettings::call_timeout`] (default 5 s, also for
+//! a pool passed to [`PostgresStore::new`]), or the call fails with
+//! [`ErrorKind::StoreUnavailable`] "no answer from PostgreSQL within ...": the statement may or
+//! may not have run, which the claim protocol makes safe (a claim that landed is held until its
+//! lease lapses; a repeated completion is a no-op). Per answer, not per call, is what tells a
+//! dark server from a slow one: a one-shot transaction is four round trips or more, and a server
+//! that answers each of them seconds late (a saturated instance, a congested link) still
+//! answers, so its calls go on; one that stopped answering fails the call one bound after the
+//! round trip it left unanswered. [`PostgresStore::connect_with`] also sets, on each connection:
 //!
 //! * a server-side `statement_timeout` (default 3 s, shorter than the client bound, so a
 //!   statement stuck on a lock is cancelled by the server and reported as such), unless the
@@ -291,13 +296,13 @@ impl PostgresStore {
         Ok(PostgresStore::new(pool).with_call_timeout(settings.call_timeout))
     }
 
-    /// Sets the client-side bound on each store call (see "Timeouts" in the module docs).
+    /// Sets the client-side bound on each answer of a store call (see "Timeouts" in the module docs).
     pub(crate) fn with_call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
         self
     }
 
-    /// The client-side bound on each store call.
+    /// The client-side bound on each answer of a store call (see "Timeouts" in the module docs).
     pub fn call_timeout(&self) -> Duration {
         self.call_timeout
     }
@@ -307,7 +312,10 @@ impl PostgresStore {
     /// store call here does).
     ///
     /// Public for statements of your own beside the store's (a business table read at start-up,
-    /// say), so that they are bounded and worded like the store's.
+    /// say), so that they are bounded and worded like the store's. Bound each round trip on its
+    /// own (the pooled connection, a prepare, the statement), as the store bounds its own calls
+    /// (see "Timeouts" in the module docs): one bound around several round trips would give up
+    /// on a server that answers each of them late, but answers.
     pub async fn bounded<T>(
         &self,
         op: &str,
@@ -315,18 +323,36 @@ impl PostgresStore {
     ) -> Result<T, Error> {
         match tokio::time::timeout(self.call_timeout, call).await {
             Ok(result) => result,
-            Err(_) => Err(Error::new(
-                ErrorKind::StoreUnavailable,
-                format!(
-                    "no answer from PostgreSQL within {} ms during {op} (table {:?}): the server \
-                     or the network is down or partitioned; the statement may or may not have \
-                     run",
-                    self.call_timeout.as_millis(),
-                    self.sql.table
-                ),
-            )
-            .no_answer()),
+            Err(_) => Err(self.no_answer(op)),
         }
+    }
+
+    /// Waits for one answer of the server (a `BEGIN`, a prepare, a statement, a `COMMIT`) for
+    /// at most the call timeout. A store call is a few of these in a row: each answer that
+    /// comes late but within the bound keeps the call going (a slow server is used, slowly),
+    /// and an answer that does not come within it ends the call as no answer (a dark server).
+    pub(super) async fn answer<T, E>(
+        &self,
+        op: &str,
+        request: impl Future<Output = Result<T, E>>,
+    ) -> Result<Result<T, E>, Error> {
+        tokio::time::timeout(self.call_timeout, request)
+            .await
+            .map_err(|_| self.no_answer(op))
+    }
+
+    fn no_answer(&self, op: &str) -> Error {
+        Error::new(
+            ErrorKind::StoreUnavailable,
+            format!(
+                "no answer from PostgreSQL within {} ms during {op} (table {:?}): the server \
+                 or the network is down or partitioned; the statement may or may not have \
+                 run",
+                self.call_timeout.as_millis(),
+                self.sql.table
+            ),
+        )
+        .no_answer()
     }
 
     /// Uses `table` (a plain identifier, or `schema.table`) instead of the default.

@@ -10,7 +10,8 @@ use super::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PostgresSettings {
-    /// The client-side bound on each store call, pool wait and connect included. Default 5 s.
+    /// The client-side bound on each answer of a store call (each round trip, a pool wait and a
+    /// connect included): see "Timeouts" in the module docs. Default 5 s.
     pub call_timeout: Duration,
     /// The server-side `statement_timeout` set on each connection (`None`: leave the server's
     /// or the URL's). Default 3 s.

@@ -22,11 +22,15 @@ pub(super) fn map_err(op: &str, key: &str, e: RedisError) -> Error {
     let key = short(key);
     if transient {
         let silent = e.is_timeout();
-        let e = Error::with_source(
-            ErrorKind::StoreUnavailable,
-            format!("Redis unavailable during {op} {key:?}; check the server and the network"),
-            e,
-        );
+        let message = if silent {
+            format!(
+                "no answer from Redis within the client's timeout during {op} {key:?}: the \
+                 server or the network is down or partitioned"
+            )
+        } else {
+            format!("Redis unavailable during {op} {key:?}; check the server and the network")
+        };
+        let e = Error::with_source(ErrorKind::StoreUnavailable, message, e);
         // No reply within the connection's response timeout: the server is silent.
         if silent { e.no_answer() } else { e }
     } else {

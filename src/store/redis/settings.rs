@@ -3,14 +3,16 @@
 use super::*;
 
 /// Timeouts and retries for the connections the `connect*` constructors make: short enough that
-/// a dead server surfaces as `StoreUnavailable` well within a Lambda invocation, long enough
-/// that a busy one is not abandoned. An ambiguous timeout is safe: a claim that did land is seen
-/// as held until its lease lapses, and a repeated completion is a no-op.
+/// a dead server surfaces as `StoreUnavailable` well within a Lambda invocation (4 s without an
+/// answer), long enough that a slow one, answering seconds late, is still used. An ambiguous
+/// timeout is safe: a claim that did land is seen as held until its lease lapses, and a
+/// repeated completion is a no-op. One retry of a failed connect (a dark server at start-up
+/// costs about two connection timeouts, inside the start-up bound).
 pub(super) fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(2)))
-        .set_response_timeout(Some(Duration::from_secs(2)))
-        .set_number_of_retries(2)
+        .set_connection_timeout(Some(Duration::from_secs(4)))
+        .set_response_timeout(Some(Duration::from_secs(4)))
+        .set_number_of_retries(1)
         .set_max_delay(Duration::from_millis(500))
 }
 

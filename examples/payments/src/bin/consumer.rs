@@ -10,7 +10,7 @@
 //!
 //! At startup it checks that the store's tables exist and answer, so a misconfiguration is one
 //! clear log line rather than a failure per message. The check is bounded
-//! (`SQS_CLAIM_STARTUP_TIMEOUT_MS`, default 5 s): a store that does not answer stops the
+//! (`SQS_CLAIM_STARTUP_TIMEOUT_MS`, default 15 s, and each round trip by the store's own timeout): a store that does not answer stops the
 //! consumer with one error line and a non-zero exit. It runs beside the runtime's first
 //! `GET /runtime/invocation/next` rather than before it (`sqs_claim::lambda::run_when_ready`),
 //! so its round trip to the store is not part of the cold start; the first event waits for its

@@ -48,7 +48,7 @@ $SQS_CLAIM_TABLE, else sqlite:.sqs-claim/claims.db: a flag beats the environment
 
 DynamoDB endpoint, region and credentials come from the standard AWS environment \
 (AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and \
-checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 5000). The consumer's other \
+checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 15000). The consumer's other \
 settings (SQS_CLAIM_KEY, SQS_CLAIM_NAMESPACE, ...) are read from the environment as the Lambda \
 reads them. RUST_LOG=info shows the processor's logs on stderr.";
 
