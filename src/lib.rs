@@ -63,7 +63,8 @@
 //! ## Stores
 //!
 //! All stores keep one contract, written once in [`store`] and proven for each by
-//! `store::conformance` (feature `conformance`) against the real server:
+//! the conformance suite (`sqs_claim_testkit::conformance`, the test kit's feature `store`)
+//! against the real server:
 //! [`MemoryStore`] (unit tests), `DynamoDbStore` (feature `dynamodb`, the production default),
 //! `SqliteStore` (feature `sqlite`), `RedisStore` and `TieredStore` (feature `redis`),
 //! `PostgresStore` (feature `postgres`), each in its module under [`store`].
@@ -82,7 +83,6 @@
 //! | `sqlite` | no | the embedded SQLite store (local runs, the CLI) |
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
-//! | `conformance` | no | the store contract's test suite (`store::conformance`), for your own `ClaimStore` |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |

@@ -14,12 +14,12 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use sqs_claim::store::MemoryEffect;
-use sqs_claim::store::conformance::{self, EffectProbe, request};
 use sqs_claim::store::{
     AnyEffect, BoxStore, CachedStore, Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken,
     Completion, Effects, Inspected, OneShotWrite, Packed, Status, StoreAdmin,
 };
 use sqs_claim::{BoxError, Error, ErrorKind, MemoryStore, Message, Processor};
+use sqs_claim_testkit::conformance::{self, EffectProbe, request};
 use tower::service_fn;
 
 /// Memory effects, boxed: `write` inserts its marker in a shared set, `rejected` refuses.

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use sqs_claim::store::MemoryEffect;
-use sqs_claim::store::conformance::{self, request};
 use sqs_claim::store::{
     CachedStore, Claim, ClaimRequest, ClaimStore, Completion, Effects, OneShotWrite, StoreAdmin,
     StoredResponse,
 };
 use sqs_claim::{Error, ErrorKind, MemoryStore, Message, Processor};
+use sqs_claim_testkit::conformance::{self, request};
 // The spy counts the requests that reach the store behind the cache.
 use sqs_claim_testkit::store::{Action, Method, Spy};
 

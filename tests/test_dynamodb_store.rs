@@ -12,10 +12,10 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::dynamodb::DynamoDbAttributes;
 use sqs_claim::store::{Claim, ClaimRequest};
 use sqs_claim::{ClaimStore, DynamoDbStore};
+use sqs_claim_testkit::conformance::{self, EffectProbe};
 
 fn endpoint() -> String {
     std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8000".into())

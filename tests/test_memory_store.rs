@@ -11,12 +11,12 @@ use std::time::{Duration, SystemTime};
 
 use common::*;
 use sqs_claim::store::MemoryEffect;
-use sqs_claim::store::conformance::request;
-use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{Claim, ClaimStore, ClaimToken, Completion, Effects, Status};
 use sqs_claim::{
     BoxError, Clock, ErrorKind, FailureKind, Lease, MemoryStore, Message, Outcome, Processor,
 };
+use sqs_claim_testkit::conformance::request;
+use sqs_claim_testkit::conformance::{self, EffectProbe};
 use tokio::sync::{Notify, oneshot};
 use tower::service_fn;
 

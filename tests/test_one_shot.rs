@@ -134,9 +134,9 @@ async fn failures_write_nothing_and_are_reported() {
 async fn a_key_held_elsewhere_is_retried_and_left_alone() {
     let store = counting();
     let now = SystemTime::now();
-    let token = sqs_claim::store::conformance::acquire(
+    let token = sqs_claim_testkit::conformance::acquire(
         store.get_ref(),
-        sqs_claim::store::conformance::request("t#held", now),
+        sqs_claim_testkit::conformance::request("t#held", now),
     )
     .await;
     let balance = Arc::new(AtomicI64::new(0));

@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::conformance::{self, EffectProbe};
-use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 use sqs_claim::{ErrorKind, PgEffect, PostgresStore};
+use sqs_claim_testkit::conformance::{self, EffectProbe};
+use sqs_claim_testkit::conformance::{acquire, request};
 
 mod support;
 

@@ -10,10 +10,10 @@ use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 use sqs_claim::ErrorKind;
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::conformance::request;
-use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{Claim, ClaimStore, Completion, Effects, StoredResponse};
 use sqs_claim::{SqlEffect, SqlValue, SqliteStore};
+use sqs_claim_testkit::conformance::request;
+use sqs_claim_testkit::conformance::{self, EffectProbe};
 
 /// A database file in a temp dir of its own, removed with the dir (and so with the WAL and
 /// shared-memory files SQLite puts beside it) on drop.

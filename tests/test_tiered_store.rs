@@ -8,9 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::conformance::{self, EffectProbe};
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, StoredResponse};
 use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
+use sqs_claim_testkit::conformance::{self, EffectProbe};
 use sqs_claim_testkit::store::{Action, Method, Spy};
 
 mod support;

@@ -92,8 +92,6 @@ pub mod admin;
 pub mod boxed;
 pub mod cached;
 mod capabilities;
-#[cfg(feature = "conformance")]
-pub mod conformance;
 mod memory;
 
 #[cfg(feature = "dynamodb")]
@@ -600,8 +598,7 @@ pub fn epoch_millis(t: SystemTime) -> i64 {
         feature = "dynamodb",
         feature = "sqlite",
         feature = "redis",
-        feature = "postgres",
-        feature = "conformance"
+        feature = "postgres"
     )),
     allow(dead_code)
 )]

@@ -12,6 +12,7 @@
 //! | [`emf`] | a checker for CloudWatch Embedded Metric Format lines, after the specification's rules |
 //! | [`local`] | where the local stand-ins are (DynamoDB Local, Redis, PostgreSQL, from the environment), unique names for fresh tables, and (feature `dynamodb`) a DynamoDB Local client |
 //! | `store` | (feature `store`) `Spy`: a claim store in front of another that counts each call and lets a test delay, hang or fail it, or lose its answer |
+//! | `conformance` | (feature `store`) the store contract's test suite: run it against your own `ClaimStore` on its real server |
 //! | `strategies` | (feature `proptest`) generators of hostile bodies and SQS-shaped records, and a marker no error text may ever contain |
 //!
 //! # Testing a consumer
@@ -40,10 +41,13 @@
 //! |---------|---------|------|
 //! | `proptest` | no | `strategies` |
 //! | `dynamodb` | no | [`local::dynamodb_client`](local) (`aws-sdk-dynamodb`) |
-//! | `store` | no | `store` (`sqs-claim`, without its default features) |
+//! | `store` | no | `store` and `conformance` (`sqs-claim`, without its default features) |
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod conflict;
+#[cfg(feature = "store")]
+#[cfg_attr(docsrs, doc(cfg(feature = "store")))]
+pub mod conformance;
 pub mod emf;
 pub mod envelope;
 pub mod fault;

@@ -95,8 +95,8 @@ mod dynamodb {
     use super::*;
     use sqs_claim::aws_sdk_dynamodb::Client;
     use sqs_claim::aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_claim::store::conformance;
     use sqs_claim::{ClaimStore, DynamoDbStore, Effects};
+    use sqs_claim_testkit::conformance;
 
     fn client() -> Client {
         super::dynamodb_local::dynamodb_client(&super::dynamodb_local::dynamodb_endpoint())

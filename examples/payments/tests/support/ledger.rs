@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use payments::{Ledger, Payment};
 use sqs_claim::ErrorKind;
-use sqs_claim::store::conformance::{acquire, request};
 use sqs_claim::store::{ClaimStore, Completion, Effects};
+use sqs_claim_testkit::conformance::{acquire, request};
 
 /// Claims a fresh key and completes it with one credit; the completion's result.
 async fn credit<L: Ledger>(ledger: &L, account: &str, amount: i64) -> Result<(), sqs_claim::Error> {

@@ -216,7 +216,8 @@ pub(super) async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S,
             _ => vec![probe.write(&marker(&keys[i]))].into(),
         }
     };
-    let mut answers: Vec<Option<Result<OneShotWrite, crate::Error>>> = vec![None, None, None, None];
+    let mut answers: Vec<Option<Result<OneShotWrite, sqs_claim::Error>>> =
+        vec![None, None, None, None];
     for round in 0.. {
         let pending: Vec<usize> = (0..4).filter(|i| answers[*i].is_none()).collect();
         if pending.is_empty() {

@@ -167,7 +167,7 @@ pub(super) async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) 
     }
 }
 
-/// A response of exactly [`Capabilities::max_response_bytes`](crate::store::Capabilities::max_response_bytes) is stored and replayed whole, even
+/// A response of exactly [`Capabilities::max_response_bytes`](sqs_claim::store::Capabilities::max_response_bytes) is stored and replayed whole, even
 /// under a key past DynamoDB's key limit; one byte more is refused with `ResponseTooLarge`,
 /// writes nothing, and leaves the claim in progress with its owner, who can release it.
 pub(super) async fn response_size_limit<S: ClaimStore>(store: &S) {

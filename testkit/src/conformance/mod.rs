@@ -1,9 +1,9 @@
 //! The shared conformance suite: the store contract, as executable checks.
 //!
-//! Available with the `conformance` feature: the store contract's test suite, for your own
-//! [`ClaimStore`]. Enable it in your `[dev-dependencies]`
-//! (`sqs-claim = { version = "…", features = ["conformance"] }`) and call [`run_all`] from a test
-//! against your backend.
+//! The store contract's test suite, for your own [`ClaimStore`] (feature `store` of the kit).
+//! Add the kit to your `[dev-dependencies]`
+//! (`sqs-claim-testkit = { version = "…", features = ["store"] }`) and call [`run_all`] from a
+//! test against your backend.
 //!
 //! Every store's integration test calls [`run_all`] (and [`run_effects`] where the store
 //! supports effects, and [`run_admin`] for its [`StoreAdmin`]) against the real server. A
@@ -17,7 +17,7 @@
 //! ```no_run
 //! # async fn demo() {
 //! let store = sqs_claim::MemoryStore::new();
-//! sqs_claim::store::conformance::run_all(&store).await;
+//! sqs_claim_testkit::conformance::run_all(&store).await;
 //! # }
 //! ```
 
@@ -27,11 +27,11 @@ use std::time::{Duration, SystemTime};
 use futures::future::join_all;
 use futures::stream::{self, StreamExt};
 
-use super::{
+use sqs_claim::ErrorKind;
+use sqs_claim::store::{
     Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite, Packed, Status,
     StoreAdmin, StoredResponse,
 };
-use crate::ErrorKind;
 
 mod admin;
 mod claim;
@@ -65,8 +65,11 @@ fn prefix(check: &str) -> String {
 
 /// A time in whole seconds, so second-granularity stores (DynamoDB's TTL) compare exactly.
 fn base_time() -> SystemTime {
-    let now = super::epoch_seconds(SystemTime::now());
-    super::from_epoch_seconds(now)
+    let secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
 }
 
 /// A claim request for `key` at `now` with the suite's lease (30 s) and TTL (1 h), and no
@@ -123,7 +126,10 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     one_shot_race(store, 50, 16).await;
 }
 
-fn completed_record(found: Result<Claim, crate::Error>, why: &str) -> super::ClaimRecord {
+fn completed_record(
+    found: Result<Claim, sqs_claim::Error>,
+    why: &str,
+) -> sqs_claim::store::ClaimRecord {
     match found {
         Ok(Claim::Completed(record)) => record,
         other => panic!("{why}: expected Completed, got {other:?}"),

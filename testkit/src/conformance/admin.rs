@@ -205,7 +205,7 @@ pub(super) async fn init_is_idempotent<S: ClaimStore + StoreAdmin>(store: &S) {
 pub(super) async fn inspect<S: StoreAdmin>(
     store: &S,
     key: &str,
-) -> Option<crate::store::Inspected> {
+) -> Option<sqs_claim::store::Inspected> {
     store
         .inspect(key)
         .await
