@@ -31,7 +31,8 @@
 //! payments on a store that goes silent right after the start-up check, as `payments invoke`
 //! (no deadline) and as the `consumer` under a Lambda deadline: every message reported for
 //! retry (those not started at once, "store dark"), healed, each credited exactly once; and 60
-//! on a store that answers every call late, under its timeout: all processed. The time each
+//! on a store whose every answer comes 1-3 s late (each under the store's bound on one answer):
+//! all processed, none reported. The tiered store's dark run darkens both tiers. The time each
 //! took is printed beside the bound (one store timeout plus 1 s).
 //!
 //! Not run by plain `cargo test` (it prints a skip line): `SQS_CLAIM_CHAOS=1` turns it on.
