@@ -3,7 +3,8 @@
 front of the `consumer`'s and `payments`' code (the app's build.rs passes it to the linker in
 release builds; docs/performance.md, "The code a batch runs, together").
 
-    scripts/hot-text.py [--bin-dir DIR] [--n 200] [--out examples/payments/hot-text.ld]
+    scripts/hot-text.py [--bin-dir DIR] [--deployed CONSUMER] [--n 200]
+                        [--out examples/payments/hot-text.ld]
 
 Runs, under valgrind's callgrind (which lists every function executed), the binaries of
 `cargo build --release -p payments --features cli,rss-floor --bins` (the build
@@ -11,6 +12,11 @@ scripts/measure-rss.py measures; default $CARGO_TARGET_DIR/release) on the workl
 scripts/measure-rss.py measures: the `consumer` under a fake Runtime API and `payments invoke`,
 on DynamoDB Local (SQS_CLAIM_DYNAMODB_ENDPOINT / AWS_ENDPOINT_URL_DYNAMODB) and on SQLite, the
 consumer both on its default runtime and with AWS_LAMBDA_MAX_CONCURRENCY (the multi-thread one).
+
+`--deployed` names a `consumer` built as it is deployed (`cargo build --release -p payments --bin
+consumer`: without the feature `cli`, so with other symbol hashes), profiled on the same
+consumer workloads and written beside the first build's (its names do not match there, nor the
+first build's in it, so each build finds its own).
 
 A function's section is named by its mangled symbol, whose hash (`17h<16 hex>E`) changes with
 the crate's features and dependencies. Where only one function of the profiled binary has a
@@ -108,6 +114,7 @@ def main():
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     ap.add_argument("--bin-dir", default=os.path.join(target, "release"))
     ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--deployed", default=None, help="a consumer built without `cli`")
     ap.add_argument("--out", default=os.path.join(ROOT, "examples", "payments", "hot-text.ld"))
     args = ap.parse_args()
     if not shutil.which("valgrind"):
@@ -130,8 +137,9 @@ def main():
             subprocess.run([payments, "init", "--store", url], env=env, check=True,
                            capture_output=True)
             for i, extra in enumerate(({}, {"AWS_LAMBDA_MAX_CONCURRENCY": "1"})):
-                workloads.append((f"consumer {store} {extra}", profile_consumer(
-                    consumer, env, args.n, f"{run}-{store}-c{i}", extra)))
+                for j, binary in enumerate([consumer] + ([args.deployed] if args.deployed else [])):
+                    workloads.append((f"{binary} {store} {extra}", profile_consumer(
+                        binary, env, args.n, f"{run}-{store}-c{i}{j}", extra)))
             workloads.append((f"invoke {store}", profile_invoke(
                 payments, env, args.n, f"{run}-{store}-i", url, tmp)))
             print(f"   profiled {store}", file=sys.stderr)
@@ -141,7 +149,7 @@ def main():
 
     # The symbols of the profiled binaries, and how many functions share each hash-less path.
     sizes, shared = {}, collections.Counter()
-    for b in (consumer, payments):
+    for b in [consumer, payments] + ([args.deployed] if args.deployed else []):
         nm = subprocess.run(["nm", "-S", "--defined-only", b], capture_output=True, text=True,
                             check=True).stdout
         for line in nm.splitlines():
