@@ -17,7 +17,8 @@ default http://127.0.0.1:8000), tables `rss-<run>`; SQLite in a temporary direct
 Binaries from --bin-dir (default $CARGO_TARGET_DIR/release, else target/release): `payments`
 `consumer` and the floor `rss-floor`, all three from
 `cargo build --release -p payments --features cli,rss-floor --bins`.
-Prints the median peak of each and its ratio to the floor's.
+Prints the median peak of each and its ratio to the floor's, and the median CPU (user + system,
+exec through the batch; getrusage of the process) of each.
 """
 
 import argparse
@@ -64,15 +65,20 @@ def event(n, tag):
     return {"Records": records}
 
 
+CPU = {}  # the last process's CPU seconds (user + system), by command name
+
+
 def timed_maxrss(cmd, env, stdin=None):
     """Runs cmd under /usr/bin/time and returns (its max RSS in KiB, stdout, stderr)."""
-    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS %M"] + cmd, env=env, stdin=stdin,
+    p = subprocess.run(["/usr/bin/time", "-f", "MAXRSS %M %U %S"] + cmd, env=env, stdin=stdin,
                        capture_output=True, text=True, timeout=300)
     lines = p.stderr.strip().splitlines()
     rss = [l for l in lines if l.startswith("MAXRSS ")]
     if p.returncode != 0 or not rss:
         sys.exit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return int(rss[-1].split()[1]), p.stdout, "\n".join(l for l in lines if not l.startswith("MAXRSS "))
+    f = rss[-1].split()
+    CPU[os.path.basename(cmd[0])] = float(f[2]) + float(f[3])
+    return int(f[1]), p.stdout, "\n".join(l for l in lines if not l.startswith("MAXRSS "))
 
 
 class FakeRuntime:
@@ -163,7 +169,10 @@ def lambda_peak(cmd, env, ev_bytes):
         hwm = vm(p.pid, "VmHWM")
     finally:
         p.kill()
-        p.wait()
+        # The CPU of the whole run (it idles once the response is posted), in microseconds.
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = status
+        CPU[os.path.basename(cmd[0])] = usage.ru_utime + usage.ru_stime
         rt.stop()
     return hwm, rt.response
 
@@ -216,7 +225,8 @@ def main():
         "AWS_REGION": "us-east-1",
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    for k in ("MALLOC_ARENA_MAX",):  # a what-if, passed through when set
+    for k in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES",
+              "AWS_LAMBDA_MAX_CONCURRENCY"):  # what-ifs, passed through when set
         if k in os.environ:
             base[k] = os.environ[k]
     run_id = uuid.uuid4().hex[:8]
@@ -235,6 +245,7 @@ def main():
             env["SQS_CLAIM_STORE"] = url
             timed_maxrss([payments, "init", "--store", url], env)
             rows = {"floor (file)": [], "payments invoke": [], "floor (runtime)": [], "consumer": []}
+            cpu = {k: [] for k in rows}
             for r in range(args.runs):
                 path = os.path.join(tmp, f"ev-{store}-{r}.json")
                 ev = event(args.n, f"{run_id}-{store}-{r}")
@@ -243,14 +254,17 @@ def main():
                     f.write(data)
                 kib, _, _ = timed_maxrss([floor, "--event", path], env)
                 rows["floor (file)"].append(kib)
+                cpu["floor (file)"].append(CPU[os.path.basename(floor)])
                 kib, out, err = timed_maxrss([payments, "invoke", path, "--store", url], env)
                 if json.loads(out).get("batchItemFailures"):
                     sys.exit(f"payments invoke reported failures:\n{out[:2000]}\n{err[-2000:]}")
                 rows["payments invoke"].append(kib)
+                cpu["payments invoke"].append(CPU["payments"])
                 if args.no_consumer:
                     continue
                 kib, _ = lambda_peak([floor], env, data)
                 rows["floor (runtime)"].append(kib)
+                cpu["floor (runtime)"].append(CPU[os.path.basename(floor)])
                 # The consumer on fresh ids of its own (the same shape and size).
                 ev2 = json.dumps(event(args.n, f"{run_id}-{store}-{r}-c")).encode()
                 env_c = dict(env)
@@ -259,6 +273,7 @@ def main():
                 if not resp[0].endswith("/response") or json.loads(resp[1]).get("batchItemFailures"):
                     sys.exit(f"consumer answered {resp[0]}: {resp[1][:2000]!r}")
                 rows["consumer"].append(kib)
+                cpu["consumer"].append(CPU["consumer"])
             results[store] = rows
             print(f"-- store {url}")
             med = {k: statistics.median(v) for k, v in rows.items() if v}
@@ -268,7 +283,8 @@ def main():
                 f = "floor (file)" if k in ("floor (file)", "payments invoke") else "floor (runtime)"
                 ratio = med[k] / med[f]
                 print(f"   {k:16} median {med[k] / MIB:6.1f} MiB  (runs: "
-                      + ", ".join(f"{x / MIB:.1f}" for x in v) + f")  x{ratio:.2f} of {f}")
+                      + ", ".join(f"{x / MIB:.1f}" for x in v) + f")  x{ratio:.2f} of {f}"
+                      + f"  CPU {statistics.median(cpu[k]) * 1000:.0f} ms")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         if "dynamodb" in stores:

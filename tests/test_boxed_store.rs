@@ -244,11 +244,12 @@ async fn an_effect_of_another_type_fails_the_one_shot_and_writes_nothing() {
 
     // In a pack: that write alone is refused, the others go, in order.
     let probe = Probe::default();
+    let (a, b, c) = (probe.write("a"), wrong_effect(), probe.write("c"));
     let answers = store
         .claim_completed_packed(vec![
-            (request("a", now), Effects::one(probe.write("a"))),
-            (request("b", now), Effects::one(wrong_effect())),
-            (request("c", now), Effects::one(probe.write("c"))),
+            (request("a", now), vec![&a]),
+            (request("b", now), vec![&b]),
+            (request("c", now), vec![&c]),
         ])
         .await;
     assert!(matches!(
@@ -327,11 +328,12 @@ impl ClaimStore for Spy {
 
     async fn claim_completed_packed(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<MemoryEffect>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&MemoryEffect>)>,
     ) -> Vec<Packed> {
         self.packs.fetch_add(1, Ordering::SeqCst);
         let mut answers = Vec::with_capacity(writes.len());
         for (req, effects) in writes {
+            let effects = effects.into_iter().cloned().collect();
             answers.push(Packed::Answered(
                 self.inner.claim_completed(req, effects).await,
             ));
@@ -402,8 +404,8 @@ async fn every_method_with_a_default_is_forwarded() {
 
     let answers = store
         .claim_completed_packed(vec![
-            (request("p1", now), Effects::one(effect.clone())),
-            (request("p2", now), Effects::none()),
+            (request("p1", now), vec![&effect]),
+            (request("p2", now), vec![]),
         ])
         .await;
     assert_eq!(answers.len(), 2);

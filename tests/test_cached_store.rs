@@ -341,9 +341,9 @@ async fn packed_one_shot_writes_answer_cached_keys_and_cache_the_rest() {
     let refused = MemoryEffect::conditional(|| Err("no".to_owned()), || {});
     let answers = store
         .claim_completed_packed(vec![
-            (request("old", at(1)), Effects::none()),
-            (request("refused", at(1)), Effects::one(refused)),
-            (request("new", at(1)), Effects::none()),
+            (request("old", at(1)), vec![]),
+            (request("refused", at(1)), vec![&refused]),
+            (request("new", at(1)), vec![]),
         ])
         .await;
     assert!(

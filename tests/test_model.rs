@@ -378,9 +378,7 @@ async fn ask_store<S: ClaimStore>(
         Op::OneShot(r) => Got::OneShot(store.claim_completed(request(r), Effects::none()).await),
         Op::Packed(reqs) => Got::Packed(
             store
-                .claim_completed_packed(
-                    reqs.iter().map(|r| (request(r), Effects::none())).collect(),
-                )
+                .claim_completed_packed(reqs.iter().map(|r| (request(r), Vec::new())).collect())
                 .await,
         ),
     }

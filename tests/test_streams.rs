@@ -590,11 +590,12 @@ impl ClaimStore for Packing {
 
     async fn claim_completed_packed(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<MemoryEffect>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&MemoryEffect>)>,
     ) -> Vec<Packed> {
         self.packs.lock().unwrap().push(writes.len());
         let mut answers = Vec::with_capacity(writes.len());
         for (req, effects) in writes {
+            let effects = effects.into_iter().cloned().collect();
             answers.push(Packed::Answered(
                 self.inner.claim_completed(req, effects).await,
             ));

@@ -9,6 +9,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
@@ -93,11 +94,13 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
 pub(crate) trait OneShotSink<E>: Send + Sync {
     /// Sends one write and waits for its answer, as
     /// [`ClaimStore::claim_completed`] would give it. Boxed to be object-safe: one allocation
-    /// beside the queued write's own, on a path that waits for a round trip.
+    /// beside the queued write's own, on a path that waits for a round trip. The effects are
+    /// shared with the attempt, which sends them again after contention: one copy of them
+    /// lives while the write waits for its pack, not one per holder.
     fn write<'f>(
         &'f self,
         request: ClaimRequest<'f>,
-        effects: Effects<E>,
+        effects: Arc<Effects<E>>,
     ) -> BoxFuture<'f, Result<OneShotWrite, Error>>;
 }
 
@@ -377,20 +380,24 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         let Ok(_turn) = self.take_turn(&effects).await else {
             return Claimed::CutOff;
         };
-        // Each send is a new request at its own `now` with its own copy of the effects: a
-        // write cancelled on contention is sent again as it was.
+        // Each send is a new request at its own `now` with the same effects: a write cancelled
+        // on contention is sent again as it was. The packer shares them (it only lends them to
+        // the store); the store's own one-shot write takes a copy.
         let packer = self.packer.filter(|_| !effects.is_empty());
+        let effects = Arc::new(effects);
         let send = || {
             let request = ClaimRequest {
                 expires_at: deadline::after(self.budget.now(), self.terms.ttl),
                 ..self.request()
             };
-            let effects = Effects::from(effects.as_slice().to_vec());
             match packer {
-                Some(packer) => futures::future::Either::Left(packer.write(request, effects)),
-                None => {
-                    futures::future::Either::Right(self.store.claim_completed(request, effects))
+                Some(packer) => {
+                    futures::future::Either::Left(packer.write(request, Arc::clone(&effects)))
                 }
+                None => futures::future::Either::Right(
+                    self.store
+                        .claim_completed(request, Effects::from(effects.as_slice().to_vec())),
+                ),
             }
         };
         let written = self

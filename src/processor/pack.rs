@@ -20,7 +20,7 @@
 //! the one thing the claim knows of it.
 
 use std::collections::VecDeque;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use futures::StreamExt;
@@ -59,16 +59,17 @@ impl<S: ClaimStore> OneShotSink<S::Effect> for Packer<'_, S> {
     fn write<'f>(
         &'f self,
         request: ClaimRequest<'f>,
-        effects: Effects<S::Effect>,
+        effects: Arc<Effects<S::Effect>>,
     ) -> BoxFuture<'f, Result<OneShotWrite, Error>> {
         Box::pin(self.queued(request, effects))
     }
 }
 
-/// A write waiting for its pack.
+/// A write waiting for its pack. Its effects are the attempt's own (shared, not copied): the
+/// store borrows them for each pack they go in.
 struct Waiting<E> {
     request: Request,
-    effects: Effects<E>,
+    effects: Arc<Effects<E>>,
     answer: oneshot::Sender<Result<OneShotWrite, Error>>,
 }
 
@@ -110,7 +111,7 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
     async fn queued(
         &self,
         request: ClaimRequest<'_>,
-        effects: Effects<S::Effect>,
+        effects: Arc<Effects<S::Effect>>,
     ) -> Result<OneShotWrite, Error> {
         let (answer, answered) = oneshot::channel();
         self.queue().push_back(Waiting {
@@ -189,12 +190,7 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
     async fn send(&self, pack: Vec<Waiting<S::Effect>>) -> Vec<Waiting<S::Effect>> {
         let writes = pack
             .iter()
-            .map(|w| {
-                (
-                    w.request.borrowed(),
-                    Effects::from(w.effects.as_slice().to_vec()),
-                )
-            })
+            .map(|w| (w.request.borrowed(), w.effects.as_slice().iter().collect()))
             .collect();
         let answers = self.store.claim_completed_packed(writes).await;
         let mut unsent = Vec::new();
@@ -260,7 +256,7 @@ mod tests {
         }
         async fn claim_completed_packed(
             &self,
-            writes: Vec<(ClaimRequest<'_>, Effects<Self::Effect>)>,
+            writes: Vec<(ClaimRequest<'_>, Vec<&Self::Effect>)>,
         ) -> Vec<Packed> {
             self.packs.fetch_add(1, Ordering::SeqCst);
             self.inner.claim_completed_packed(writes).await
@@ -286,8 +282,8 @@ mod tests {
             fingerprint: None,
         };
         let writes = join(
-            sink.write(request("a"), Effects::none()),
-            sink.write(request("b"), Effects::none()),
+            sink.write(request("a"), Arc::new(Effects::none())),
+            sink.write(request("b"), Arc::new(Effects::none())),
         );
         let run = packer.run();
         tokio::pin!(writes, run);
@@ -298,7 +294,7 @@ mod tests {
         assert!(matches!(a, Ok(OneShotWrite::Committed)), "{a:?}");
         assert!(matches!(b, Ok(OneShotWrite::Committed)), "{b:?}");
         assert_eq!(store.packs.load(Ordering::SeqCst), 1);
-        let again = sink.write(request("a"), Effects::none());
+        let again = sink.write(request("a"), Arc::new(Effects::none()));
         let run = packer.run();
         tokio::pin!(again, run);
         let Either::Left((again, _)) = select(again, run).await else {

@@ -168,7 +168,7 @@ trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<OneShotWrite, Error>>;
     fn claim_completed_packed<'a>(
         &'a self,
-        writes: Vec<(ClaimRequest<'a>, Effects<AnyEffect>)>,
+        writes: Vec<(ClaimRequest<'a>, Vec<&'a AnyEffect>)>,
     ) -> BoxFuture<'a, Vec<Packed>>;
 
     fn init(&self) -> BoxFuture<'_, Result<(), Error>>;
@@ -198,6 +198,21 @@ fn downcast_effects<S: ClaimStore>(
         .into_vec()
         .into_iter()
         .map(|effect| effect.into_inner::<S::Effect>().map_err(mismatch::<S>))
+        .collect()
+}
+
+/// `effects`, each seen as the store `S`'s own effect type, borrowed (a pack's: nothing is
+/// copied here); the first of another type refuses them all.
+fn downcast_refs<'a, S: ClaimStore>(
+    effects: &[&'a AnyEffect],
+) -> Result<Vec<&'a S::Effect>, Error> {
+    effects
+        .iter()
+        .map(|effect| {
+            effect
+                .downcast_ref::<S::Effect>()
+                .ok_or_else(|| mismatch::<S>(effect.type_name()))
+        })
         .collect()
 }
 
@@ -275,14 +290,15 @@ impl<S: ClaimStore + StoreAdmin> DynStore for S {
 
     fn claim_completed_packed<'a>(
         &'a self,
-        writes: Vec<(ClaimRequest<'a>, Effects<AnyEffect>)>,
+        writes: Vec<(ClaimRequest<'a>, Vec<&'a AnyEffect>)>,
     ) -> BoxFuture<'a, Vec<Packed>> {
         // A write whose effects are of another type is answered here and not sent; the others
-        // go to the inner store as one pack, and their answers are put back in order.
+        // go to the inner store as one pack, and their answers are put back in order. The
+        // effects stay the caller's: the inner store borrows them as its own type.
         let mut refused: Vec<Option<Error>> = Vec::with_capacity(writes.len());
         let mut sent = Vec::with_capacity(writes.len());
         for (request, effects) in writes {
-            match downcast_effects::<S>(effects) {
+            match downcast_refs::<S>(&effects) {
                 Ok(effects) => {
                     refused.push(None);
                     sent.push((request, effects));
@@ -418,7 +434,7 @@ impl ClaimStore for BoxStore {
 
     async fn claim_completed_packed(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<AnyEffect>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&AnyEffect>)>,
     ) -> Vec<Packed> {
         self.inner.claim_completed_packed(writes).await
     }

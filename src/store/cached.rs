@@ -341,7 +341,7 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
     /// their answers cached as [`claim_completed`](Self::claim_completed)'s are.
     async fn claim_completed_packed(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<S::Effect>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&S::Effect>)>,
     ) -> Vec<Packed> {
         let mut answers: Vec<Option<Packed>> = Vec::with_capacity(writes.len());
         let mut sent = Vec::new();

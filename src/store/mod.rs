@@ -451,6 +451,12 @@ impl<E> FromIterator<E> for Effects<E> {
     }
 }
 
+/// Owned copies of borrowed effects (a pack's write sent alone: [`ClaimStore::claim_completed`]
+/// takes its effects by value).
+pub(crate) fn owned<E: Clone>(effects: &[&E]) -> Effects<E> {
+    effects.iter().map(|e| (*e).clone()).collect()
+}
+
 /// A store of claims. See the [module documentation](self) for the contract every
 /// implementation keeps.
 ///
@@ -515,14 +521,19 @@ pub trait ClaimStore: Send + Sync + 'static {
     /// its writes, those get their own answer (a duplicate, an effect refused, contention) and
     /// the rest [`Packed::Unsent`], to go again in the next pack.
     ///
-    /// The default sends each write alone, all at once.
+    /// The effects are borrowed: the caller keeps them (to send a write again after
+    /// [`Packed::Unsent`] or contention), and a store copies only what its request needs, for
+    /// as long as the request is being built. So one copy of a batch's effects lives while
+    /// its packs are in flight, not one more per pack.
+    ///
+    /// The default sends each write alone, all at once, each with its own copy of its effects.
     fn claim_completed_packed(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<Self::Effect>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&Self::Effect>)>,
     ) -> impl Future<Output = Vec<Packed>> + Send {
         let sent: Vec<_> = writes
             .into_iter()
-            .map(|(req, effects)| self.claim_completed(req, effects))
+            .map(|(req, effects)| self.claim_completed(req, owned(&effects)))
             .collect();
         async move {
             futures::future::join_all(sent)

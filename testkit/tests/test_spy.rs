@@ -146,8 +146,8 @@ async fn capabilities_are_mapped_and_packs_are_sent_write_by_write() {
     let now = SystemTime::now();
     let answers = spy
         .claim_completed_packed(vec![
-            (request("ok", now), Effects::none()),
-            (request("refused", now), Effects::none()),
+            (request("ok", now), vec![]),
+            (request("refused", now), vec![]),
         ])
         .await;
     assert_eq!(spy.count(Method::ClaimCompleted), 2, "one call per write");

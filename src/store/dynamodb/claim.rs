@@ -182,7 +182,7 @@ impl ClaimStore for DynamoDbStore {
     /// stay idempotent; see `pack.rs` for how a cancellation is read per write.
     fn claim_completed_packed(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&TransactWriteItem>)>,
     ) -> impl std::future::Future<Output = Vec<crate::store::Packed>> + Send {
         self.pack(writes)
     }

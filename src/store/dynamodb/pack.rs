@@ -20,11 +20,16 @@
 //! A request refused as a whole (not a cancellation: a validation error such as two actions on
 //! one item that the item locks could not see, a pack over 4 MB) is sent again as single
 //! writes, so one odd message cannot fail the others.
+//!
+//! The effects are the caller's, borrowed: the request gets its own copy of them (the SDK's
+//! input owns its items), which lives until the SDK has serialized the request, and the
+//! single writes of the fallback get theirs only if it happens. Nothing here holds a second
+//! copy of a pack's effects for the whole round trip.
 
 use aws_sdk_dynamodb::types::CancellationReason;
 
 use super::*;
-use crate::store::Packed;
+use crate::store::{Packed, owned};
 
 /// The most bytes one `TransactWriteItems` may carry (DynamoDB's limit is 4 MB).
 const MAX_REQUEST_BYTES: usize = 4_000_000;
@@ -33,12 +38,12 @@ impl DynamoDbStore {
     /// See [`ClaimStore::claim_completed_packed`] and the [module documentation](self).
     pub(super) async fn pack(
         &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>,
+        writes: Vec<(ClaimRequest<'_>, Vec<&TransactWriteItem>)>,
     ) -> Vec<Packed> {
         let actions: usize = writes.iter().map(|(_, e)| e.len() + 1).sum();
         let bytes: usize = writes
             .iter()
-            .flat_map(|(_, e)| e.as_slice())
+            .flat_map(|(_, e)| e.iter().copied())
             .map(action_bytes)
             .sum();
         if writes.len() < 2 || actions > MAX_TRANSACTION_ACTIONS || bytes > MAX_REQUEST_BYTES {
@@ -76,7 +81,7 @@ impl DynamoDbStore {
             };
             sent.push((i, token, effects.len() + 1));
             items.push(TransactWriteItem::builder().put(put).build());
-            items.extend(effects.as_slice().iter().cloned());
+            items.extend(effects.iter().map(|&e| e.clone()));
         }
         if sent.len() < 2 {
             // Nothing left to pack with: what was built goes alone.
@@ -137,14 +142,12 @@ impl DynamoDbStore {
             .collect()
     }
 
-    /// Each write through [`ClaimStore::claim_completed`], all at once.
-    async fn alone(
-        &self,
-        writes: Vec<(ClaimRequest<'_>, Effects<TransactWriteItem>)>,
-    ) -> Vec<Packed> {
+    /// Each write through [`ClaimStore::claim_completed`], all at once, each with its own
+    /// copy of its effects.
+    async fn alone(&self, writes: Vec<(ClaimRequest<'_>, Vec<&TransactWriteItem>)>) -> Vec<Packed> {
         let sent: Vec<_> = writes
             .into_iter()
-            .map(|(req, effects)| self.claim_completed(req, effects))
+            .map(|(req, effects)| self.claim_completed(req, owned(&effects)))
             .collect();
         futures::future::join_all(sent)
             .await

@@ -206,16 +206,16 @@ pub(super) async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S,
         Ok(OneShotWrite::Committed) => {}
         other => panic!("packed: the duplicate's first write: expected Committed, got {other:?}"),
     }
-    let effects = |i: usize| -> Effects<S::Effect> {
-        match i {
+    // The caller keeps the effects (as the packer does): each pack borrows them.
+    let effects: Vec<Vec<S::Effect>> = (0..4)
+        .map(|i| match i {
             2 => vec![
                 probe.write(&marker(&keys[2])),
                 probe.rejected(&format!("{key}-refused")),
-            ]
-            .into(),
-            _ => vec![probe.write(&marker(&keys[i]))].into(),
-        }
-    };
+            ],
+            _ => vec![probe.write(&marker(&keys[i]))],
+        })
+        .collect();
     let mut answers: Vec<Option<Result<OneShotWrite, sqs_claim::Error>>> =
         vec![None, None, None, None];
     for round in 0.. {
@@ -226,7 +226,7 @@ pub(super) async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S,
         assert!(round < 5, "packed: writes still unsent after 5 rounds");
         let writes = pending
             .iter()
-            .map(|&i| (request(&keys[i], now), effects(i)))
+            .map(|&i| (request(&keys[i], now), effects[i].iter().collect()))
             .collect();
         let got = store.claim_completed_packed(writes).await;
         assert_eq!(got.len(), pending.len(), "packed: one answer per write");

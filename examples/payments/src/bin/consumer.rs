@@ -78,8 +78,35 @@ async fn start() -> Result<(payments::Consumer, Check), lambda_runtime::Error> {
     Ok((payments::build(ledger, &settings).await?, check))
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// The runtime: one thread (tokio's current-thread scheduler), unless Lambda Managed Instances
+/// run several invocations at once in this process (`AWS_LAMBDA_MAX_CONCURRENCY`), where
+/// tokio's worker per core serves them in parallel. A Lambda function under 1,769 MB has less
+/// than one vCPU, and a batch is I/O-bound: one thread does the same work on less CPU, and its
+/// peak memory goes without the workers' stacks and malloc arenas (docs/performance.md, "Where
+/// a warm process's memory goes").
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+}
+
+fn main() -> ExitCode {
+    match runtime() {
+        Ok(runtime) => runtime.block_on(serve()),
+        Err(e) => {
+            eprintln!("error: cannot start the tokio runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve() -> ExitCode {
     // JSON when Lambda does not say (its logs have always been JSON lines); the set-up drops
     // lambda_runtime's TRACE events whatever the filter says, as they carry raw events.
     if let Err(e) = Logging::from_env().default_format(LogFormat::Json).init() {
