@@ -122,7 +122,10 @@ class Runtime(http.server.BaseHTTPRequestHandler):
             self.send_header("content-length", "0")
             self.end_headers()
             return
-        body = state.pop("event", None)
+        # A `next` from an earlier run's process (sent just before it was killed, read after the
+        # next run began) reaches its own, retired server and is held: it must not take this
+        # run's event, which would leave this run's process without one.
+        body = state.pop("event", None) if self.server is current["server"] else None
         if body is None:
             # One event per process: hold later polls until the process is killed.
             time.sleep(5)
@@ -159,9 +162,21 @@ class Server(http.server.ThreadingHTTPServer):
         pass  # a binary killed while its `next` is held resets the connection: expected
 
 
-server = Server(("127.0.0.1", 0), Runtime)
-threading.Thread(target=server.serve_forever, daemon=True).start()
-runtime_api = f"127.0.0.1:{server.server_address[1]}"
+# One fake Runtime API per cold run (see `do_GET`); `current` is this run's.
+current = {"server": None}
+
+
+def fresh_runtime_api():
+    old = current["server"]
+    if old is not None:
+        threading.Thread(target=old.shutdown, daemon=True).start()
+    server = Server(("127.0.0.1", 0), Runtime)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    current["server"] = server
+    return f"127.0.0.1:{server.server_address[1]}"
+
+
+runtime_api = fresh_runtime_api()
 
 env = dict(aws, **{
     "AWS_LAMBDA_RUNTIME_API": runtime_api,
@@ -183,6 +198,7 @@ def cold_run(delay_ms):
     answered.clear()
     state["event"] = event(args.n)
     state["request_id"] = str(uuid.uuid4())
+    env["AWS_LAMBDA_RUNTIME_API"] = fresh_runtime_api()
     take(delay_ms)
     start = time.perf_counter_ns()
     proc = subprocess.Popen([consumer], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
