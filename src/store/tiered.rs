@@ -200,7 +200,7 @@ impl<D: ClaimStore> TieredStore<D> {
                 return None;
             }
             Err(_) => {
-                self.cache_failed("get", &no_answer());
+                self.cache_failed("get", &cache_silent());
                 return None;
             }
         };
@@ -232,13 +232,13 @@ impl<D: ClaimStore> TieredStore<D> {
         match tokio::time::timeout(CACHE_ANSWER, cmd.query_async::<()>(&mut conn)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => self.cache_failed("set", &e),
-            Err(_) => self.cache_failed("set", &no_answer()),
+            Err(_) => self.cache_failed("set", &cache_silent()),
         }
     }
 }
 
 /// What a cache call that ran out of [`CACHE_ANSWER`] logs.
-fn no_answer() -> String {
+fn cache_silent() -> String {
     format!(
         "no answer within {} ms (the cache is skipped for its cool-down)",
         CACHE_ANSWER.as_millis()
