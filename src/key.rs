@@ -1,11 +1,3 @@
-//! Idempotency keys: where a message's key comes from, and how it is namespaced.
-//!
-//! The key decides what counts as "the same message". The default, the SQS message id, catches
-//! redeliveries of one message (a crash, a lost acknowledgement, a timeout). A key from the body
-//! (say `/order_id`) also catches a producer that sent the same business event twice under two
-//! message ids. Every key is prefixed with a namespace (`namespace#key`), so two consumers that
-//! share one table never see each other's records.
-
 use aws_lambda_events::sqs::SqsMessage;
 use sha2::{Digest, Sha256};
 
@@ -13,6 +5,14 @@ use crate::Envelope;
 use crate::{Error, ErrorKind};
 
 /// Where the idempotency key of a message comes from.
+///
+/// Idempotency keys: where a message's key comes from, and how it is namespaced.
+///
+/// The key decides what counts as "the same message". The default, the SQS message id, catches
+/// redeliveries of one message (a crash, a lost acknowledgement, a timeout). A key from the body
+/// (say `/order_id`) also catches a producer that sent the same business event twice under two
+/// message ids. Every key is prefixed with a namespace (`namespace#key`), so two consumers that
+/// share one table never see each other's records.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum KeySource {

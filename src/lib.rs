@@ -42,7 +42,7 @@
 //! |------|--------|
 //! | event in → records → a **plan**: owned items, each to claim, to fail at once, or to follow the first copy of its key in the batch; FIFO detection and lanes | [`processor`] (`plan.rs`) |
 //! | body → **payload**: the envelope AWS wrapped it in (SNS, EventBridge, S3 notification) opened once, at planning; the key, the fingerprint and [`Message::payload`] read what it wraps | `envelope` ([`Envelope`]), [`processor`] (`config.rs`) |
-//! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | [`key`], [`claim`] (`format.rs`, `policy.rs`) |
+//! | record → idempotency key: where it comes from ([`KeySource`]), how it is stored ([`KeyFormat`](claim::KeyFormat): `namespace#key`, or Powertools' keys), under which namespace ([the namespace rule](claim#the-namespace-rule)) | `key`, [`claim`] (`format.rs`, `policy.rs`) |
 //! | the time budget: when nothing new starts (deadline − margin), and the **hard stop where the deadline cuts work off** (deadline − answer reserve: `Budget::bounded`, which every store step and the handler race) | `deadline` |
 //! | **run**: standard (bounded concurrency) and FIFO (a lane per group) schedulers | [`processor`] (`run.rs`) |
 //! | **claim**: one conditional write; a **duplicate is detected here**, when the store answers [`Claim::Completed`](store::Claim::Completed) and the stored record is judged against the payload ([`PayloadCheck`]): duplicate, or payload differs (copies of one key inside a batch are matched earlier, at planning: the later copy waits for the first's outcome) | [`claim`] (`attempt.rs`), [`store`] (contract) and its adapters |
@@ -110,7 +110,7 @@ mod envelope;
 mod error;
 pub mod idempotency;
 mod inspect;
-pub mod key;
+mod key;
 pub mod lambda;
 #[cfg(feature = "s3")]
 #[cfg_attr(docsrs, doc(cfg(feature = "s3")))]

@@ -194,7 +194,7 @@ impl PowertoolsFormat {
 /// Keys and fingerprints the Powertools way, for either front door.
 ///
 /// The SQS processor's ([`ProcessorBuilder::key_format`](crate::ProcessorBuilder::key_format)):
-/// [`PowertoolsFormat::record_key`] and [`PowertoolsFormat::record_fingerprint`]. The
+/// [`KeyFormat::record_key`] and [`KeyFormat::record_fingerprint`] (below). The
 /// idempotency layer's: the key is [`PowertoolsFormat::key`] of the extractor's datum (the layer's namespace does not enter
 /// it: the prefix is Powertools'), the fingerprint the payload hash (`hashlib.md5(json.dumps(..))` by default) of the
 /// request, which is Powertools' `validation` of `payload_validation_jmespath="powertools_json(body)"`
@@ -227,8 +227,25 @@ impl crate::claim::KeyFormat for PowertoolsFormat {
         self.hash(request)
     }
 
-    /// [`PowertoolsFormat::record_key`] of a record whose body is `payload`: the namespace
-    /// does not enter it.
+    /// The stored key of an SQS record whose key comes from `source`, as a Powertools
+    /// `@idempotent_function` record handler keys it, or `None` if Powertools would find no
+    /// key (Powertools' `_is_missing_idempotency_key`). What each source is to Powertools' `event_key_jmespath`:
+    ///
+    /// | `KeySource` | `event_key_jmespath` | hashed |
+    /// |---|---|---|
+    /// | `MessageId` | `messageId` | the id, a JSON string |
+    /// | `JsonPointer("/a/b")` | `powertools_json(body).a.b` | the JSON value there, numbers as written |
+    /// | `MessageAttribute("N")` | `messageAttributes.N.stringValue` | the string |
+    /// | `DeduplicationId` | `attributes.MessageDeduplicationId` | the string |
+    /// | `BodySha256` | `body` | the body, a JSON string (identical bodies, one key) |
+    /// | `EnvelopeId` | `powertools_json(body).MessageId` (SNS), `powertools_json(body).id` (EventBridge) | the id, a JSON string |
+    ///
+    /// `payload` is the record's body, or, with an [`Envelope`](crate::Envelope) on the
+    /// processor, the payload the envelope wraps: so `JsonPointer("/a")` under SNS is
+    /// `powertools_json(powertools_json(body).Message).a`. The processor keys `EnvelopeId`
+    /// itself ([`PowertoolsFormat::key`] of the id): this method finds no envelope id.
+    ///
+    /// The namespace does not enter it. Errors (kind `MissingKey`) when the pointer's body is not JSON, never naming the body.
     fn record_key(
         &self,
         _namespace: &str,
@@ -239,8 +256,10 @@ impl crate::claim::KeyFormat for PowertoolsFormat {
         self.payload_key(source, record, payload)
     }
 
-    /// [`PowertoolsFormat::record_fingerprint`] of a record whose body is `payload`: none
-    /// without [`with_record_validation`](PowertoolsFormat::with_record_validation).
+    /// The `validation` hash of an SQS record under [`with_record_validation`]
+    /// (`None` without it, or when the body is not the JSON it names).
+    ///
+    /// [`with_record_validation`]: Self::with_record_validation
     fn record_fingerprint(&self, _record: &SqsMessage, payload: &str) -> Option<String> {
         self.payload_fingerprint(payload)
     }
@@ -296,37 +315,8 @@ impl PowertoolsFormat {
         self
     }
 
-    /// The stored key of an SQS record whose key comes from `source`, as a Powertools
-    /// `@idempotent_function` record handler keys it, or `None` if Powertools would find no
-    /// key (Powertools' `_is_missing_idempotency_key`). What each source is to Powertools' `event_key_jmespath`:
-    ///
-    /// | `KeySource` | `event_key_jmespath` | hashed |
-    /// |---|---|---|
-    /// | `MessageId` | `messageId` | the id, a JSON string |
-    /// | `JsonPointer("/a/b")` | `powertools_json(body).a.b` | the JSON value there, numbers as written |
-    /// | `MessageAttribute("N")` | `messageAttributes.N.stringValue` | the string |
-    /// | `DeduplicationId` | `attributes.MessageDeduplicationId` | the string |
-    /// | `BodySha256` | `body` | the body, a JSON string (identical bodies, one key) |
-    /// | `EnvelopeId` | `powertools_json(body).MessageId` (SNS), `powertools_json(body).id` (EventBridge) | the id, a JSON string |
-    ///
-    /// With an [`Envelope`](crate::Envelope) on the processor, the processor reads the key
-    /// from the payload as this method reads it from the body
-    /// ([`KeyFormat::record_key`](crate::claim::KeyFormat::record_key)), so `JsonPointer("/a")`
-    /// under SNS is `powertools_json(powertools_json(body).Message).a`, and keys `EnvelopeId`
-    /// itself ([`PowertoolsFormat::key`] of the id): called on a record alone, this method
-    /// finds no envelope id.
-    ///
-    /// Errors (kind `MissingKey`) when the pointer's body is not JSON, never naming the body.
-    pub fn record_key(
-        &self,
-        source: &KeySource,
-        msg: &SqsMessage,
-    ) -> Result<Option<String>, Error> {
-        self.payload_key(source, msg, msg.body.as_deref().unwrap_or(""))
-    }
-
-    /// [`record_key`](Self::record_key) of `msg` whose body (or the payload an envelope in
-    /// it wraps) is `payload`.
+    /// The key of `msg` whose body (or the payload an envelope in it wraps) is `payload`
+    /// ([`KeyFormat::record_key`]).
     fn payload_key(
         &self,
         source: &KeySource,
@@ -361,16 +351,8 @@ impl PowertoolsFormat {
         })
     }
 
-    /// The `validation` hash of an SQS record under [`with_record_validation`]
-    /// (`None` without it, or when the body is not the JSON it names).
-    ///
-    /// [`with_record_validation`]: Self::with_record_validation
-    pub fn record_fingerprint(&self, msg: &SqsMessage) -> Option<String> {
-        self.payload_fingerprint(msg.body.as_deref().unwrap_or(""))
-    }
-
-    /// [`record_fingerprint`](Self::record_fingerprint) of a record whose body (or the
-    /// payload an envelope in it wraps) is `payload`.
+    /// The fingerprint of a record whose body (or the payload an envelope in it wraps) is
+    /// `payload` ([`KeyFormat::record_fingerprint`]).
     fn payload_fingerprint(&self, payload: &str) -> Option<String> {
         match self.validation.as_ref()? {
             RecordPayload::Body => Some(self.hash(&Value::String(payload.to_owned()))),
@@ -744,7 +726,8 @@ mod tests {
             format
                 .record_key("ignored", &source, &record, body)
                 .unwrap(),
-            plain.record_key(&source, &record).unwrap(),
+            format.record_key("other", &source, &record, body).unwrap(),
+            "the namespace does not enter a Powertools key"
         );
         assert_eq!(
             format
@@ -757,9 +740,8 @@ mod tests {
         let format: &dyn KeyFormat = &validating;
         assert_eq!(
             format.record_fingerprint(&record, body),
-            validating.record_fingerprint(&record)
+            Some(validating.hash(&Value::String(body.to_owned())))
         );
-        assert!(format.record_fingerprint(&record, body).is_some());
     }
 
     #[test]

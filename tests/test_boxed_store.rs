@@ -15,11 +15,12 @@ use std::time::{Duration, SystemTime};
 use common::*;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{
-    AnyEffect, BoxStore, CachedStore, Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken,
-    Completion, Effects, Inspected, OneShotWrite, Packed, Status, StoreAdmin,
+    AnyEffect, BoxStore, CachedStore, Capabilities, ClaimStore, Completion, Effects, OneShotWrite,
+    Packed, Status, StoreAdmin,
 };
 use sqs_claim::{BoxError, Error, ErrorKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::conformance::{self, EffectProbe, request};
+use sqs_claim_testkit::store::{Method, Spy};
 use tower::service_fn;
 
 /// Memory effects, boxed: `write` inserts its marker in a shared set, `rejected` refuses.
@@ -81,18 +82,15 @@ async fn conformance_over_memory() {
     );
 }
 
-/// The same over a packing store (the spy below packs), so that the suite's pack goes through
+/// The same over a packing store (the spy says it packs), so that the suite's pack goes through
 /// the box's own `claim_completed_packed`.
 #[tokio::test]
 async fn conformance_over_a_packing_store() {
-    let spy = Spy::default();
+    let spy = spy();
     let store = BoxStore::new(spy.clone());
     conformance::run_all(&store).await;
     conformance::run_effects(&store, &Probe::default()).await;
-    assert!(
-        spy.packs.load(Ordering::SeqCst) > 0,
-        "the pack was forwarded"
-    );
+    assert!(!spy.packs().is_empty(), "the pack was forwarded");
 }
 
 #[cfg(feature = "sqlite")]
@@ -267,14 +265,9 @@ async fn an_effect_of_another_type_fails_the_one_shot_and_writes_nothing() {
     assert_eq!(memory.status("b"), None);
 }
 
-/// A memory store that answers capabilities and item hashes of its own, packs one-shot writes
-/// (sequentially, over the memory store's one-shot write) and counts what reaches it.
-#[derive(Clone, Default)]
-struct Spy {
-    inner: MemoryStore,
-    one_shots: Arc<AtomicUsize>,
-    packs: Arc<AtomicUsize>,
-}
+/// The kit's spy over a memory store, answering capabilities and item hashes of its own (it
+/// says it packs, and records each pack before sending its writes one by one).
+type TestSpy = Spy<MemoryStore>;
 
 const SPY_CAPABILITIES: Capabilities = {
     let mut caps = Capabilities::new();
@@ -285,96 +278,15 @@ const SPY_CAPABILITIES: Capabilities = {
     caps
 };
 
-impl ClaimStore for Spy {
-    type Effect = MemoryEffect;
-
-    fn claim(&self, req: ClaimRequest<'_>) -> impl Future<Output = Result<Claim, Error>> + Send {
-        self.inner.claim(req)
-    }
-
-    fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        self.inner.complete_with(key, token, completion)
-    }
-
-    fn release(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        self.inner.release(key, token)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        SPY_CAPABILITIES
-    }
-
-    fn effect_item(&self, _effect: &MemoryEffect) -> Option<u64> {
-        Some(42)
-    }
-
-    async fn claim_completed(
-        &self,
-        req: ClaimRequest<'_>,
-        effects: Effects<MemoryEffect>,
-    ) -> Result<OneShotWrite, Error> {
-        self.one_shots.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim_completed(req, effects).await
-    }
-
-    async fn claim_completed_packed(
-        &self,
-        writes: Vec<(ClaimRequest<'_>, Vec<&MemoryEffect>)>,
-    ) -> Vec<Packed> {
-        self.packs.fetch_add(1, Ordering::SeqCst);
-        let mut answers = Vec::with_capacity(writes.len());
-        for (req, effects) in writes {
-            let effects = effects.into_iter().cloned().collect();
-            answers.push(Packed::Answered(
-                self.inner.claim_completed(req, effects).await,
-            ));
-        }
-        answers
-    }
-}
-
-impl StoreAdmin for Spy {
-    fn init(&self) -> impl Future<Output = Result<(), Error>> + Send {
-        self.inner.init()
-    }
-
-    fn check_ready(&self) -> impl Future<Output = Result<(), Error>> + Send {
-        self.inner.check_ready()
-    }
-
-    fn prune_expired(
-        &self,
-        now: SystemTime,
-        limit: u32,
-    ) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
-        self.inner.prune_expired(now, limit)
-    }
-
-    fn inspect(&self, key: &str) -> impl Future<Output = Result<Option<Inspected>, Error>> + Send {
-        self.inner.inspect(key)
-    }
-
-    fn force_release(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send {
-        self.inner.force_release(key)
-    }
-
-    fn forget(&self, key: &str) -> impl Future<Output = Result<bool, Error>> + Send {
-        self.inner.forget(key)
-    }
+fn spy() -> TestSpy {
+    Spy::new(MemoryStore::new())
+        .map_capabilities(|_| SPY_CAPABILITIES)
+        .map_effect_item(|_| Some(42))
 }
 
 #[tokio::test]
 async fn every_method_with_a_default_is_forwarded() {
-    let spy = Spy::default();
+    let spy = spy();
     let store = BoxStore::new(spy.clone());
     assert_eq!(store.capabilities(), SPY_CAPABILITIES);
 
@@ -397,8 +309,8 @@ async fn every_method_with_a_default_is_forwarded() {
         .unwrap();
     assert_eq!(written, OneShotWrite::Committed);
     assert_eq!(
-        spy.one_shots.load(Ordering::SeqCst),
-        1,
+        (spy.count(Method::ClaimCompleted), spy.count(Method::Claim)),
+        (1, 0),
         "not claim-then-complete"
     );
 
@@ -409,11 +321,7 @@ async fn every_method_with_a_default_is_forwarded() {
         ])
         .await;
     assert_eq!(answers.len(), 2);
-    assert_eq!(
-        spy.packs.load(Ordering::SeqCst),
-        1,
-        "one pack, not two writes"
-    );
+    assert_eq!(spy.packs(), [2], "one pack, not two writes");
 }
 
 #[test]
@@ -487,7 +395,7 @@ async fn a_processor_over_a_boxed_store() {
 /// A one-shot processor over a boxed store, and a `CachedStore` over it, boxed again.
 #[tokio::test]
 async fn one_shot_and_a_cached_store_over_a_boxed_store() {
-    let spy = Spy::default();
+    let spy = spy();
     let cached = CachedStore::new(BoxStore::new(spy.clone()));
     // Boxing a store whose effects are already `AnyEffect` passes them through.
     let store = BoxStore::new(cached);
@@ -505,7 +413,7 @@ async fn one_shot_and_a_cached_store_over_a_boxed_store() {
     let report = p.process(event(&[rec("m1", "a")])).await.unwrap();
     assert_eq!(report.counts().processed, 1);
     assert_eq!(credited.load(Ordering::SeqCst), 1);
-    assert!(spy.one_shots.load(Ordering::SeqCst) + spy.packs.load(Ordering::SeqCst) >= 1);
+    assert_eq!(spy.count(Method::ClaimCompleted), 1, "one one-shot write");
     let again = p.process(event(&[rec("m1", "a")])).await.unwrap();
     assert_eq!(again.counts().duplicate, 1);
     assert_eq!(credited.load(Ordering::SeqCst), 1);

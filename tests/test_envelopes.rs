@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use serde_json::{Value, json};
+use sqs_claim::claim::KeyFormat;
 use sqs_claim::store::{Status, StoreAdmin};
 use sqs_claim::{
     Envelope, ErrorKind, FailureKind, KeySource, MemoryStore, Message, Outcome, Processor,
@@ -403,11 +404,14 @@ async fn powertools_keys_the_payload_through_the_envelope() {
     let payload = r#"{"order_id":"ord-1","amount_cents":123456789012345678901}"#;
     let plain = sqs_claim_testkit::sqs::sqs_event(&[rec("m-1", payload)]);
     let pointer = KeySource::JsonPointer("/order_id".into());
+    // What Powertools keys the plain record by: the body is the payload.
     let want_key = format
-        .record_key(&pointer, &plain.records[0])
+        .record_key("", &pointer, &plain.records[0], payload)
         .unwrap()
         .unwrap();
-    let want_validation = format.record_fingerprint(&plain.records[0]).unwrap();
+    let want_validation = format
+        .record_fingerprint(&plain.records[0], payload)
+        .unwrap();
 
     let store = MemoryStore::new();
     let handler = tower::service_fn(|_msg: Message| async { Ok::<(), sqs_claim::Error>(()) });

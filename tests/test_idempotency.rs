@@ -10,9 +10,7 @@ use std::time::{Duration, SystemTime};
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayV2httpRequest};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-use sqs_claim::idempotency::{
-    HttpAnswers, Idempotency, IdempotentResponse, RefusalKind, WithEffects, key,
-};
+use sqs_claim::idempotency::{HttpAnswers, Idempotency, IdempotentResponse, WithEffects, key};
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, Status};
@@ -464,7 +462,7 @@ async fn a_missing_key_gets_400_or_an_error_or_runs_unprotected_when_asked() {
     assert_eq!(status_of(&blank), 400);
     // Another status, if the API says so.
     let custom = Idempotency::builder(store.clone(), key::header("Idempotency-Key"))
-        .answers(HttpAnswers::new().with_status(RefusalKind::MissingKey, 428))
+        .answers(HttpAnswers::new().with_status(ErrorKind::MissingKey, 428))
         .build()
         .call(http_event(None, "{}", ctx()), counting(&runs))
         .await
@@ -1051,12 +1049,13 @@ fn payments_on<St: ClaimStore>(store: St) -> Idempotency<St, key::Header> {
 }
 
 #[test]
-fn refusal_kinds_name_their_error_kinds() {
-    assert_eq!(RefusalKind::InProgress.error_kind().as_str(), "in_progress");
+fn http_answers_change_only_for_the_kinds_the_layer_refuses_with() {
+    let default = HttpAnswers::new();
+    assert_eq!(default.with_status(ErrorKind::Other, 418), default);
     assert_eq!(
-        RefusalKind::PayloadMismatch.error_kind().as_str(),
-        "payload_mismatch"
+        default.with_status(ErrorKind::StoreUnavailable, 418),
+        default
     );
-    assert_eq!(RefusalKind::MissingKey.error_kind(), ErrorKind::MissingKey);
+    assert_ne!(default.with_status(ErrorKind::MissingKey, 428), default);
     let _ = SystemTime::now();
 }

@@ -11,18 +11,16 @@ mod common;
 mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use sqs_claim::store::{
-    Capabilities, Claim, ClaimRequest, ClaimToken, Completion, MemoryEffect, Packed,
-};
+use sqs_claim::store::MemoryEffect;
 use sqs_claim::stream::{DynamoDbStreams, Kafka, Kinesis};
-use sqs_claim::{BoxError, ClaimStore, Effects, Error, MemoryStore, Message, Processor};
+use sqs_claim::{BoxError, ClaimStore, Effects, MemoryStore, Message, Processor};
+use sqs_claim_testkit::store::Spy;
 use sqs_claim_testkit::stream::{Drained, Mapping, Source, Stream};
 
 /// What the handler does to a record: fail it a number of times first, or always.
@@ -549,61 +547,6 @@ async fn the_sample_kafka_event_answers_as_documented() {
     assert_eq!(seen[3].1, "", "a tombstone is an empty body");
 }
 
-/// A memory store that says it packs one-shot writes (as DynamoDB does), and records the size
-/// of each pack.
-#[derive(Clone, Default)]
-struct Packing {
-    inner: MemoryStore,
-    packs: Arc<Mutex<Vec<usize>>>,
-}
-
-impl ClaimStore for Packing {
-    type Effect = MemoryEffect;
-
-    fn claim(&self, req: ClaimRequest<'_>) -> impl Future<Output = Result<Claim, Error>> + Send {
-        self.inner.claim(req)
-    }
-
-    fn complete_with(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-        completion: Completion<MemoryEffect>,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        self.inner.complete_with(key, token, completion)
-    }
-
-    fn release(
-        &self,
-        key: &str,
-        token: &ClaimToken,
-    ) -> impl Future<Output = Result<(), Error>> + Send {
-        self.inner.release(key, token)
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        let mut caps = self.inner.capabilities();
-        caps.atomic_one_shot = true;
-        caps.max_pack_actions = 100;
-        caps
-    }
-
-    async fn claim_completed_packed(
-        &self,
-        writes: Vec<(ClaimRequest<'_>, Vec<&MemoryEffect>)>,
-    ) -> Vec<Packed> {
-        self.packs.lock().unwrap().push(writes.len());
-        let mut answers = Vec::with_capacity(writes.len());
-        for (req, effects) in writes {
-            let effects = effects.into_iter().cloned().collect();
-            answers.push(Packed::Answered(
-                self.inner.claim_completed(req, effects).await,
-            ));
-        }
-        answers
-    }
-}
-
 /// One-shot on ordered lanes: the heads of different partitions share a pack (one request for
 /// several partitions' writes), and each partition still applies in offset order.
 #[tokio::test]
@@ -615,8 +558,14 @@ async fn one_shot_writes_of_different_partitions_are_packed_and_each_stays_in_or
         }
     }
     let (log, effect) = memory_log();
-    let store = Packing::default();
-    let packs = Arc::clone(&store.packs);
+    // A memory store that says it packs one-shot writes (as DynamoDB does); the spy records
+    // the size of each pack.
+    let store = Spy::new(MemoryStore::new()).map_capabilities(|mut caps| {
+        caps.atomic_one_shot = true;
+        caps.max_pack_actions = 100;
+        caps
+    });
+    let packs = store.clone();
     let builder = Processor::one_shot(store, move |msg: &Message| {
         let seq = msg.sqs().attributes["Offset"].clone();
         let partition = msg.group_id().unwrap_or("").to_owned();
@@ -644,7 +593,7 @@ async fn one_shot_writes_of_different_partitions_are_packed_and_each_stays_in_or
     };
     assert_eq!(drained.invocations, 1, "one batch of the four partitions");
     check(&stream, &drained, &responses, &log.lock().unwrap());
-    let packs = packs.lock().unwrap().clone();
+    let packs = packs.packs();
     assert_eq!(packs.iter().sum::<usize>(), 80, "{packs:?}");
     assert!(
         packs.len() <= 40 && packs.iter().any(|&n| n > 1),

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
-use sqs_claim::store::sqlite::SqliteStore;
+use sqs_claim::SqliteStore;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore};
 use sqs_claim::stream::{DynamoDbStreams, Kafka, Kinesis};
 use sqs_claim::{KeySource, Message, Processor};

@@ -8,44 +8,24 @@ use serde_json::json;
 use super::IdempotentResponse;
 use crate::{Error, ErrorKind};
 
-/// Why the layer did not run the handler for a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum RefusalKind {
-    /// Another invocation holds the key's claim and is still running (its lease is live).
-    InProgress,
-    /// The key was completed by a request with another payload (the fingerprints differ).
-    PayloadMismatch,
-    /// The request does not carry the key (and [`MissingKey::Fail`](crate::MissingKey::Fail)).
-    MissingKey,
-}
-
-impl RefusalKind {
-    /// The [`ErrorKind`] of the error [`ErrorAnswers`] answers with.
-    pub fn error_kind(self) -> ErrorKind {
-        match self {
-            RefusalKind::InProgress => ErrorKind::InProgress,
-            RefusalKind::PayloadMismatch => ErrorKind::PayloadMismatch,
-            RefusalKind::MissingKey => ErrorKind::MissingKey,
-        }
-    }
-}
-
 /// A refused request, as an [`Answers`] sees it. Its message names no key and no payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Refusal {
-    /// Why.
-    pub kind: RefusalKind,
+    /// Why: [`ErrorKind::InProgress`] (another invocation holds the key's claim and is still
+    /// running), [`ErrorKind::PayloadMismatch`] (the key was completed by a request with another
+    /// payload) or [`ErrorKind::MissingKey`] (the request does not carry the key, and
+    /// [`MissingKey::Fail`](crate::MissingKey::Fail)). The layer refuses for no other kind.
+    pub kind: ErrorKind,
     /// A sentence for the caller ("a request with this idempotency key is in progress").
     pub message: String,
-    /// For [`RefusalKind::InProgress`]: how long until the other claim's lease lapses, if the
+    /// For [`ErrorKind::InProgress`]: how long until the other claim's lease lapses, if the
     /// store said.
     pub retry_after: Option<Duration>,
 }
 
 impl Refusal {
-    pub(crate) fn new(kind: RefusalKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Refusal {
             kind,
             message: message.into(),
@@ -59,12 +39,13 @@ impl Refusal {
 /// Closures `Fn(&Refusal) -> Result<IdempotentResponse, Error>` are answers too:
 ///
 /// ```
-/// use sqs_claim::idempotency::{IdempotentResponse, Refusal, RefusalKind};
+/// use sqs_claim::ErrorKind;
+/// use sqs_claim::idempotency::{IdempotentResponse, Refusal};
 ///
 /// let answers = |refusal: &Refusal| {
 ///     IdempotentResponse::new(&serde_json::json!({
 ///         "ok": false,
-///         "retry": refusal.kind == RefusalKind::InProgress,
+///         "retry": refusal.kind == ErrorKind::InProgress,
 ///     }))
 /// };
 /// # fn takes(_: impl sqs_claim::idempotency::Answers) {}
@@ -85,17 +66,13 @@ where
 }
 
 /// Answers every refusal with an error of the refusal's kind
-/// ([`RefusalKind::error_kind`]: `InProgress`, `PayloadMismatch`, `MissingKey`) and its
-/// message. The default for events other than HTTP ones.
+/// ([`Refusal::kind`]: `InProgress`, `PayloadMismatch`, `MissingKey`) and its message. The default for events other than HTTP ones.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ErrorAnswers;
 
 impl Answers for ErrorAnswers {
     fn answer(&self, refusal: &Refusal) -> Result<IdempotentResponse, Error> {
-        Err(Error::new(
-            refusal.kind.error_kind(),
-            refusal.message.clone(),
-        ))
+        Err(Error::new(refusal.kind, refusal.message.clone()))
     }
 }
 
@@ -110,10 +87,11 @@ impl Answers for ErrorAnswers {
 /// | no key | 400 Bad Request | |
 ///
 /// ```
-/// use sqs_claim::idempotency::{HttpAnswers, RefusalKind};
+/// use sqs_claim::ErrorKind;
+/// use sqs_claim::idempotency::HttpAnswers;
 ///
 /// // Answer a missing Idempotency-Key with 428 Precondition Required instead.
-/// let answers = HttpAnswers::new().with_status(RefusalKind::MissingKey, 428);
+/// let answers = HttpAnswers::new().with_status(ErrorKind::MissingKey, 428);
 /// # let _ = answers;
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,22 +111,26 @@ impl HttpAnswers {
         }
     }
 
-    /// Answers refusals of `kind` with `status`.
-    pub fn with_status(mut self, kind: RefusalKind, status: u16) -> Self {
+    /// Answers refusals of `kind` with `status`. The layer refuses with three kinds
+    /// ([`Refusal::kind`]); for any other `kind` this changes nothing.
+    pub fn with_status(mut self, kind: ErrorKind, status: u16) -> Self {
         match kind {
-            RefusalKind::InProgress => self.in_progress = status,
-            RefusalKind::PayloadMismatch => self.payload_mismatch = status,
-            RefusalKind::MissingKey => self.missing_key = status,
+            ErrorKind::InProgress => self.in_progress = status,
+            ErrorKind::PayloadMismatch => self.payload_mismatch = status,
+            ErrorKind::MissingKey => self.missing_key = status,
+            _ => {}
         }
         self
     }
 
     /// The status refusals of `kind` get.
-    pub(crate) fn status(&self, kind: RefusalKind) -> u16 {
+    pub(crate) fn status(&self, kind: ErrorKind) -> u16 {
         match kind {
-            RefusalKind::InProgress => self.in_progress,
-            RefusalKind::PayloadMismatch => self.payload_mismatch,
-            RefusalKind::MissingKey => self.missing_key,
+            ErrorKind::InProgress => self.in_progress,
+            ErrorKind::PayloadMismatch => self.payload_mismatch,
+            ErrorKind::MissingKey => self.missing_key,
+            // Not a refusal the layer makes (`Refusal::new` is the crate's): a server error.
+            _ => 500,
         }
     }
 }

@@ -1,14 +1,3 @@
-//! The API Gateway events (feature `apigw`): REST API (`ApiGatewayProxyRequest`, payload
-//! format 1.0) and HTTP API (`ApiGatewayV2httpRequest`, payload format 2.0).
-//!
-//! For both, the request the fingerprint covers and [`json_pointer`](super::key::json_pointer)
-//! reads is the **body**: parsed as JSON when it is JSON, else the body text as is. A body API
-//! Gateway base64-encoded (`isBase64Encoded: true`, as it sends binary media types, and some
-//! clients' JSON) is decoded first; if it is not valid base64 or not UTF-8 text, the request is
-//! its base64 text as sent (a pointer then finds nothing in it). Headers are read case-insensitively ([`header`](super::key::header)).
-//! Refusals are answered with HTTP responses ([`HttpAnswers`]: 409, 422, 400), which both
-//! payload formats accept.
-
 use aws_lambda_events::apigw::{ApiGatewayProxyRequest, ApiGatewayV2httpRequest};
 use aws_lambda_events::http::HeaderMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -122,7 +111,7 @@ impl Payload for ApiGatewayV2httpRequest {
 /// its answer (`statusCode`, `headers`, `body`) suits both.
 ///
 /// ```
-/// use sqs_claim::idempotency::apigw::ApiGatewayRequest;
+/// use sqs_claim::idempotency::ApiGatewayRequest;
 ///
 /// let rest: ApiGatewayRequest = serde_json::from_str(
 ///     r#"{"httpMethod": "POST", "path": "/payments", "headers": {"Idempotency-Key": "k-1"},
@@ -134,6 +123,17 @@ impl Payload for ApiGatewayV2httpRequest {
 ///
 /// `Debug` shows the payload format, the method, the path, the body's length and the header
 /// names: never the body, header values (an `Authorization`, a cookie) or the query.
+///
+/// The API Gateway events (feature `apigw`): REST API (`ApiGatewayProxyRequest`, payload
+/// format 1.0) and HTTP API (`ApiGatewayV2httpRequest`, payload format 2.0).
+///
+/// For both, the request the fingerprint covers and [`json_pointer`](super::key::json_pointer)
+/// reads is the **body**: parsed as JSON when it is JSON, else the body text as is. A body API
+/// Gateway base64-encoded (`isBase64Encoded: true`, as it sends binary media types, and some
+/// clients' JSON) is decoded first; if it is not valid base64 or not UTF-8 text, the request is
+/// its base64 text as sent (a pointer then finds nothing in it). Headers are read case-insensitively ([`header`](super::key::header)).
+/// Refusals are answered with HTTP responses ([`HttpAnswers`]: 409, 422, 400), which both
+/// payload formats accept.
 #[derive(Clone)]
 pub enum ApiGatewayRequest {
     /// A REST API event (payload format 1.0).

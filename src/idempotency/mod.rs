@@ -101,7 +101,7 @@
 mod answers;
 #[cfg(feature = "apigw")]
 #[cfg_attr(docsrs, doc(cfg(feature = "apigw")))]
-pub mod apigw;
+mod apigw;
 pub mod key;
 mod layer;
 mod response;
@@ -113,7 +113,7 @@ use std::time::Duration;
 /// The key format is the claim's, shared with the SQS processor: re-exported where the layer's
 /// builder takes it.
 pub use crate::claim::{KeyFormat, NativeFormat};
-pub use answers::{Answers, ErrorAnswers, HttpAnswers, Refusal, RefusalKind};
+pub use answers::{Answers, ErrorAnswers, HttpAnswers, Refusal};
 pub use key::{KeyExtractor, Payload};
 pub use layer::IdempotencyLayer;
 pub use response::{HandlerResponse, IdempotentResponse, WithEffects};

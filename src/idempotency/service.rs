@@ -10,7 +10,7 @@ use lambda_runtime::LambdaEvent;
 use tower::{Service, ServiceExt};
 use tracing::{error, warn};
 
-use super::answers::{Answers, Refusal, RefusalKind};
+use super::answers::{Answers, Refusal};
 use super::key::{KeyExtractor, Payload};
 use super::response::{HandlerResponse, IdempotentResponse};
 use super::{Config, Idempotency};
@@ -73,7 +73,7 @@ where
                 MissingKey::Fail => answer(
                     answers,
                     Refusal::new(
-                        RefusalKind::MissingKey,
+                        ErrorKind::MissingKey,
                         format!(
                             "the request has no idempotency key ({})",
                             config.extractor.describe()
@@ -130,7 +130,7 @@ where
             }
             Claimed::HeldElsewhere { lease_until } => {
                 let mut refusal = Refusal::new(
-                    RefusalKind::InProgress,
+                    ErrorKind::InProgress,
                     "a request with this idempotency key is in progress; retry later",
                 );
                 refusal.retry_after = lease_until
@@ -300,7 +300,7 @@ fn replay(
             return answer(
                 answers,
                 Refusal::new(
-                    RefusalKind::PayloadMismatch,
+                    ErrorKind::PayloadMismatch,
                     "this idempotency key was already used for a different request",
                 ),
             );

@@ -1,77 +1,3 @@
-//! [`BoxStore`]: any store as one type, for a store chosen at run time.
-//!
-//! [`ClaimStore`] and [`StoreAdmin`] return `impl Future`, so that the processor calls a store
-//! without boxing, and so neither can be a trait object: `Box<dyn ClaimStore>` does not
-//! compile. A store picked from a URL or a setting at run time still has to be one type that
-//! every front door accepts ([`Processor::builder`](crate::Processor::builder), the
-//! [idempotency layer](crate::idempotency), [`CachedStore`](super::CachedStore), the operator's
-//! tool). tower solves the same problem for services with `BoxService` / `BoxCloneService`:
-//! the trait stays generic for speed, and one boxed form stands in for any implementation.
-//! [`BoxStore`] is that form for stores:
-//!
-//! ```
-//! use sqs_claim::store::{BoxStore, ClaimStore, MemoryStore};
-//!
-//! fn pick(url: &str) -> BoxStore {
-//!     match url {
-//!         // "sqlite://..." => BoxStore::new(SqliteStore::open(...)?), and so on
-//!         _ => BoxStore::new(MemoryStore::new()),
-//!     }
-//! }
-//!
-//! let store = pick("memory://");
-//! assert!(store.capabilities().atomic_one_shot, "the memory store's, forwarded");
-//! ```
-//!
-//! # How it works
-//!
-//! A crate-private companion trait, object-safe because its methods return boxed futures
-//! ([`BoxFuture`]), is implemented for every `S: ClaimStore + StoreAdmin`. [`BoxStore`] holds
-//! one behind an [`Arc`] (so cloning it is cheap, as cloning a store's client is) and implements
-//! [`ClaimStore`] and [`StoreAdmin`] by forwarding **every** method, the ones with defaults
-//! included: [`capabilities`](ClaimStore::capabilities),
-//! [`effect_item`](ClaimStore::effect_item), [`claim_completed`](ClaimStore::claim_completed)
-//! and [`claim_completed_packed`](ClaimStore::claim_completed_packed). So a boxed store is the
-//! store it boxes, not the trait's defaults: DynamoDB still packs one-shot writes into one
-//! `TransactWriteItems`, a one-shot write stays one atomic step where the store makes it one,
-//! and the processor still sizes its concurrency from the store's own capabilities. The cost
-//! is one allocation and one indirect call per store call (measured against the unboxed store
-//! by `cargo bench --bench processor`).
-//!
-//! A store must implement [`StoreAdmin`] to be boxed: the boxed store is what a URL picks for
-//! the operator's tool as well as for a consumer, and the tool administers it.
-//!
-//! # Effects
-//!
-//! Stores commit different effects (a DynamoDB `TransactWriteItem`, an SQL statement, a
-//! closure for the memory store), and a handler's effects must be of its store's
-//! [`Effect`](ClaimStore::Effect) type. A boxed store's effect type is [`AnyEffect`]: an effect
-//! of any type, erased, which the boxed store turns back into the inner store's type before it
-//! forwards a completion or a one-shot write. A handler over a boxed store wraps each of its
-//! effects with [`AnyEffect::new`]:
-//!
-//! ```
-//! use sqs_claim::store::MemoryEffect;
-//! use sqs_claim::store::{AnyEffect, Effects};
-//!
-//! let effects: Effects<AnyEffect> = [MemoryEffect::new(|| {}), MemoryEffect::new(|| {})]
-//!     .into_iter()
-//!     .map(AnyEffect::new)
-//!     .collect();
-//! assert_eq!(effects.as_slice().len(), 2);
-//! ```
-//!
-//! An effect of another type than the inner store's (a DynamoDB write given to a boxed SQLite
-//! store, say) is a handler written for another store. It is refused, never a panic: the
-//! completion or one-shot write it came with fails with
-//! [`ErrorKind::EffectRejected`], as a refused effect does,
-//! and **writes nothing**: the check runs before the inner store is called, so the processor
-//! releases the claim and the message fails, to be redelivered or sent to the failure
-//! destination, as for any refused effect. `EffectRejected` rather than `Config` because that
-//! is the kind the contract and every caller already treat as "the effects were not
-//! committed, and neither was the completion". The error names the two types, never the
-//! effect's value. [`effect_item`](ClaimStore::effect_item) answers `None` for such an effect.
-
 use std::any::{Any, type_name};
 use std::fmt;
 use std::sync::Arc;
@@ -362,10 +288,84 @@ impl<S: ClaimStore + StoreAdmin> DynStore for S {
 }
 
 /// Any store ([`ClaimStore`] and [`StoreAdmin`]) as one type, with [`AnyEffect`] as its
-/// effects: what a store chosen at run time is. See the [module documentation](self).
+/// effects: what a store chosen at run time is. More below.
 ///
 /// Cloning it clones an [`Arc`]. `Debug` names the inner store's type, nothing of its
 /// configuration (a URL may carry a password).
+///
+/// [`BoxStore`]: any store as one type, for a store chosen at run time.
+///
+/// [`ClaimStore`] and [`StoreAdmin`] return `impl Future`, so that the processor calls a store
+/// without boxing, and so neither can be a trait object: `Box<dyn ClaimStore>` does not
+/// compile. A store picked from a URL or a setting at run time still has to be one type that
+/// every front door accepts ([`Processor::builder`](crate::Processor::builder), the
+/// [idempotency layer](crate::idempotency), [`CachedStore`](super::CachedStore), the operator's
+/// tool). tower solves the same problem for services with `BoxService` / `BoxCloneService`:
+/// the trait stays generic for speed, and one boxed form stands in for any implementation.
+/// [`BoxStore`] is that form for stores:
+///
+/// ```
+/// use sqs_claim::store::{BoxStore, ClaimStore, MemoryStore};
+///
+/// fn pick(url: &str) -> BoxStore {
+///     match url {
+///         // "sqlite://..." => BoxStore::new(SqliteStore::open(...)?), and so on
+///         _ => BoxStore::new(MemoryStore::new()),
+///     }
+/// }
+///
+/// let store = pick("memory://");
+/// assert!(store.capabilities().atomic_one_shot, "the memory store's, forwarded");
+/// ```
+///
+/// # How it works
+///
+/// A crate-private companion trait, object-safe because its methods return boxed futures
+/// ([`BoxFuture`]), is implemented for every `S: ClaimStore + StoreAdmin`. [`BoxStore`] holds
+/// one behind an [`Arc`] (so cloning it is cheap, as cloning a store's client is) and implements
+/// [`ClaimStore`] and [`StoreAdmin`] by forwarding **every** method, the ones with defaults
+/// included: [`capabilities`](ClaimStore::capabilities),
+/// [`effect_item`](ClaimStore::effect_item), [`claim_completed`](ClaimStore::claim_completed)
+/// and [`claim_completed_packed`](ClaimStore::claim_completed_packed). So a boxed store is the
+/// store it boxes, not the trait's defaults: DynamoDB still packs one-shot writes into one
+/// `TransactWriteItems`, a one-shot write stays one atomic step where the store makes it one,
+/// and the processor still sizes its concurrency from the store's own capabilities. The cost
+/// is one allocation and one indirect call per store call (measured against the unboxed store
+/// by `cargo bench --bench processor`).
+///
+/// A store must implement [`StoreAdmin`] to be boxed: the boxed store is what a URL picks for
+/// the operator's tool as well as for a consumer, and the tool administers it.
+///
+/// # Effects
+///
+/// Stores commit different effects (a DynamoDB `TransactWriteItem`, an SQL statement, a
+/// closure for the memory store), and a handler's effects must be of its store's
+/// [`Effect`](ClaimStore::Effect) type. A boxed store's effect type is [`AnyEffect`]: an effect
+/// of any type, erased, which the boxed store turns back into the inner store's type before it
+/// forwards a completion or a one-shot write. A handler over a boxed store wraps each of its
+/// effects with [`AnyEffect::new`]:
+///
+/// ```
+/// use sqs_claim::store::MemoryEffect;
+/// use sqs_claim::store::{AnyEffect, Effects};
+///
+/// let effects: Effects<AnyEffect> = [MemoryEffect::new(|| {}), MemoryEffect::new(|| {})]
+///     .into_iter()
+///     .map(AnyEffect::new)
+///     .collect();
+/// assert_eq!(effects.as_slice().len(), 2);
+/// ```
+///
+/// An effect of another type than the inner store's (a DynamoDB write given to a boxed SQLite
+/// store, say) is a handler written for another store. It is refused, never a panic: the
+/// completion or one-shot write it came with fails with
+/// [`ErrorKind::EffectRejected`], as a refused effect does,
+/// and **writes nothing**: the check runs before the inner store is called, so the processor
+/// releases the claim and the message fails, to be redelivered or sent to the failure
+/// destination, as for any refused effect. `EffectRejected` rather than `Config` because that
+/// is the kind the contract and every caller already treat as "the effects were not
+/// committed, and neither was the completion". The error names the two types, never the
+/// effect's value. [`effect_item`](ClaimStore::effect_item) answers `None` for such an effect.
 #[derive(Clone)]
 pub struct BoxStore {
     inner: Arc<dyn DynStore>,

@@ -1,46 +1,3 @@
-//! [`CachedStore`]: a bounded in-process cache of completed keys in front of any store.
-//!
-//! A warm Lambda environment sees the same keys again: SQS redelivers a batch whose invocation
-//! timed out, a producer re-sends, the idempotency layer gets a client's retry. Each of those is
-//! a claim round trip that answers "completed". `CachedStore` remembers, inside the process,
-//! the keys it saw completed, and answers their next claim itself:
-//!
-//! * **only completed records** are cached: written after this store's completion succeeded
-//!   (with the claim's fingerprint and the completion's response), or copied from a claim or a
-//!   one-shot write the inner store answered `Completed`. A claim that is acquired, held
-//!   elsewhere or in progress always goes to the inner store, which alone decides claims,
-//!   leases and fencing. The cache can only answer `Completed` where the inner store would,
-//!   with the same record;
-//! * **entries expire no later than the record** (the record's `expires_at`, compared with the
-//!   caller's `now` as the store contract does), and no later than
-//!   [`with_max_age`](CachedStore::with_max_age) after they were cached (15 minutes by
-//!   default);
-//! * **bounded**: at most [`with_capacity`](CachedStore::with_capacity) entries (10,000 by
-//!   default) and [`with_max_bytes`](CachedStore::with_max_bytes) of keys, fingerprints and
-//!   responses (16 MiB by default), the oldest entry evicted first; a response over 64 KiB is
-//!   not cached (its key's duplicates ask the inner store).
-//!
-//! # What `forget` means with a cache
-//!
-//! `sqs-claim forget KEY` (or [`StoreAdmin::forget`] on another process's store) deletes the
-//! record in the table, so the next delivery runs again; **but a warm process that cached the
-//! key keeps answering "duplicate" for it** until its entry expires (its `max_age`, 15 minutes
-//! by default, or the record's own expiry if sooner) or the process ends. `forget` through this
-//! store drops this process's own entry, no other's. After a `forget`, wait `max_age` before
-//! redriving the message, or set a shorter `max_age` where operators forget keys often.
-//! `force_release` is unaffected: an in-progress record is never cached.
-//!
-//! ```
-//! use std::time::Duration;
-//! use sqs_claim::store::CachedStore;
-//! use sqs_claim::{MemoryStore, Message, Processor};
-//!
-//! let store = CachedStore::new(MemoryStore::new()).with_max_age(Duration::from_secs(300));
-//! let handler = tower::service_fn(|_msg: Message| async { Ok::<(), sqs_claim::Error>(()) });
-//! let processor = Processor::builder(store, handler).namespace("payments").build();
-//! # let _ = processor;
-//! ```
-
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -62,8 +19,51 @@ pub(crate) const DEFAULT_MAX_BYTES: usize = 16 * 1024 * 1024;
 /// How long an entry is kept by default, at most (less if its record expires sooner).
 pub(crate) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 
-/// A store with a bounded in-process cache of completed keys in front. See the
-/// [module documentation](self). Cloning it shares the cache.
+/// A store with a bounded in-process cache of completed keys in front (more below).
+/// Cloning it shares the cache.
+///
+/// [`CachedStore`]: a bounded in-process cache of completed keys in front of any store.
+///
+/// A warm Lambda environment sees the same keys again: SQS redelivers a batch whose invocation
+/// timed out, a producer re-sends, the idempotency layer gets a client's retry. Each of those is
+/// a claim round trip that answers "completed". `CachedStore` remembers, inside the process,
+/// the keys it saw completed, and answers their next claim itself:
+///
+/// * **only completed records** are cached: written after this store's completion succeeded
+///   (with the claim's fingerprint and the completion's response), or copied from a claim or a
+///   one-shot write the inner store answered `Completed`. A claim that is acquired, held
+///   elsewhere or in progress always goes to the inner store, which alone decides claims,
+///   leases and fencing. The cache can only answer `Completed` where the inner store would,
+///   with the same record;
+/// * **entries expire no later than the record** (the record's `expires_at`, compared with the
+///   caller's `now` as the store contract does), and no later than
+///   [`with_max_age`](CachedStore::with_max_age) after they were cached (15 minutes by
+///   default);
+/// * **bounded**: at most [`with_capacity`](CachedStore::with_capacity) entries (10,000 by
+///   default) and [`with_max_bytes`](CachedStore::with_max_bytes) of keys, fingerprints and
+///   responses (16 MiB by default), the oldest entry evicted first; a response over 64 KiB is
+///   not cached (its key's duplicates ask the inner store).
+///
+/// # What `forget` means with a cache
+///
+/// `sqs-claim forget KEY` (or [`StoreAdmin::forget`] on another process's store) deletes the
+/// record in the table, so the next delivery runs again; **but a warm process that cached the
+/// key keeps answering "duplicate" for it** until its entry expires (its `max_age`, 15 minutes
+/// by default, or the record's own expiry if sooner) or the process ends. `forget` through this
+/// store drops this process's own entry, no other's. After a `forget`, wait `max_age` before
+/// redriving the message, or set a shorter `max_age` where operators forget keys often.
+/// `force_release` is unaffected: an in-progress record is never cached.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_claim::store::CachedStore;
+/// use sqs_claim::{MemoryStore, Message, Processor};
+///
+/// let store = CachedStore::new(MemoryStore::new()).with_max_age(Duration::from_secs(300));
+/// let handler = tower::service_fn(|_msg: Message| async { Ok::<(), sqs_claim::Error>(()) });
+/// let processor = Processor::builder(store, handler).namespace("payments").build();
+/// # let _ = processor;
+/// ```
 #[derive(Clone)]
 pub struct CachedStore<S> {
     inner: S,
@@ -402,7 +402,7 @@ impl<S> CachedStore<S> {
 }
 
 /// The inner store's administration; `forget` also drops this process's entry (see "What
-/// `forget` means with a cache" in the [module documentation](self)).
+/// `forget` means with a cache" in [`CachedStore`]'s documentation).
 impl<S: StoreAdmin> StoreAdmin for CachedStore<S> {
     fn init(&self) -> impl Future<Output = Result<(), Error>> + Send {
         self.inner.init()

@@ -75,11 +75,11 @@
 //!
 //! Creating the table, checking that it is ready, pruning expired records and an operator's
 //! look at one key (inspect, force-release, forget) are a second role, never on the message
-//! path: the [`StoreAdmin`] trait ([`admin`]), which every store of this crate implements.
+//! path: the [`StoreAdmin`] trait, which every store of this crate implements.
 //!
 //! # A store chosen at run time
 //!
-//! Both traits return `impl Future`, so neither is a trait object. [`BoxStore`] ([`boxed`])
+//! Both traits return `impl Future`, so neither is a trait object. [`BoxStore`]
 //! is their boxed form, as tower's `BoxService` is for services: any store as one type, with
 //! its effects erased to [`AnyEffect`], that every front door accepts.
 
@@ -88,9 +88,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::Error;
 
-pub mod admin;
-pub mod boxed;
-pub mod cached;
+pub(crate) mod admin;
+pub(crate) mod boxed;
+pub(crate) mod cached;
 mod capabilities;
 mod memory;
 
@@ -99,12 +99,12 @@ pub mod dynamodb;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
-pub mod redis;
+pub(crate) mod redis;
 mod remember;
 #[cfg(feature = "sqlite")]
-pub mod sqlite;
+pub(crate) mod sqlite;
 #[cfg(feature = "redis")]
-pub mod tiered;
+pub(crate) mod tiered;
 
 pub use admin::StoreAdmin;
 pub use boxed::{AnyEffect, BoxStore};

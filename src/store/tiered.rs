@@ -1,75 +1,3 @@
-//! [`TieredStore`]: Redis in front as a cache of completed keys, a durable store behind it as
-//! the only authority (feature `redis`).
-//!
-//! Most claims in a healthy system are for new keys, but a redelivery storm (a consumer that
-//! crashed mid-batch, a producer that re-sent a day of events) is all duplicates. The tiered
-//! store answers those from Redis, one `GET` each, without a write to the durable store:
-//!
-//! * **claim**: `GET` the completion marker in Redis. If there is one and it has not expired
-//!   (by the caller's `now`), answer [`Claim::Completed`] without touching the durable store.
-//!   Otherwise claim on the durable store, and if that says `Completed`, write the marker back
-//!   (backfill) so the next duplicate is cheap.
-//! * **complete**: complete on the durable store (with the effects and the response,
-//!   atomically there); on success, write the marker with the same expiry and the same
-//!   response.
-//! * **release**: the durable store only (a marker is only ever written for a completed key,
-//!   and a completed key cannot be released).
-//!
-//! # Why this is safe
-//!
-//! Redis only ever says "completed", and only after the durable store said so, with the
-//! durable record's expiry and response: a marker can make the tiered store answer `Completed`
-//! where the durable store would too, with the same record, never `Acquired`. Claims, leases
-//! and fencing are decided by the durable store alone, so losing Redis (a restart, a failover,
-//! an eviction) loses only speed, never correctness.
-//!
-//! An operator who deletes a durable record by hand, to have a message processed again, must
-//! delete its marker too ([`TieredStore::marker_key`]); [`StoreAdmin::forget`] does both (the
-//! durable record first, so a claim in between cannot backfill a marker for a record already
-//! gone), and fails if Redis does not answer, because a marker left behind would keep the
-//! message "completed".
-//! `inspect` and `force_release` are the durable store's (a marker is never written for an
-//! in-progress record).
-//!
-//! # The stored response
-//!
-//! The response lives in the durable store; the marker carries a copy, so that a duplicate
-//! answered from Redis replays the same response, byte for byte, without a durable read. A
-//! marker says whether the completion had a response (none and empty are told apart). Three
-//! cases are left to the durable store instead, which answers and backfills as for a missing
-//! marker:
-//!
-//! * a response over 64 KiB is not copied into Redis (no marker is written for its key): Redis
-//!   is sized for small markers, and values of megabytes would crowd them out and stall its
-//!   single thread while they are copied;
-//! * a marker written by an older version (which knew nothing of responses) counts as absent,
-//!   and is rewritten from the durable record at the next duplicate;
-//! * after a completion that failed ambiguously (a transient error), no marker is written even
-//!   if a retry succeeds: the retry is a no-op on the durable store, which keeps the first
-//!   attempt's response and expiry, and only the durable record says which those are.
-//!
-//! # When Redis is down, or silent
-//!
-//! Each tier is bounded on its own: a marker read or write by 500 ms (a cache slower than that
-//! saves nothing; the `forget` of a marker by the connection's response timeout, 4 s, see
-//! [`RedisStore`]), the durable store by its own bounds (the DynamoDB client's timeouts,
-//! PostgreSQL's call timeout, SQLite's busy timeout).
-//!
-//! Every Redis error is logged at `warn` and ignored: the durable store decides alone. After an
-//! error the cache is skipped for a cool-down (1 s by default, [`TieredStore::with_cooldown`]),
-//! so an outage does not add a connection timeout to every message. Build the cache with
-//! [`RedisStore::connect_lazy`] so a consumer starts even while Redis is down.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), sqs_claim::Error> {
-//! use sqs_claim::{PostgresStore, RedisStore, TieredStore};
-//! let durable = PostgresStore::connect("postgres://app@db.internal/app")?;
-//! let cache = RedisStore::connect_lazy("redis://cache.internal:6379/")?.with_prefix("payments:");
-//! let store = TieredStore::new(cache, durable);
-//! # let _ = store;
-//! # Ok(()) }
-//! ```
-
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -99,9 +27,81 @@ const CACHE_ANSWER: Duration = Duration::from_millis(500);
 /// absent, which only costs a durable read.
 const MARKER_V2: &str = "v2:";
 
-/// A durable claim store with a Redis cache of completed keys in front. See the
-/// [module documentation](self). Cloning it shares the cache state (cool-down, in-flight
+/// A durable claim store with a Redis cache of completed keys in front (more below).
+/// Cloning it shares the cache state (cool-down, in-flight
 /// fingerprints) and clones the durable store handle.
+///
+/// [`TieredStore`]: Redis in front as a cache of completed keys, a durable store behind it as
+/// the only authority (feature `redis`).
+///
+/// Most claims in a healthy system are for new keys, but a redelivery storm (a consumer that
+/// crashed mid-batch, a producer that re-sent a day of events) is all duplicates. The tiered
+/// store answers those from Redis, one `GET` each, without a write to the durable store:
+///
+/// * **claim**: `GET` the completion marker in Redis. If there is one and it has not expired
+///   (by the caller's `now`), answer [`Claim::Completed`] without touching the durable store.
+///   Otherwise claim on the durable store, and if that says `Completed`, write the marker back
+///   (backfill) so the next duplicate is cheap.
+/// * **complete**: complete on the durable store (with the effects and the response,
+///   atomically there); on success, write the marker with the same expiry and the same
+///   response.
+/// * **release**: the durable store only (a marker is only ever written for a completed key,
+///   and a completed key cannot be released).
+///
+/// # Why this is safe
+///
+/// Redis only ever says "completed", and only after the durable store said so, with the
+/// durable record's expiry and response: a marker can make the tiered store answer `Completed`
+/// where the durable store would too, with the same record, never `Acquired`. Claims, leases
+/// and fencing are decided by the durable store alone, so losing Redis (a restart, a failover,
+/// an eviction) loses only speed, never correctness.
+///
+/// An operator who deletes a durable record by hand, to have a message processed again, must
+/// delete its marker too ([`TieredStore::marker_key`]); [`StoreAdmin::forget`] does both (the
+/// durable record first, so a claim in between cannot backfill a marker for a record already
+/// gone), and fails if Redis does not answer, because a marker left behind would keep the
+/// message "completed".
+/// `inspect` and `force_release` are the durable store's (a marker is never written for an
+/// in-progress record).
+///
+/// # The stored response
+///
+/// The response lives in the durable store; the marker carries a copy, so that a duplicate
+/// answered from Redis replays the same response, byte for byte, without a durable read. A
+/// marker says whether the completion had a response (none and empty are told apart). Three
+/// cases are left to the durable store instead, which answers and backfills as for a missing
+/// marker:
+///
+/// * a response over 64 KiB is not copied into Redis (no marker is written for its key): Redis
+///   is sized for small markers, and values of megabytes would crowd them out and stall its
+///   single thread while they are copied;
+/// * a marker written by an older version (which knew nothing of responses) counts as absent,
+///   and is rewritten from the durable record at the next duplicate;
+/// * after a completion that failed ambiguously (a transient error), no marker is written even
+///   if a retry succeeds: the retry is a no-op on the durable store, which keeps the first
+///   attempt's response and expiry, and only the durable record says which those are.
+///
+/// # When Redis is down, or silent
+///
+/// Each tier is bounded on its own: a marker read or write by 500 ms (a cache slower than that
+/// saves nothing; the `forget` of a marker by the connection's response timeout, 4 s, see
+/// [`RedisStore`]), the durable store by its own bounds (the DynamoDB client's timeouts,
+/// PostgreSQL's call timeout, SQLite's busy timeout).
+///
+/// Every Redis error is logged at `warn` and ignored: the durable store decides alone. After an
+/// error the cache is skipped for a cool-down (1 s by default, [`TieredStore::with_cooldown`]),
+/// so an outage does not add a connection timeout to every message. Build the cache with
+/// [`RedisStore::connect_lazy`] so a consumer starts even while Redis is down.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), sqs_claim::Error> {
+/// use sqs_claim::{PostgresStore, RedisStore, TieredStore};
+/// let durable = PostgresStore::connect("postgres://app@db.internal/app")?;
+/// let cache = RedisStore::connect_lazy("redis://cache.internal:6379/")?.with_prefix("payments:");
+/// let store = TieredStore::new(cache, durable);
+/// # let _ = store;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct TieredStore<D> {
     cache: RedisStore,

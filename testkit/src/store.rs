@@ -33,14 +33,14 @@
 //! its default features: the spy adds no store to your build).
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sqs_claim::Error;
 use sqs_claim::store::{
     Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, StoreAdmin,
+    OneShotWrite, Packed, StoreAdmin,
 };
 
 /// Which [`ClaimStore`] method a call is, for [`Call::method`] and the counts.
@@ -156,22 +156,28 @@ pub enum Action {
 
 type OnCall<E> = dyn Fn(&Call<'_, E>) -> Action + Send + Sync;
 type MapCapabilities = dyn Fn(Capabilities) -> Capabilities + Send + Sync;
+type EffectItem<E> = dyn Fn(&E) -> Option<u64> + Send + Sync;
 
 /// A [`ClaimStore`] (and [`StoreAdmin`]) in front of `S` that counts each call and lets a hook
 /// change it. See the [module documentation](self).
 ///
 /// Every method is passed on to `S` unless the hook says otherwise; what `S` says of itself
-/// ([`capabilities`](ClaimStore::capabilities), [`effect_item`](ClaimStore::effect_item)) too.
-/// One exception: a pack ([`claim_completed_packed`](ClaimStore::claim_completed_packed)) is
-/// not passed on whole but sent as its one-shot writes (the trait's default), so the hook sees
-/// and may change each write. A test that measures packing uses the store itself.
-/// Clones share the hook and the counts.
+/// ([`capabilities`](ClaimStore::capabilities), [`effect_item`](ClaimStore::effect_item)) too,
+/// unless [`map_capabilities`](Spy::map_capabilities) or
+/// [`map_effect_item`](Spy::map_effect_item) change it. One exception: a pack
+/// ([`claim_completed_packed`](ClaimStore::claim_completed_packed)) is recorded
+/// ([`packs`](Spy::packs)) and then sent as its one-shot writes, all at once (as the trait's
+/// default does), so the hook sees and may change each write. A spy whose capabilities say it
+/// packs (`atomic_one_shot`, `max_pack_actions`) therefore shows how a processor packs, over
+/// a store that does not. Clones share the hook, the counts and the packs.
 #[derive(Clone)]
 pub struct Spy<S: ClaimStore> {
     inner: S,
     on_call: Option<Arc<OnCall<S::Effect>>>,
     capabilities: Option<Arc<MapCapabilities>>,
+    effect_item: Option<Arc<EffectItem<S::Effect>>>,
     counts: Arc<[AtomicUsize; 4]>,
+    packs: Arc<Mutex<Vec<usize>>>,
 }
 
 impl<S: ClaimStore> Spy<S> {
@@ -181,7 +187,9 @@ impl<S: ClaimStore> Spy<S> {
             inner,
             on_call: None,
             capabilities: None,
+            effect_item: None,
             counts: Arc::default(),
+            packs: Arc::default(),
         }
     }
 
@@ -204,6 +212,23 @@ impl<S: ClaimStore> Spy<S> {
     {
         self.capabilities = Some(Arc::new(map));
         self
+    }
+
+    /// Answers [`effect_item`](ClaimStore::effect_item) with `item` instead of the inner
+    /// store's: a hot-item test's item hash over a store that has none.
+    pub fn map_effect_item<F>(mut self, item: F) -> Self
+    where
+        F: Fn(&S::Effect) -> Option<u64> + Send + Sync + 'static,
+    {
+        self.effect_item = Some(Arc::new(item));
+        self
+    }
+
+    /// The size (in writes) of each pack the spy was handed
+    /// ([`claim_completed_packed`](ClaimStore::claim_completed_packed)), in order, by this spy
+    /// and its clones. Each write of a pack is also a [`Method::ClaimCompleted`] call.
+    pub fn packs(&self) -> Vec<usize> {
+        self.packs.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// How many calls of `method` were made, by this spy and its clones.
@@ -304,7 +329,28 @@ impl<S: ClaimStore> ClaimStore for Spy<S> {
     }
 
     fn effect_item(&self, effect: &S::Effect) -> Option<u64> {
-        self.inner.effect_item(effect)
+        match &self.effect_item {
+            Some(item) => item(effect),
+            None => self.inner.effect_item(effect),
+        }
+    }
+
+    async fn claim_completed_packed(
+        &self,
+        writes: Vec<(ClaimRequest<'_>, Vec<&S::Effect>)>,
+    ) -> Vec<Packed> {
+        self.packs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(writes.len());
+        let sent = writes.into_iter().map(|(request, effects)| {
+            self.claim_completed(request, effects.into_iter().cloned().collect())
+        });
+        futures::future::join_all(sent)
+            .await
+            .into_iter()
+            .map(Packed::Answered)
+            .collect()
     }
 }
 
@@ -346,6 +392,7 @@ impl<S: ClaimStore> fmt::Debug for Spy<S> {
         f.debug_struct("Spy")
             .field("counts", &counts)
             .field("on_call", &self.on_call.is_some())
+            .field("packs", &self.packs().len())
             .finish_non_exhaustive()
     }
 }

@@ -4,7 +4,7 @@
 //! [`TieredStore`], the balances kept wherever that durable ledger keeps them.
 //!
 //! Redis's durability applies to the balances as much as to the claims: without persistence a
-//! restart loses both (see [`sqs_claim::store::redis`]).
+//! restart loses both (see [`sqs_claim::RedisStore`]).
 
 use super::{Ledger, Payment, read_balance};
 use sqs_claim::TieredStore;

@@ -1,82 +1,3 @@
-//! [`RedisStore`]: the contract as three Lua scripts, with atomic [`RedisEffect`]s
-//! (feature `redis`).
-//!
-//! # How a record is kept
-//!
-//! One hash per key, at `{prefix}{key}` (default prefix `sqs-claim:`):
-//!
-//! | field | meaning |
-//! |-------|---------|
-//! | `s`   | status, `INPROGRESS` or `COMPLETED` |
-//! | `t`   | owner token |
-//! | `l`   | lease end, epoch ms (in progress only) |
-//! | `e`   | `expires_at`, epoch ms |
-//! | `n`   | the claimant's `now` at claim time, epoch ms (to size the key's TTL, see below) |
-//! | `f`   | payload fingerprint, if any |
-//! | `r`   | the stored response, as given (completed only; absent for none, empty for an empty one) |
-//!
-//! Records written before the stored response have no `r` field: they read as completed with
-//! no response.
-//!
-//! Claim, completion and release (and the operator's conditional deletes, `force_release` and
-//! `forget`) are each **one** server-side Lua script (sent as `EVALSHA`, falling back to
-//! `EVAL`/`SCRIPT LOAD` after a restart flushed the script cache), so no other command can run
-//! between the read and the write: of 32 concurrent claimers exactly one wins
-//! because Redis runs scripts one at a time. Every decision compares the caller's `now` with the
-//! stored times, never the server clock.
-//!
-//! Memory stays bounded without a cleanup job: every write sets the key's TTL. The TTL is the
-//! caller-relative lifetime (`expires_at - now`) plus a slack (default 60 s), applied on the
-//! server's own clock with `PEXPIRE`. Sizing it relative, rather than with `PEXPIREAT
-//! expires_at`, means a Redis clock that runs ahead of the workers' cannot delete a record before
-//! the workers consider it expired (which would let a duplicate through); a record that lingers
-//! past `expires_at` is harmless, because the scripts treat it as absent. A claim's `expires_at`
-//! is never before its lease (`ClaimRequest::record_expires_at`), so Redis never deletes an
-//! in-progress record while its lease is live, whatever TTL the caller asked for.
-//!
-//! # Effects
-//!
-//! [`RedisEffect`]s (`INCRBY`, `HINCRBY`, `HINCRBY` within a range, `SET`, and `SET`
-//! only-if-absent) run inside the completion script, so they commit with the completion or not
-//! at all. Redis does not roll a script back when a command fails half-way, so the script first
-//! checks every effect (key types, integer values, overflow, ranges, absence for
-//! [`RedisEffect::set_nx`]), several increments of one key together, and only then writes
-//! anything. Effect keys are used as given (the store's prefix is not added).
-//!
-//! # Durability: read this before choosing Redis
-//!
-//! The claim is only as durable as Redis is.
-//!
-//! * **No persistence** (the way the tests run it: `--save "" --appendonly no`): a restart or
-//!   a crash forgets every claim and every completion. Any message redelivered within its
-//!   window after that runs its handler again.
-//! * **AOF with `appendfsync everysec`**: a crash of the server (or its machine) can lose about
-//!   the last second of writes: claims and completions acknowledged in that second may be
-//!   forgotten, and their messages processed again if redelivered. `appendfsync always` closes
-//!   this at a large cost in write latency.
-//! * **Replicas and failover** (Sentinel, ElastiCache/MemoryDB Multi-AZ): replication is
-//!   asynchronous, so a failover can promote a replica that has not yet seen acknowledged
-//!   claims and completions. `WAIT` narrows the gap but does not make Redis a consensus store.
-//!   (Amazon MemoryDB's transaction log does keep acknowledged writes across failover.)
-//! * Redis Cluster is not supported: the completion script touches the record and the effect
-//!   keys in one call, which Cluster only allows within one hash slot.
-//!
-//! If a duplicate run after a Redis restart is unacceptable, use a durable store (DynamoDB,
-//! PostgreSQL), or the [tiered store](super::tiered) with Redis only as a cache in front of one.
-//!
-//! # TLS
-//!
-//! `rediss://` URLs connect over TLS (rustls, via the `redis` crate's `tokio-rustls-comp`
-//! feature, which this crate enables), verifying the server against the operating system's
-//! root certificates, as ElastiCache with in-transit encryption requires.
-//!
-//! # Errors
-//!
-//! Connection refused, timeouts, dropped connections, `LOADING`, `BUSY`, `READONLY` (a failover
-//! in progress) and `TRYAGAIN`/`CLUSTERDOWN`/`MASTERDOWN` are
-//! [`ErrorKind::StoreUnavailable`]; anything else Redis refuses (a key of the wrong type under
-//! the prefix, a script error, an ACL denial) is [`ErrorKind::StoreRejected`].
-
 use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -294,7 +215,7 @@ impl RedisEffect {
 
 /// A claim store in Redis. Cloning it is cheap and shares the connection.
 ///
-/// See the [module documentation](self) for the record layout, the durability trade-offs and
+/// The sections below give the record layout, the durability trade-offs and
 /// the error mapping.
 ///
 /// ```no_run
@@ -304,6 +225,85 @@ impl RedisEffect {
 /// # let _ = store;
 /// # Ok(()) }
 /// ```
+///
+/// [`RedisStore`]: the contract as three Lua scripts, with atomic [`RedisEffect`]s
+/// (feature `redis`).
+///
+/// # How a record is kept
+///
+/// One hash per key, at `{prefix}{key}` (default prefix `sqs-claim:`):
+///
+/// | field | meaning |
+/// |-------|---------|
+/// | `s`   | status, `INPROGRESS` or `COMPLETED` |
+/// | `t`   | owner token |
+/// | `l`   | lease end, epoch ms (in progress only) |
+/// | `e`   | `expires_at`, epoch ms |
+/// | `n`   | the claimant's `now` at claim time, epoch ms (to size the key's TTL, see below) |
+/// | `f`   | payload fingerprint, if any |
+/// | `r`   | the stored response, as given (completed only; absent for none, empty for an empty one) |
+///
+/// Records written before the stored response have no `r` field: they read as completed with
+/// no response.
+///
+/// Claim, completion and release (and the operator's conditional deletes, `force_release` and
+/// `forget`) are each **one** server-side Lua script (sent as `EVALSHA`, falling back to
+/// `EVAL`/`SCRIPT LOAD` after a restart flushed the script cache), so no other command can run
+/// between the read and the write: of 32 concurrent claimers exactly one wins
+/// because Redis runs scripts one at a time. Every decision compares the caller's `now` with the
+/// stored times, never the server clock.
+///
+/// Memory stays bounded without a cleanup job: every write sets the key's TTL. The TTL is the
+/// caller-relative lifetime (`expires_at - now`) plus a slack (default 60 s), applied on the
+/// server's own clock with `PEXPIRE`. Sizing it relative, rather than with `PEXPIREAT
+/// expires_at`, means a Redis clock that runs ahead of the workers' cannot delete a record before
+/// the workers consider it expired (which would let a duplicate through); a record that lingers
+/// past `expires_at` is harmless, because the scripts treat it as absent. A claim's `expires_at`
+/// is never before its lease (`ClaimRequest::record_expires_at`), so Redis never deletes an
+/// in-progress record while its lease is live, whatever TTL the caller asked for.
+///
+/// # Effects
+///
+/// [`RedisEffect`]s (`INCRBY`, `HINCRBY`, `HINCRBY` within a range, `SET`, and `SET`
+/// only-if-absent) run inside the completion script, so they commit with the completion or not
+/// at all. Redis does not roll a script back when a command fails half-way, so the script first
+/// checks every effect (key types, integer values, overflow, ranges, absence for
+/// [`RedisEffect::set_nx`]), several increments of one key together, and only then writes
+/// anything. Effect keys are used as given (the store's prefix is not added).
+///
+/// # Durability: read this before choosing Redis
+///
+/// The claim is only as durable as Redis is.
+///
+/// * **No persistence** (the way the tests run it: `--save "" --appendonly no`): a restart or
+///   a crash forgets every claim and every completion. Any message redelivered within its
+///   window after that runs its handler again.
+/// * **AOF with `appendfsync everysec`**: a crash of the server (or its machine) can lose about
+///   the last second of writes: claims and completions acknowledged in that second may be
+///   forgotten, and their messages processed again if redelivered. `appendfsync always` closes
+///   this at a large cost in write latency.
+/// * **Replicas and failover** (Sentinel, ElastiCache/MemoryDB Multi-AZ): replication is
+///   asynchronous, so a failover can promote a replica that has not yet seen acknowledged
+///   claims and completions. `WAIT` narrows the gap but does not make Redis a consensus store.
+///   (Amazon MemoryDB's transaction log does keep acknowledged writes across failover.)
+/// * Redis Cluster is not supported: the completion script touches the record and the effect
+///   keys in one call, which Cluster only allows within one hash slot.
+///
+/// If a duplicate run after a Redis restart is unacceptable, use a durable store (DynamoDB,
+/// PostgreSQL), or the [tiered store](crate::TieredStore) with Redis only as a cache in front of one.
+///
+/// # TLS
+///
+/// `rediss://` URLs connect over TLS (rustls, via the `redis` crate's `tokio-rustls-comp`
+/// feature, which this crate enables), verifying the server against the operating system's
+/// root certificates, as ElastiCache with in-transit encryption requires.
+///
+/// # Errors
+///
+/// Connection refused, timeouts, dropped connections, `LOADING`, `BUSY`, `READONLY` (a failover
+/// in progress) and `TRYAGAIN`/`CLUSTERDOWN`/`MASTERDOWN` are
+/// [`ErrorKind::StoreUnavailable`]; anything else Redis refuses (a key of the wrong type under
+/// the prefix, a script error, an ACL denial) is [`ErrorKind::StoreRejected`].
 #[derive(Clone)]
 pub struct RedisStore {
     conn: ConnectionManager,

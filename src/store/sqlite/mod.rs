@@ -1,74 +1,3 @@
-//! [`SqliteStore`]: the contract in one SQLite file, for running locally with nothing installed
-//! (feature `sqlite`).
-//!
-//! This is a real, durable store, not a mock: the CLI's default store, and a fair choice for a
-//! single host. One file, WAL mode, `synchronous = FULL` (a completed claim survives a power
-//! cut), and a busy timeout so several processes can share the file.
-//!
-//! # The table
-//!
-//! One table, `claims`, created (and, for a file made by an older version, completed with the
-//! `response` column) when the store opens:
-//!
-//! | column           | meaning |
-//! |------------------|---------|
-//! | `id`             | the idempotency key (primary key) |
-//! | `status`         | `INPROGRESS` or `COMPLETED` |
-//! | `token`          | owner token of the claim that wrote the row |
-//! | `lease_until_ms` | lease end, epoch ms; `NULL` once completed |
-//! | `expires_at_ms`  | epoch ms; the row counts as absent from then on |
-//! | `fingerprint`    | payload fingerprint, if any |
-//! | `response`       | the stored response, as given (`TEXT`); `NULL` for none, `''` for an empty one |
-//!
-//! # How the contract maps onto SQL
-//!
-//! * **claim** is one upsert, inside `BEGIN IMMEDIATE` (which takes the database's write lock
-//!   up front, so the upsert and the read that explains a refusal see the same row, across
-//!   connections and processes):
-//!   `INSERT ... ON CONFLICT(id) DO UPDATE SET ... WHERE <expired> OR <lease lapsed>`.
-//!   One changed row means the claim was won; no change means the existing row says why not.
-//! * **complete** checks the row still carries the token, runs the handler's [`SqlEffect`]s and
-//!   marks the row completed with its response, in one transaction: all or nothing. A response
-//!   over [`Capabilities::max_response_bytes`] (the default 6 MiB: SQLite's `TEXT` holds up to
-//!   1 GB) is refused before anything is sent to the connection thread. A row already completed by
-//!   the same token is a no-op success (effects are not run again).
-//! * **release** is one `DELETE ... WHERE id = ? AND token = ? AND status = 'INPROGRESS'`.
-//! * the operator's **force_release** and **forget** are one `DELETE ... WHERE id = ? AND
-//!   status = ?` each; **inspect** one `SELECT`.
-//!
-//! # Threads and group commit
-//!
-//! SQLite calls block. Each store owns one connection on a dedicated thread and the async
-//! methods send it jobs, so the runtime's workers never wait on disk or on another process's
-//! lock. Clones share the thread; it stops when the last clone is dropped. A second
-//! `SqliteStore` on the same file (in this process or another) has its own connection, and
-//! SQLite's file locks serialize the writers.
-//!
-//! The thread runs the jobs waiting in its queue together, in one `BEGIN IMMEDIATE`
-//! transaction, each job inside its own savepoint (so a refused completion rolls back only its
-//! own writes), and answers every caller only after the `COMMIT`: one fsync covers a whole group
-//! instead of one per call, and nothing is acknowledged before it is on disk. With the
-//! processor's concurrency of 10 this made a batch about ten times faster on a disk where an
-//! fsync costs milliseconds; the default is now 256 ([`Capabilities::max_in_flight`]). If the commit fails, every job of the group fails with it.
-//! Queries and schema statements ([`SqliteStore::query`], [`SqliteStore::execute_batch`]) run on
-//! their own instead: a read needs no write lock, and in WAL mode never waits for a writer.
-//!
-//! SQLite's lock is not fair: a process that writes back to back can keep another one waiting,
-//! and a claim that waits longer than the busy timeout fails with
-//! [`ErrorKind::StoreUnavailable`] (the processor then fails the message closed, and SQS
-//! retries it). Several processes work; one file per busy consumer is better.
-//!
-//! Every call is bounded: a statement waits for a lock at most the busy timeout (5 s,
-//! [`SqliteStore::set_busy_timeout`]), and a caller waits for the connection thread's answer
-//! at most twice that plus 2 s (its job may queue behind a group that is itself waiting). Past
-//! that the disk or another process's lock is stuck: the call fails with `StoreUnavailable`,
-//! and the job may still run later, which the claim protocol makes safe.
-//!
-//! # Expired records
-//!
-//! SQLite has no TTL: expired rows stay until [`StoreAdmin::prune_expired`] deletes them. They
-//! are harmless meanwhile (every claim compares `expires_at_ms` itself), they only take space.
-
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
@@ -272,6 +201,77 @@ struct Inner {
 /// let store = sqs_claim::SqliteStore::open(".sqs-claim/claims.db")?;
 /// # let _ = store; Ok(()) }
 /// ```
+///
+/// [`SqliteStore`]: the contract in one SQLite file, for running locally with nothing installed
+/// (feature `sqlite`).
+///
+/// This is a real, durable store, not a mock: the CLI's default store, and a fair choice for a
+/// single host. One file, WAL mode, `synchronous = FULL` (a completed claim survives a power
+/// cut), and a busy timeout so several processes can share the file.
+///
+/// # The table
+///
+/// One table, `claims`, created (and, for a file made by an older version, completed with the
+/// `response` column) when the store opens:
+///
+/// | column           | meaning |
+/// |------------------|---------|
+/// | `id`             | the idempotency key (primary key) |
+/// | `status`         | `INPROGRESS` or `COMPLETED` |
+/// | `token`          | owner token of the claim that wrote the row |
+/// | `lease_until_ms` | lease end, epoch ms; `NULL` once completed |
+/// | `expires_at_ms`  | epoch ms; the row counts as absent from then on |
+/// | `fingerprint`    | payload fingerprint, if any |
+/// | `response`       | the stored response, as given (`TEXT`); `NULL` for none, `''` for an empty one |
+///
+/// # How the contract maps onto SQL
+///
+/// * **claim** is one upsert, inside `BEGIN IMMEDIATE` (which takes the database's write lock
+///   up front, so the upsert and the read that explains a refusal see the same row, across
+///   connections and processes):
+///   `INSERT ... ON CONFLICT(id) DO UPDATE SET ... WHERE <expired> OR <lease lapsed>`.
+///   One changed row means the claim was won; no change means the existing row says why not.
+/// * **complete** checks the row still carries the token, runs the handler's [`SqlEffect`]s and
+///   marks the row completed with its response, in one transaction: all or nothing. A response
+///   over [`Capabilities::max_response_bytes`] (the default 6 MiB: SQLite's `TEXT` holds up to
+///   1 GB) is refused before anything is sent to the connection thread. A row already completed by
+///   the same token is a no-op success (effects are not run again).
+/// * **release** is one `DELETE ... WHERE id = ? AND token = ? AND status = 'INPROGRESS'`.
+/// * the operator's **force_release** and **forget** are one `DELETE ... WHERE id = ? AND
+///   status = ?` each; **inspect** one `SELECT`.
+///
+/// # Threads and group commit
+///
+/// SQLite calls block. Each store owns one connection on a dedicated thread and the async
+/// methods send it jobs, so the runtime's workers never wait on disk or on another process's
+/// lock. Clones share the thread; it stops when the last clone is dropped. A second
+/// `SqliteStore` on the same file (in this process or another) has its own connection, and
+/// SQLite's file locks serialize the writers.
+///
+/// The thread runs the jobs waiting in its queue together, in one `BEGIN IMMEDIATE`
+/// transaction, each job inside its own savepoint (so a refused completion rolls back only its
+/// own writes), and answers every caller only after the `COMMIT`: one fsync covers a whole group
+/// instead of one per call, and nothing is acknowledged before it is on disk. With the
+/// processor's concurrency of 10 this made a batch about ten times faster on a disk where an
+/// fsync costs milliseconds; the default is now 256 ([`Capabilities::max_in_flight`]). If the commit fails, every job of the group fails with it.
+/// Queries and schema statements ([`SqliteStore::query`], [`SqliteStore::execute_batch`]) run on
+/// their own instead: a read needs no write lock, and in WAL mode never waits for a writer.
+///
+/// SQLite's lock is not fair: a process that writes back to back can keep another one waiting,
+/// and a claim that waits longer than the busy timeout fails with
+/// [`ErrorKind::StoreUnavailable`] (the processor then fails the message closed, and SQS
+/// retries it). Several processes work; one file per busy consumer is better.
+///
+/// Every call is bounded: a statement waits for a lock at most the busy timeout (5 s,
+/// [`SqliteStore::set_busy_timeout`]), and a caller waits for the connection thread's answer
+/// at most twice that plus 2 s (its job may queue behind a group that is itself waiting). Past
+/// that the disk or another process's lock is stuck: the call fails with `StoreUnavailable`,
+/// and the job may still run later, which the claim protocol makes safe.
+///
+/// # Expired records
+///
+/// SQLite has no TTL: expired rows stay until [`StoreAdmin::prune_expired`] deletes them. They
+/// are harmless meanwhile (every claim compares `expires_at_ms` itself), they only take space.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
