@@ -265,7 +265,7 @@ impl DynamoDbKeySchema {
     /// (with room for a hashed key), `{key}` at most once each and in at least one of them
     /// (otherwise every claim would be the same item). Fails with
     /// [`ErrorKind::Config`].
-    pub(crate) fn validate(&self) -> Result<(), Error> {
+    pub fn validate(&self) -> Result<(), Error> {
         self.partition.validate("partition", MAX_KEY_BYTES)?;
         if let Some(sort) = &self.sort {
             sort.validate("sort", MAX_SORT_KEY_BYTES)?;
