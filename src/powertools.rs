@@ -194,7 +194,8 @@ impl PowertoolsFormat {
 /// Keys and fingerprints the Powertools way, for either front door.
 ///
 /// The SQS processor's ([`ProcessorBuilder::key_format`](crate::ProcessorBuilder::key_format)):
-/// [`KeyFormat::record_key`] and [`KeyFormat::record_fingerprint`] (below). The
+/// [`KeyFormat::record_key`](crate::claim::KeyFormat::record_key) and
+/// [`KeyFormat::record_fingerprint`](crate::claim::KeyFormat::record_fingerprint) (below). The
 /// idempotency layer's: the key is [`PowertoolsFormat::key`] of the extractor's datum (the layer's namespace does not enter
 /// it: the prefix is Powertools'), the fingerprint the payload hash (`hashlib.md5(json.dumps(..))` by default) of the
 /// request, which is Powertools' `validation` of `payload_validation_jmespath="powertools_json(body)"`
@@ -316,7 +317,7 @@ impl PowertoolsFormat {
     }
 
     /// The key of `msg` whose body (or the payload an envelope in it wraps) is `payload`
-    /// ([`KeyFormat::record_key`]).
+    /// ([`KeyFormat::record_key`](crate::claim::KeyFormat::record_key)).
     fn payload_key(
         &self,
         source: &KeySource,
@@ -352,7 +353,7 @@ impl PowertoolsFormat {
     }
 
     /// The fingerprint of a record whose body (or the payload an envelope in it wraps) is
-    /// `payload` ([`KeyFormat::record_fingerprint`]).
+    /// `payload` ([`KeyFormat::record_fingerprint`](crate::claim::KeyFormat::record_fingerprint)).
     fn payload_fingerprint(&self, payload: &str) -> Option<String> {
         match self.validation.as_ref()? {
             RecordPayload::Body => Some(self.hash(&Value::String(payload.to_owned()))),
