@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Counts the public items of a crate from rustdoc's JSON output.
 
-Usage: scripts/public-items.py [--breakdown] [PACKAGE ...]
-       (default: sqs-claim sqs-claim-cli sqs-claim-testkit)
+Usage: scripts/public-items.py [--breakdown] [--features F1,F2 | --default-features] [PACKAGE ...]
+       (default: sqs-claim sqs-claim-cli sqs-claim-testkit, all features)
 
 Builds `cargo rustdoc -p PACKAGE --lib --all-features -- --output-format json` (rustdoc's JSON
 is unstable: RUSTC_BOOTSTRAP=1 lets the stable toolchain emit it) and counts the items a user
 can name: every item of the crate reachable from its root through public modules and
 re-exports (modules, types, traits, functions, methods, constants, fields, variants), each
 once. `--breakdown` also lists the count per owner (the type, trait or module holding each
-item), largest first. It also prints `grep -c 'pub ...'`-style declaration counts for comparison.
+item), largest first. `--features F1,F2` counts the face with those features alone (no default
+features), `--default-features` with the crate's defaults: what a user with that build sees.
 """
 import json
 import os
@@ -20,11 +21,18 @@ from collections import Counter
 ROOT = os.environ.get("REPO") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def doc_json(package):
+def doc_json(package, features=None):
+    """`features`: None for all features, "" for the crate's defaults, else a comma list."""
     env = dict(os.environ, RUSTC_BOOTSTRAP="1")
     target = env.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    if features is None:
+        chosen = ["--all-features"]
+    elif features == "":
+        chosen = []
+    else:
+        chosen = ["--no-default-features", "--features", features]
     subprocess.run(
-        ["cargo", "rustdoc", "-q", "-p", package, "--lib", "--all-features", "--",
+        ["cargo", "rustdoc", "-q", "-p", package, "--lib", *chosen, "--",
          "-Z", "unstable-options", "--output-format", "json"],
         cwd=ROOT, env=env, check=True)
     name = package.replace("-", "_")
@@ -98,14 +106,28 @@ def reachable(doc, owners=None):
 def main():
     args = sys.argv[1:]
     breakdown = "--breakdown" in args
-    packages = [a for a in args if a != "--breakdown"]
+    features, packages, rest = None, [], iter(a for a in args if a != "--breakdown")
+    for a in rest:
+        if a == "--default-features":
+            features = ""
+        elif a == "--features":
+            features = next(rest, None)
+            if not features:
+                sys.exit("public-items: --features needs a comma-separated list")
+        elif a.startswith("--features="):
+            features = a.split("=", 1)[1]
+        elif a.startswith("-"):
+            sys.exit(f"public-items: unknown option {a}")
+        else:
+            packages.append(a)
     packages = packages or ["sqs-claim", "sqs-claim-cli", "sqs-claim-testkit"]
+    which = {None: "", "": ", default features"}.get(features, f", features {features}")
     for package in packages:
         owners = Counter() if breakdown else None
-        kinds = reachable(doc_json(package), owners)
+        kinds = reachable(doc_json(package, features), owners)
         total = sum(kinds.values())
         detail = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
-        print(f"{package}: {total} public items ({detail})")
+        print(f"{package}: {total} public items{which} ({detail})")
         if breakdown:
             for owner, n in owners.most_common():
                 print(f"{n:5}  {owner}")
