@@ -423,3 +423,63 @@ async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
     }
     assert_eq!(store.hits(), 1, "the first duplicate asks the inner store");
 }
+
+/// A duplicate the warm cache answers is no answer from the store behind it. The store goes
+/// dark (each claim it gets is answered by its client's timeout, 1 s) behind a batch of one new
+/// message, four cached duplicates and nine more new ones, four at a time: three duplicates
+/// are answered at once while the first new message waits. When it times out the batch sees
+/// the store dark (nothing *from the store* answered since that call was sent), so that one
+/// claim is the only one to reach the store, and the rest are reported at once as "store dark"
+/// after one timeout. Were the cache's answers the store's, the next window of new messages
+/// would each wait out another timeout first.
+#[tokio::test(start_paused = true)]
+async fn cached_duplicates_do_not_hide_a_dark_store() {
+    let dark = Arc::new(AtomicBool::new(false));
+    let spy = {
+        let dark = Arc::clone(&dark);
+        Spy::new(MemoryStore::new()).on_call(move |call| {
+            if dark.load(Ordering::SeqCst) && call.method() == Method::Claim {
+                Action::Silent(Duration::from_secs(1))
+            } else {
+                Action::Forward
+            }
+        })
+    };
+    let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
+    let p = Processor::builder(CachedStore::new(spy.clone()), handler)
+        .namespace("dark")
+        .concurrency(4)
+        .build();
+    let cached: Vec<_> = (1..=4).map(|i| rec(&format!("c{i}"), "{}")).collect();
+    let warm = p.process(event(&cached)).await.unwrap();
+    assert_eq!(warm.counts().processed, 4);
+
+    dark.store(true, Ordering::SeqCst);
+    let before = spy.count(Method::Claim);
+    let mut batch = vec![rec("f1", "{}")];
+    batch.extend(cached.iter().cloned());
+    batch.extend((2..=10).map(|i| rec(&format!("f{i}"), "{}")));
+    let started = tokio::time::Instant::now();
+    let report = p.process(event(&batch)).await.unwrap();
+    let took = started.elapsed();
+
+    let dark_reports = report
+        .items()
+        .iter()
+        .filter(|i| {
+            matches!(&i.outcome, sqs_claim::Outcome::Failed(f) if f.message.contains("store dark"))
+        })
+        .count();
+    assert_eq!(
+        (
+            spy.count(Method::Claim) - before,
+            report.counts().duplicate,
+            dark_reports,
+            took.as_secs()
+        ),
+        (1, 3, 10, 1),
+        "(claims that reached the dark store, duplicates answered, messages reported \"store \
+         dark\" at once, seconds): {}",
+        report.to_json()
+    );
+}

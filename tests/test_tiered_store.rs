@@ -517,3 +517,62 @@ async fn a_retried_completion_caches_the_durable_response_not_the_retrys() {
     }
     cleanup(store.cache().connection(), store.cache().prefix()).await;
 }
+
+/// A duplicate answered from a Redis marker is no answer from the durable store behind it
+/// (as `test_cached_store`'s `cached_duplicates_do_not_hide_a_dark_store`, here with Redis for
+/// real and the durable tier gone dark: each claim it gets answered by its client's timeout,
+/// 300 ms). One new message, then four duplicates with markers, then nine new ones, four at a
+/// time: the first new message's claim is the only one to reach the dark durable store, and
+/// the rest are reported at once as "store dark" when it times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn marker_hits_do_not_hide_a_dark_durable_store() {
+    use sqs_claim::{Message, Outcome, Processor};
+    use sqs_claim_testkit::sqs::{lambda_event, record};
+    use std::sync::atomic::AtomicBool;
+
+    let dark = Arc::new(AtomicBool::new(false));
+    let durable = {
+        let dark = Arc::clone(&dark);
+        Spy::new(MemoryStore::new()).on_call(move |call| {
+            if dark.load(Ordering::SeqCst) && call.method() == Method::Claim {
+                Action::Silent(Duration::from_millis(300))
+            } else {
+                Action::Forward
+            }
+        })
+    };
+    let store = TieredStore::new(cache().await, durable.clone());
+    let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
+    let p = Processor::builder(store.clone(), handler)
+        .namespace(format!("dark-{}", uuid::Uuid::new_v4().simple()))
+        .concurrency(4)
+        .build();
+    let cached: Vec<_> = (1..=4).map(|i| record(&format!("c{i}"), "{}")).collect();
+    let warm = p.process(lambda_event(&cached)).await.unwrap();
+    assert_eq!(warm.counts().processed, 4);
+
+    dark.store(true, Ordering::SeqCst);
+    let before = durable.count(Method::Claim);
+    let mut batch = vec![record("f1", "{}")];
+    batch.extend(cached.iter().cloned());
+    batch.extend((2..=10).map(|i| record(&format!("f{i}"), "{}")));
+    let report = p.process(lambda_event(&batch)).await.unwrap();
+    cleanup(store.cache().connection(), store.cache().prefix()).await;
+
+    let dark_reports = report
+        .items()
+        .iter()
+        .filter(|i| matches!(&i.outcome, Outcome::Failed(f) if f.message.contains("store dark")))
+        .count();
+    assert_eq!(
+        (
+            durable.count(Method::Claim) - before,
+            report.counts().duplicate,
+            dark_reports
+        ),
+        (1, 3, 10),
+        "(claims that reached the dark durable store, duplicates answered, messages reported \
+         \"store dark\" at once): {}",
+        report.to_json()
+    );
+}

@@ -256,8 +256,11 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                     let sent_at = tokio::time::Instant::now();
                     let sent = send();
                     async move {
-                        let answer = sent.await;
-                        if let Some(liveness) = self.liveness {
+                        // A duplicate a cache answered is no answer from the store behind it.
+                        let (answer, from_cache) = crate::store::answered_from_cache(sent).await;
+                        if let Some(liveness) = self.liveness
+                            && !from_cache
+                        {
                             liveness.observe(sent_at, &answer);
                         }
                         if answer

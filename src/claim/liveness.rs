@@ -11,7 +11,11 @@
 //!   timeout, the DynamoDB client's operation timeout, Redis' response timeout: an error marked
 //!   by `Error::is_no_answer`);
 //! * anything else (a refused or reset connection, throttling): neither. Such errors come back
-//!   at once, so nothing waits behind them anyway.
+//!   at once, so nothing waits behind them anyway;
+//! * a duplicate answered by a **cache** in front of the store from what it remembers (a
+//!   `CachedStore` hit, a `TieredStore` marker): neither. It says nothing of the store behind,
+//!   and duplicates answered at once would otherwise hide a store gone dark for one more
+//!   timeout per window of messages (`store/remember.rs`: `answered_from_cache`).
 //!
 //! The store is dark once a call got no answer **and no call has answered since that call was
 //! sent**: the silence covers the whole time the call waited. From then on the processor starts

@@ -3,7 +3,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use super::remember::{Pending, response_fits};
+use super::remember::{Pending, from_cache, response_fits};
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
     Inspected, OneShotWrite, Packed, Status, StoreAdmin,
@@ -284,6 +284,7 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now) {
+            from_cache();
             return Ok(Claim::Completed(record));
         }
         let claim = self.inner.claim(req).await?;
@@ -325,6 +326,7 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
         effects: Effects<S::Effect>,
     ) -> Result<OneShotWrite, Error> {
         if let Some(record) = self.cached(req.key, req.now) {
+            from_cache();
             return Ok(OneShotWrite::Completed(record));
         }
         let write = self.inner.claim_completed(req, effects).await?;

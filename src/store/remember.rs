@@ -20,8 +20,13 @@
 //! * **a release** drops the claim unless it failed transiently (the claim may still be live,
 //!   and its completion may follow);
 //! * **bounded**: at most [`MAX_PENDING`] claims wait; beyond it a completion caches nothing
-//!   (its next duplicate asks the store behind, and caches then).
+//!   (its next duplicate asks the store behind, and caches then);
+//! * **a cache's answer is not the store's**: a duplicate answered from what a cache remembers
+//!   is marked ([`from_cache`]), so a batch that watches whether its store still answers
+//!   (`claim/liveness.rs`, through [`answered_from_cache`]) does not take it for one. Otherwise
+//!   duplicates answered at once would hide a store gone dark behind them for one more timeout.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -29,6 +34,29 @@ use std::time::SystemTime;
 
 use super::{Claim, ClaimRecord, ClaimRequest, ClaimToken, Completion, Status, StoredResponse};
 use crate::Error;
+
+tokio::task_local! {
+    /// Set while a store call runs under [`answered_from_cache`], by a cache that answers it.
+    static FROM_CACHE: Cell<bool>;
+}
+
+/// Runs the store call `call`, and says whether a cache in front of the store answered it from
+/// what it remembers ([`from_cache`]: a warm-cache or marker hit) rather than the store: such
+/// an answer says nothing of whether the store behind still answers.
+pub(crate) async fn answered_from_cache<F: Future>(call: F) -> (F::Output, bool) {
+    FROM_CACHE
+        .scope(Cell::new(false), async move {
+            let out = call.await;
+            (out, FROM_CACHE.with(Cell::get))
+        })
+        .await
+}
+
+/// Marks the store call running now as answered from a cache. Outside
+/// [`answered_from_cache`] (a call nobody watches) it does nothing.
+pub(crate) fn from_cache() {
+    let _ = FROM_CACHE.try_with(|c| c.set(true));
+}
 
 /// At most this many claims in flight are remembered (see the [module documentation](self)).
 pub(crate) const MAX_PENDING: usize = 100_000;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::AsyncCommands;
 
 use super::redis::RedisStore;
-use super::remember::{Pending, response_fits};
+use super::remember::{Pending, from_cache, response_fits};
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected,
     Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
@@ -315,6 +315,7 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now).await {
+            from_cache();
             return Ok(Claim::Completed(record));
         }
         let claim = self.durable.claim(req).await?;

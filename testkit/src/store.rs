@@ -146,6 +146,11 @@ pub enum Action {
     Delay(Duration),
     /// Never answer: a store that stalls or went dark. Only the caller's own deadline ends it.
     Hang,
+    /// Wait this long (tokio's clock), then fail as a store client whose own timeout ran out:
+    /// an [`ErrorKind::StoreUnavailable`](sqs_claim::ErrorKind::StoreUnavailable) error caused
+    /// by an I/O `TimedOut`, which the processor reads as the store's silence (a store gone
+    /// dark, if nothing else answered meanwhile). The inner store is not called.
+    Silent(Duration),
     /// Answer this error without calling the inner store: nothing was written.
     Fail(Error),
     /// Pass the call on and, if it succeeded, answer this error instead: the write landed but
@@ -273,6 +278,17 @@ where
             forward.await
         }
         Action::Hang => std::future::pending().await,
+        Action::Silent(wait) => {
+            tokio::time::sleep(wait).await;
+            Err(Error::with_source(
+                sqs_claim::ErrorKind::StoreUnavailable,
+                format!(
+                    "no answer from the store within {} ms (the spy's silence)",
+                    wait.as_millis()
+                ),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            ))
+        }
         Action::Fail(error) => Err(error),
         Action::FailAfter(error) => {
             forward.await?;
