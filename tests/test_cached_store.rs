@@ -434,17 +434,7 @@ async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
 /// would each wait out another timeout first.
 #[tokio::test(start_paused = true)]
 async fn cached_duplicates_do_not_hide_a_dark_store() {
-    let dark = Arc::new(AtomicBool::new(false));
-    let spy = {
-        let dark = Arc::clone(&dark);
-        Spy::new(MemoryStore::new()).on_call(move |call| {
-            if dark.load(Ordering::SeqCst) && call.method() == Method::Claim {
-                Action::Silent(Duration::from_secs(1))
-            } else {
-                Action::Forward
-            }
-        })
-    };
+    let (spy, dark) = support::dark::darkening(Duration::from_secs(1));
     let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
     let p = Processor::builder(CachedStore::new(spy.clone()), handler)
         .namespace("dark")

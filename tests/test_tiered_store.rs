@@ -528,19 +528,7 @@ async fn a_retried_completion_caches_the_durable_response_not_the_retrys() {
 async fn marker_hits_do_not_hide_a_dark_durable_store() {
     use sqs_claim::{Message, Outcome, Processor};
     use sqs_claim_testkit::sqs::{lambda_event, record};
-    use std::sync::atomic::AtomicBool;
-
-    let dark = Arc::new(AtomicBool::new(false));
-    let durable = {
-        let dark = Arc::clone(&dark);
-        Spy::new(MemoryStore::new()).on_call(move |call| {
-            if dark.load(Ordering::SeqCst) && call.method() == Method::Claim {
-                Action::Silent(Duration::from_millis(300))
-            } else {
-                Action::Forward
-            }
-        })
-    };
+    let (durable, dark) = support::dark::darkening(Duration::from_millis(300));
     let store = TieredStore::new(cache().await, durable.clone());
     let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
     let p = Processor::builder(store.clone(), handler)

@@ -8,6 +8,7 @@
 //! binary uses a different part, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub(crate) mod dark;
 #[cfg(feature = "dynamodb")]
 pub(crate) mod dynamodb;
 pub(crate) mod powertools;
