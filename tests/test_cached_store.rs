@@ -435,38 +435,13 @@ async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
 #[tokio::test(start_paused = true)]
 async fn cached_duplicates_do_not_hide_a_dark_store() {
     let (spy, dark) = support::dark::darkening(Duration::from_secs(1));
-    let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
-    let p = Processor::builder(CachedStore::new(spy.clone()), handler)
-        .namespace("dark")
-        .concurrency(4)
-        .build();
-    let cached: Vec<_> = (1..=4).map(|i| rec(&format!("c{i}"), "{}")).collect();
-    let warm = p.process(event(&cached)).await.unwrap();
-    assert_eq!(warm.counts().processed, 4);
-
-    dark.store(true, Ordering::SeqCst);
-    let before = spy.count(Method::Claim);
-    let mut batch = vec![rec("f1", "{}")];
-    batch.extend(cached.iter().cloned());
-    batch.extend((2..=10).map(|i| rec(&format!("f{i}"), "{}")));
     let started = tokio::time::Instant::now();
-    let report = p.process(event(&batch)).await.unwrap();
+    let (report, sent, store_dark) =
+        support::dark::behind_duplicates(CachedStore::new(spy.clone()), (&spy, &dark), "dark")
+            .await;
     let took = started.elapsed();
-
-    let dark_reports = report
-        .items()
-        .iter()
-        .filter(|i| {
-            matches!(&i.outcome, sqs_claim::Outcome::Failed(f) if f.message.contains("store dark"))
-        })
-        .count();
     assert_eq!(
-        (
-            spy.count(Method::Claim) - before,
-            report.counts().duplicate,
-            dark_reports,
-            took.as_secs()
-        ),
+        (sent, report.counts().duplicate, store_dark, took.as_secs()),
         (1, 3, 10, 1),
         "(claims that reached the dark store, duplicates answered, messages reported \"store \
          dark\" at once, seconds): {}",

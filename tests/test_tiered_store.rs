@@ -526,38 +526,14 @@ async fn a_retried_completion_caches_the_durable_response_not_the_retrys() {
 /// the rest are reported at once as "store dark" when it times out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn marker_hits_do_not_hide_a_dark_durable_store() {
-    use sqs_claim::{Message, Outcome, Processor};
-    use sqs_claim_testkit::sqs::{lambda_event, record};
     let (durable, dark) = support::dark::darkening(Duration::from_millis(300));
     let store = TieredStore::new(cache().await, durable.clone());
-    let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
-    let p = Processor::builder(store.clone(), handler)
-        .namespace(format!("dark-{}", uuid::Uuid::new_v4().simple()))
-        .concurrency(4)
-        .build();
-    let cached: Vec<_> = (1..=4).map(|i| record(&format!("c{i}"), "{}")).collect();
-    let warm = p.process(lambda_event(&cached)).await.unwrap();
-    assert_eq!(warm.counts().processed, 4);
-
-    dark.store(true, Ordering::SeqCst);
-    let before = durable.count(Method::Claim);
-    let mut batch = vec![record("f1", "{}")];
-    batch.extend(cached.iter().cloned());
-    batch.extend((2..=10).map(|i| record(&format!("f{i}"), "{}")));
-    let report = p.process(lambda_event(&batch)).await.unwrap();
+    let namespace = format!("dark-{}", uuid::Uuid::new_v4().simple());
+    let (report, sent, store_dark) =
+        support::dark::behind_duplicates(store.clone(), (&durable, &dark), &namespace).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
-
-    let dark_reports = report
-        .items()
-        .iter()
-        .filter(|i| matches!(&i.outcome, Outcome::Failed(f) if f.message.contains("store dark")))
-        .count();
     assert_eq!(
-        (
-            durable.count(Method::Claim) - before,
-            report.counts().duplicate,
-            dark_reports
-        ),
+        (sent, report.counts().duplicate, store_dark),
         (1, 3, 10),
         "(claims that reached the dark durable store, duplicates answered, messages reported \
          \"store dark\" at once): {}",
