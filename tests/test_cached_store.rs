@@ -17,7 +17,7 @@ use sqs_claim::store::{
     CachedStore, Claim, ClaimRequest, ClaimStore, Completion, Effects, OneShotWrite, StoreAdmin,
     StoredResponse,
 };
-use sqs_claim::{Error, ErrorKind, MemoryStore, Message, Processor};
+use sqs_claim::{BoxError, Error, ErrorKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::conformance::{self, request};
 // The spy counts the requests that reach the store behind the cache.
 use sqs_claim_testkit::store::{Action, Method, Spy};
@@ -435,16 +435,48 @@ async fn a_retried_completion_caches_the_stored_response_not_the_retrys() {
 #[tokio::test(start_paused = true)]
 async fn cached_duplicates_do_not_hide_a_dark_store() {
     let (spy, dark) = support::dark::darkening(Duration::from_secs(1));
+    let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
+    let p = Processor::builder(CachedStore::new(spy.clone()), handler)
+        .namespace("dark")
+        .concurrency(4)
+        .build();
     let started = tokio::time::Instant::now();
-    let (report, sent, store_dark) =
-        support::dark::behind_duplicates(CachedStore::new(spy.clone()), (&spy, &dark), "dark")
-            .await;
+    let (report, sent, store_dark) = support::dark::behind_duplicates(&p, (&spy, &dark)).await;
     let took = started.elapsed();
     assert_eq!(
         (sent, report.counts().duplicate, store_dark, took.as_secs()),
         (1, 3, 10, 1),
         "(claims that reached the dark store, duplicates answered, messages reported \"store \
          dark\" at once, seconds): {}",
+        report.to_json()
+    );
+}
+
+/// The same with one-shot writes packed (a store that packs, as DynamoDB does, behind the
+/// cache): the duplicates the cache answers inside a pack are no answer from the store either.
+#[tokio::test(start_paused = true)]
+async fn cached_duplicates_in_a_pack_do_not_hide_a_dark_store() {
+    let (spy, dark) = support::dark::darkening(Duration::from_secs(1));
+    let packing = spy.clone().map_capabilities(|mut c| {
+        c.max_pack_actions = 100;
+        c
+    });
+    let effects = |_msg: &Message| -> Result<Effects<MemoryEffect>, BoxError> {
+        Ok(Effects::one(MemoryEffect::new(|| {})))
+    };
+    let p = Processor::one_shot(CachedStore::new(packing), effects)
+        .namespace("dark-packed")
+        .concurrency(4)
+        .build();
+    let started = tokio::time::Instant::now();
+    let (report, sent, store_dark) = support::dark::behind_duplicates(&p, (&spy, &dark)).await;
+    let took = started.elapsed();
+    assert!(!spy.packs().is_empty(), "the writes went in packs");
+    assert_eq!(
+        (sent, report.counts().duplicate, store_dark, took.as_secs()),
+        (1, 3, 10, 1),
+        "(one-shot writes that reached the dark store, duplicates answered, messages reported \
+         \"store dark\" at once, seconds): {}",
         report.to_json()
     );
 }

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::AsyncCommands;
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, StoredResponse};
-use sqs_claim::{Error, MemoryStore, PgEffect, PostgresStore, RedisStore, TieredStore};
+use sqs_claim::{
+    Error, MemoryStore, Message, PgEffect, PostgresStore, Processor, RedisStore, TieredStore,
+};
 use sqs_claim_testkit::conformance::{self, EffectProbe};
 use sqs_claim_testkit::store::{Action, Method, Spy};
 
@@ -529,8 +531,12 @@ async fn marker_hits_do_not_hide_a_dark_durable_store() {
     let (durable, dark) = support::dark::darkening(Duration::from_millis(300));
     let store = TieredStore::new(cache().await, durable.clone());
     let namespace = format!("dark-{}", uuid::Uuid::new_v4().simple());
-    let (report, sent, store_dark) =
-        support::dark::behind_duplicates(store.clone(), (&durable, &dark), &namespace).await;
+    let handler = tower::service_fn(|_msg: Message| async { Ok::<(), Error>(()) });
+    let p = Processor::builder(store.clone(), handler)
+        .namespace(&namespace)
+        .concurrency(4)
+        .build();
+    let (report, sent, store_dark) = support::dark::behind_duplicates(&p, (&durable, &dark)).await;
     cleanup(store.cache().connection(), store.cache().prefix()).await;
     assert_eq!(
         (sent, report.counts().duplicate, store_dark),

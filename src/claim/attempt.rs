@@ -257,9 +257,9 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                     let sent = send();
                     async move {
                         // A duplicate a cache answered is no answer from the store behind it.
-                        let (answer, from_cache) = crate::store::answered_from_cache(sent).await;
+                        let (answer, cached) = crate::store::answered_from_cache(sent).await;
                         if let Some(liveness) = self.liveness
-                            && !from_cache
+                            && cached.is_empty()
                         {
                             liveness.observe(sent_at, &answer);
                         }

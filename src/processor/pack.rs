@@ -29,7 +29,9 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, oneshot};
 
 use crate::claim::OneShotSink;
-use crate::store::{ClaimRequest, ClaimStore, Effects, OneShotWrite, Packed};
+use crate::store::{
+    ClaimRequest, ClaimStore, Effects, OneShotWrite, Packed, answered_from_cache, from_cache,
+};
 use crate::{Error, ErrorKind};
 
 /// A claim request that owns its key and fingerprint, so it can wait in the queue.
@@ -70,8 +72,12 @@ impl<S: ClaimStore> OneShotSink<S::Effect> for Packer<'_, S> {
 struct Waiting<E> {
     request: Request,
     effects: Arc<Effects<E>>,
-    answer: oneshot::Sender<Result<OneShotWrite, Error>>,
+    answer: oneshot::Sender<Answer>,
 }
+
+/// A write's answer, and whether a cache in front of the store gave it (`store/remember.rs`):
+/// the write's attempt, which watches whether the store still answers, is told so.
+type Answer = (Result<OneShotWrite, Error>, bool);
 
 /// The one-shot writes of one batch, packed. See the [module documentation](self).
 pub(crate) struct Packer<'s, S: ClaimStore> {
@@ -126,12 +132,16 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
             answer,
         });
         self.arrived.notify_one();
-        answered.await.unwrap_or_else(|_| {
-            Err(Error::new(
+        let Ok((answer, cached)) = answered.await else {
+            return Err(Error::new(
                 ErrorKind::StoreUnavailable,
                 "the batch ended before this one-shot write was sent; nothing was written",
-            ))
-        })
+            ));
+        };
+        if cached {
+            from_cache(0);
+        }
+        answer
     }
 
     /// The next pack: writes from the front of the queue whose messages still wait, up to the
@@ -192,22 +202,26 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
             .iter()
             .map(|w| (w.request.borrowed(), w.effects.as_slice().iter().collect()))
             .collect();
-        let answers = self.store.claim_completed_packed(writes).await;
+        let (answers, cached) =
+            answered_from_cache(self.store.claim_completed_packed(writes)).await;
         let mut unsent = Vec::new();
         let mut answers = answers.into_iter();
-        for waiting in pack {
+        for (place, waiting) in pack.into_iter().enumerate() {
             match answers.next() {
                 Some(Packed::Answered(answer)) => {
                     // A message gone meanwhile (cut off) has nobody to tell.
-                    let _ = waiting.answer.send(answer);
+                    let _ = waiting.answer.send((answer, cached.contains(&place)));
                 }
                 Some(Packed::Unsent) => unsent.push(waiting),
                 None => {
-                    let _ = waiting.answer.send(Err(Error::new(
-                        ErrorKind::StoreUnavailable,
-                        "the store answered fewer writes than the pack held; this one's \
-                         outcome is unknown",
-                    )));
+                    let _ = waiting.answer.send((
+                        Err(Error::new(
+                            ErrorKind::StoreUnavailable,
+                            "the store answered fewer writes than the pack held; this one's \
+                             outcome is unknown",
+                        )),
+                        false,
+                    ));
                 }
             }
         }

@@ -3,7 +3,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use super::remember::{Pending, from_cache, response_fits};
+use super::remember::{Pending, answered_from_cache, from_cache, response_fits};
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
     Inspected, OneShotWrite, Packed, Status, StoreAdmin,
@@ -284,7 +284,7 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now) {
-            from_cache();
+            from_cache(0);
             return Ok(Claim::Completed(record));
         }
         let claim = self.inner.claim(req).await?;
@@ -326,7 +326,7 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
         effects: Effects<S::Effect>,
     ) -> Result<OneShotWrite, Error> {
         if let Some(record) = self.cached(req.key, req.now) {
-            from_cache();
+            from_cache(0);
             return Ok(OneShotWrite::Completed(record));
         }
         let write = self.inner.claim_completed(req, effects).await?;
@@ -347,14 +347,18 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
     ) -> Vec<Packed> {
         let mut answers: Vec<Option<Packed>> = Vec::with_capacity(writes.len());
         let mut sent = Vec::new();
-        for (req, effects) in writes {
+        // The place in `writes` of each write sent on.
+        let mut places = Vec::new();
+        for (place, (req, effects)) in writes.into_iter().enumerate() {
             match self.cached(req.key, req.now) {
                 Some(record) => {
+                    from_cache(place);
                     answers.push(Some(Packed::Answered(Ok(OneShotWrite::Completed(record)))))
                 }
                 None => {
                     answers.push(None);
                     sent.push((req, effects));
+                    places.push(place);
                 }
             }
         }
@@ -362,7 +366,15 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
         let mut packed = if sent.is_empty() {
             Vec::new()
         } else {
-            self.inner.claim_completed_packed(sent).await
+            // A cache behind this one numbers the writes of the smaller pack it was handed.
+            let (packed, cached) =
+                answered_from_cache(self.inner.claim_completed_packed(sent)).await;
+            for write in cached {
+                if let Some(&place) = places.get(write) {
+                    from_cache(place);
+                }
+            }
+            packed
         }
         .into_iter();
         let mut requests = requests.into_iter();
@@ -495,6 +507,34 @@ mod tests {
             cache.insert("k2", record(100, None), at(100), &l);
         }
         assert!(cache.order.len() <= 2 * 100, "{}", cache.order.len());
+    }
+
+    /// In a pack, each write a cache answered is marked by its place in the pack handed to the
+    /// outermost cache, a cache behind it included (it numbers the smaller pack it gets).
+    #[tokio::test]
+    async fn a_pack_marks_each_cached_write_by_its_place() {
+        let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let outer = CachedStore::new(CachedStore::new(crate::MemoryStore::new()));
+        outer.remember("a", &record(100, None), at(1));
+        outer.inner.remember("c", &record(100, None), at(1));
+        let request = |key| ClaimRequest {
+            key,
+            now: at(1),
+            lease_until: at(10),
+            expires_at: at(100),
+            fingerprint: Some("fp"),
+        };
+        let writes = ["a", "b", "c"].map(|k| (request(k), Vec::new())).to_vec();
+        let (answers, cached) = answered_from_cache(outer.claim_completed_packed(writes)).await;
+        assert_eq!(
+            cached,
+            [0, 2],
+            "a by the outer cache, c by the inner one; b by the store"
+        );
+        assert!(matches!(
+            answers[1],
+            Packed::Answered(Ok(OneShotWrite::Committed))
+        ));
     }
 
     #[test]

@@ -101,7 +101,7 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 mod remember;
-pub(crate) use remember::answered_from_cache;
+pub(crate) use remember::{answered_from_cache, from_cache};
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 #[cfg(feature = "redis")]

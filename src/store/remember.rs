@@ -25,8 +25,10 @@
 //!   is marked ([`from_cache`]), so a batch that watches whether its store still answers
 //!   (`claim/liveness.rs`, through [`answered_from_cache`]) does not take it for one. Otherwise
 //!   duplicates answered at once would hide a store gone dark behind them for one more timeout.
+//!   A pack's writes are marked each by its place in the pack, and the processor's packer hands
+//!   each mark to the write's own attempt with its answer.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -36,26 +38,29 @@ use super::{Claim, ClaimRecord, ClaimRequest, ClaimToken, Completion, Status, St
 use crate::Error;
 
 tokio::task_local! {
-    /// Set while a store call runs under [`answered_from_cache`], by a cache that answers it.
-    static FROM_CACHE: Cell<bool>;
+    /// While a store call runs under [`answered_from_cache`]: the writes of it a cache answered.
+    static FROM_CACHE: RefCell<Vec<usize>>;
 }
 
-/// Runs the store call `call`, and says whether a cache in front of the store answered it from
-/// what it remembers ([`from_cache`]: a warm-cache or marker hit) rather than the store: such
-/// an answer says nothing of whether the store behind still answers.
-pub(crate) async fn answered_from_cache<F: Future>(call: F) -> (F::Output, bool) {
+/// Runs the store call `call`, and says which of its writes a cache in front of the store
+/// answered from what it remembers ([`from_cache`]: a warm-cache or marker hit) rather than the
+/// store: such an answer says nothing of whether the store behind still answers. A single call
+/// is write 0; a pack's writes are numbered by their place in it. Empty (no allocation) when
+/// the store answered every write.
+pub(crate) async fn answered_from_cache<F: Future>(call: F) -> (F::Output, Vec<usize>) {
     FROM_CACHE
-        .scope(Cell::new(false), async move {
+        .scope(RefCell::new(Vec::new()), async move {
             let out = call.await;
-            (out, FROM_CACHE.with(Cell::get))
+            (out, FROM_CACHE.with(RefCell::take))
         })
         .await
 }
 
-/// Marks the store call running now as answered from a cache. Outside
-/// [`answered_from_cache`] (a call nobody watches) it does nothing.
-pub(crate) fn from_cache() {
-    let _ = FROM_CACHE.try_with(|c| c.set(true));
+/// Marks `write` of the store call running now (0 for a single call, its place for a write of
+/// a pack) as answered from a cache. Outside [`answered_from_cache`] (a call nobody watches)
+/// it does nothing.
+pub(crate) fn from_cache(write: usize) {
+    let _ = FROM_CACHE.try_with(|hits| hits.borrow_mut().push(write));
 }
 
 /// At most this many claims in flight are remembered (see the [module documentation](self)).

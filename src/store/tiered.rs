@@ -315,7 +315,7 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now).await {
-            from_cache();
+            from_cache(0);
             return Ok(Claim::Completed(record));
         }
         let claim = self.durable.claim(req).await?;
