@@ -6,8 +6,6 @@ use crate::{Error, ErrorKind};
 
 /// Where the idempotency key of a message comes from.
 ///
-/// Idempotency keys: where a message's key comes from, and how it is namespaced.
-///
 /// The key decides what counts as "the same message". The default, the SQS message id, catches
 /// redeliveries of one message (a crash, a lost acknowledgement, a timeout). A key from the body
 /// (say `/order_id`) also catches a producer that sent the same business event twice under two

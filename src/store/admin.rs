@@ -20,7 +20,7 @@ use crate::Error;
 /// # Ok(()) }
 /// ```
 ///
-/// [`StoreAdmin`]: what an operator does to a store, beside the claim protocol.
+/// What an operator does to a store, beside the claim protocol.
 ///
 /// [`ClaimStore`](super::ClaimStore) is what the processor and the idempotency layer call on
 /// every message. The methods here are never called on that path: they serve the operator's
@@ -83,8 +83,8 @@ use crate::Error;
 /// that expires records by itself, and [`init`](StoreAdmin::init) answers `Ok(())` for one
 /// with nothing to create.
 ///
-/// The shared conformance suite (`conformance::run_admin`, feature `conformance`)
-/// proves the one-key methods for each store.
+/// The shared conformance suite (`sqs_claim_testkit::conformance::run_admin`, the kit's feature
+/// `store`) proves the one-key methods for each store.
 pub trait StoreAdmin: Send + Sync + 'static {
     /// Creates the claims table (and what it needs: an index, TTL) if it is missing, and
     /// migrates one made by an older version. Idempotent; `Ok(())` for a store with nothing

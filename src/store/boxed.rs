@@ -293,7 +293,7 @@ impl<S: ClaimStore + StoreAdmin> DynStore for S {
 /// Cloning it clones an [`Arc`]. `Debug` names the inner store's type, nothing of its
 /// configuration (a URL may carry a password).
 ///
-/// [`BoxStore`]: any store as one type, for a store chosen at run time.
+/// Any store as one type, for a store chosen at run time.
 ///
 /// [`ClaimStore`] and [`StoreAdmin`] return `impl Future`, so that the processor calls a store
 /// without boxing, and so neither can be a trait object: `Box<dyn ClaimStore>` does not

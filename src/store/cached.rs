@@ -22,8 +22,6 @@ pub(crate) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 /// A store with a bounded in-process cache of completed keys in front (more below).
 /// Cloning it shares the cache.
 ///
-/// [`CachedStore`]: a bounded in-process cache of completed keys in front of any store.
-///
 /// A warm Lambda environment sees the same keys again: SQS redelivers a batch whose invocation
 /// timed out, a producer re-sends, the idempotency layer gets a client's retry. Each of those is
 /// a claim round trip that answers "completed". `CachedStore` remembers, inside the process,

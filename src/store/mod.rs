@@ -2,7 +2,8 @@
 //!
 //! Every store (memory, DynamoDB, SQLite, Redis, PostgreSQL) implements [`ClaimStore`], and the
 //! semantics below are the whole of what the processor relies on. They are proven for each store
-//! by the shared `conformance` suite (feature `conformance`), run against the real server.
+//! by the shared conformance suite (`sqs_claim_testkit::conformance`, the kit's feature `store`),
+//! run against the real server.
 //!
 //! # The record
 //!

@@ -31,7 +31,7 @@ const MARKER_V2: &str = "v2:";
 /// Cloning it shares the cache state (cool-down, in-flight
 /// fingerprints) and clones the durable store handle.
 ///
-/// [`TieredStore`]: Redis in front as a cache of completed keys, a durable store behind it as
+/// Redis in front as a cache of completed keys, a durable store behind it as
 /// the only authority (feature `redis`).
 ///
 /// Most claims in a healthy system are for new keys, but a redelivery storm (a consumer that

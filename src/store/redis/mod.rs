@@ -226,7 +226,7 @@ impl RedisEffect {
 /// # Ok(()) }
 /// ```
 ///
-/// [`RedisStore`]: the contract as three Lua scripts, with atomic [`RedisEffect`]s
+/// The contract as three Lua scripts, with atomic [`RedisEffect`]s
 /// (feature `redis`).
 ///
 /// # How a record is kept

@@ -202,7 +202,7 @@ struct Inner {
 /// # let _ = store; Ok(()) }
 /// ```
 ///
-/// [`SqliteStore`]: the contract in one SQLite file, for running locally with nothing installed
+/// The contract in one SQLite file, for running locally with nothing installed
 /// (feature `sqlite`).
 ///
 /// This is a real, durable store, not a mock: the CLI's default store, and a fair choice for a
