@@ -411,7 +411,7 @@ async fn a_good_configuration_is_all_ok() {
     let run = doctor(&args(&queue, &table, &GOOD_FUNCTION), &[]);
     run.assert_all_ok("good configuration, flags");
     assert!(
-        run.stderr.contains("13 ok, 0 warn, 0 fail, 0 skip"),
+        run.stderr.contains("14 ok, 0 warn, 0 fail, 0 skip"),
         "{}",
         run.stderr
     );
