@@ -15,7 +15,8 @@ script a Python with boto3 and PyYAML. What it does, in order:
     does not parse; later resends two payments again (duplicates across invocations);
  5. waits until the input queue is empty, then checks the balances in the stack's accounts table
     (each payment credited once) and the bad body in the stack's dead-letter queue with its reason
-    (the consumer's failure destination: `sqs-claim.*` message attributes, docs/operating.md);
+    (the consumer's failure destination: the `sqs-claim.failure` message attribute, JSON,
+    docs/operating.md);
  6. uploads a payment over SQS's 256 KiB limit to the payloads bucket and sends the extended
     clients' pointer to it (attribute ExtendedPayloadSize) twice in one batch, then a resend
     pointing at a second copy of the object; checks it credited once, its object deleted after
@@ -312,6 +313,12 @@ def attr(message: dict, name: str) -> str | None:
     return a.get("StringValue") if a else None
 
 
+def failure(message: dict) -> dict:
+    """The failure the consumer's failure destination wrote: the JSON of `sqs-claim.failure`."""
+    text = attr(message, "sqs-claim.failure")
+    return json.loads(text) if text else {}
+
+
 def feed_and_check(sqs, ddb, outputs: dict, wait: float) -> dict[str, int]:
     input_url = outputs["InputQueueUrl"]
     dlq_url = outputs["DeadLetterQueueUrl"]
@@ -350,18 +357,19 @@ def feed_and_check(sqs, ddb, outputs: dict, wait: float) -> dict[str, int]:
     dead = drain(sqs, dlq_url)
     for m in dead:
         attrs = {k: v.get("StringValue") for k, v in (m.get("MessageAttributes") or {}).items()}
-        log(f"dead-letter queue: message {attr(m, 'sqs-claim.message-id')}, attributes {json.dumps(attrs, sort_keys=True)}")
+        log(f"dead-letter queue: message {failure(m).get('message_id')}, attributes {json.dumps(attrs, sort_keys=True)}")
     check(len(dead) == 1, f"the dead-letter queue holds exactly one message (holds {len(dead)})")
     m = dead[0]
     check(m["Body"] == bad_body, "its body is the body that does not parse, unchanged")
-    check(attr(m, "sqs-claim.message-id") == bad_id, f"sqs-claim.message-id is the sent message's id ({bad_id})")
-    kind = attr(m, "sqs-claim.failure-kind")
-    check(kind in ("missing_key", "bad_body") or attr(m, "sqs-claim.error-kind") == "bad_body",
-          f"sqs-claim.failure-kind says the body could not be read ({kind!r}, error kind "
-          f"{attr(m, 'sqs-claim.error-kind')!r})")
-    reason = attr(m, "sqs-claim.reason") or ""
-    check("JSON" in reason, f"sqs-claim.reason says why: {reason!r}")
-    check(attr(m, "sqs-claim.receive-count") == "1",
+    f = failure(m)
+    check(f.get("message_id") == bad_id, f"sqs-claim.failure's message_id is the sent message's id ({bad_id})")
+    kind = f.get("kind")
+    check(kind in ("missing_key", "bad_body") or f.get("error_kind") == "bad_body",
+          f"sqs-claim.failure's kind says the body could not be read ({kind!r}, error kind "
+          f"{f.get('error_kind')!r})")
+    reason = f.get("reason") or ""
+    check("JSON" in reason, f"sqs-claim.failure's reason says why: {reason!r}")
+    check(f.get("receive_count") == 1,
           "it was dead-lettered at once, on its first receive (DeadLetterAtOnce=default)")
     return expected
 

@@ -2,7 +2,8 @@
 //!
 //! *Feature `s3`.*
 //!
-//! SQS takes at most 1 MiB per message (256 KiB by default). The extended clients (Java's
+//! SQS takes at most 1 MiB per message since 2025-08-04 (as a queue's `MaximumMessageSize`
+//! allows; SNS topics stay at 256 KiB unless raised). The extended clients (Java's
 //! `amazon-sqs-java-extended-client-lib`, Python's `amazon-sqs-extended-client`, and the SNS
 //! extended clients publishing through SNS) put a larger payload in S3 and send a pointer to
 //! it instead: the body
@@ -25,9 +26,13 @@
 //!   handler ([`Message::payload`](crate::Message::payload), [`Message::json`](crate::Message::json))
 //!   all read it, as they read an envelope's payload; [`Message::body`](crate::Message::body)
 //!   stays the pointer.
+//! * **Buckets.** The sender names the bucket. With [`LargeMessages::allowed_buckets`], a
+//!   pointer to any other bucket is not fetched: its message fails for good, the reason naming
+//!   the bucket.
 //! * **Failures.** An object that does not exist (`NoSuchKey`, `NoSuchBucket`), one larger than
 //!   [`LargeMessages::max_bytes`] (by its attribute or by S3's answer), a payload that is not
-//!   UTF-8, or a body with the attribute that is not a pointer fails that message alone, as a
+//!   UTF-8, a pointer to a bucket not allowed, or a body with the attribute that is not a
+//!   pointer fails that message alone, as a
 //!   permanent [`FailureKind::LargePayload`] failure (with
 //!   the failure destination's at-once policy, it goes to the failure queue at once, with its
 //!   reason). S3 not answering, throttling or failing on its side (after the S3 client's own
@@ -35,12 +40,14 @@
 //!   as with a store outage. A fetch still running at the hard stop is cut off. Reasons name
 //!   the bucket and the object's key, never the payload.
 //! * **Delete** ([`LargeMessages::delete_after_completion`], off by default). The object is
-//!   deleted after the batch, once its message's completion was committed: never for a failed
-//!   message, never for a duplicate skipped (a redelivery of a message already done points at
-//!   the object that went with the first), and once per object. A delete that fails is logged;
-//!   the message stays done. Under Lambda nothing else deletes the object (the event source
-//!   mapping deletes the message, not the object): without this, or an S3 lifecycle rule on the
-//!   bucket, the objects stay.
+//!   deleted after the batch, once its message's completion was committed, or once its
+//!   message was skipped as a duplicate of a key already done (a producer's resend through an
+//!   extended client uploads an object of its own, which nothing else would delete); never
+//!   for a failed message, and once per object. A redelivery of a message already done whose
+//!   object went with the first copy has nothing to fetch: it is skipped without it (see
+//!   below). A delete that fails is logged; the message stays done. Under Lambda nothing else
+//!   deletes the object (the event source mapping deletes the message, not the object):
+//!   without this, or an S3 lifecycle rule on the bucket, the objects stay.
 //!
 //! With deletion on, key the messages on something the record carries (`message-id`, an
 //! attribute, `envelope-id`): a redelivery of a message already done then finds its key
@@ -116,6 +123,8 @@ struct Inner {
     client: aws_sdk_s3::Client,
     max_bytes: u64,
     delete: bool,
+    /// The buckets a pointer may name; empty for any.
+    buckets: Vec<String>,
 }
 
 impl fmt::Debug for LargeMessages {
@@ -123,6 +132,7 @@ impl fmt::Debug for LargeMessages {
         f.debug_struct("LargeMessages")
             .field("max_bytes", &self.inner.max_bytes)
             .field("delete_after_completion", &self.inner.delete)
+            .field("allowed_buckets", &self.inner.buckets)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +147,7 @@ impl LargeMessages {
                 client,
                 max_bytes: DEFAULT_MAX_BYTES,
                 delete: false,
+                buckets: Vec::new(),
             }),
         }
     }
@@ -154,6 +165,33 @@ impl LargeMessages {
     pub fn delete_after_completion(mut self, on: bool) -> Self {
         Arc::make_mut(&mut self.inner).delete = on;
         self
+    }
+
+    /// The only buckets a pointer may name. The sender chooses the bucket a pointer names: a
+    /// pointer to any other fails its message for good (a permanent `large_payload` naming
+    /// the bucket) without a call to S3, so a sender cannot make the consumer read, or
+    /// delete, objects of a bucket its role reaches for other reasons. Default: empty, any
+    /// bucket (the role's `s3:GetObject` grant is then the only limit).
+    ///
+    /// ```no_run
+    /// # fn demo(client: aws_sdk_s3::Client) {
+    /// use sqs_claim::large::LargeMessages;
+    /// let large = LargeMessages::new(client).allowed_buckets(["payments-large-payloads"]);
+    /// # let _ = large;
+    /// # }
+    /// ```
+    pub fn allowed_buckets<I, B>(mut self, buckets: I) -> Self
+    where
+        I: IntoIterator<Item = B>,
+        B: Into<String>,
+    {
+        Arc::make_mut(&mut self.inner).buckets = buckets.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Whether a pointer may name `bucket` ([`allowed_buckets`](Self::allowed_buckets)).
+    fn allows(&self, bucket: &str) -> bool {
+        self.inner.buckets.is_empty() || self.inner.buckets.iter().any(|b| b == bucket)
     }
 
     /// Whether objects are deleted after completion.
@@ -196,6 +234,14 @@ impl LargeMessages {
     /// Fetches one object, inside `budget` and under the size limit.
     async fn fetch(&self, pointer: Pointer, budget: &Budget) -> Fetched {
         let Pointer { object, declared } = pointer;
+        if !self.allows(&object.bucket) {
+            return Fetched::Failed(permanent(format!(
+                "the S3 pointer names the bucket {:?}, which is not one of the allowed buckets \
+                 ({}); not fetched",
+                object.bucket,
+                self.inner.buckets.join(", ")
+            )));
+        }
         let max = self.inner.max_bytes;
         if let Some(size) = declared
             && size > max

@@ -1,7 +1,7 @@
 //! Poison messages keep their reason: with a failure destination, a message that fails on its
-//! last allowed receive is sent to that queue (ministack) with its failure as message
-//! attributes and reported handled; one with receives left, or whose send fails, is reported
-//! for retry as without a destination.
+//! last allowed receive is sent to that queue (ministack) with its own message attributes and
+//! its failure as one more, `sqs-claim.failure` (JSON), and reported handled; one with receives
+//! left, or whose send fails, is reported for retry as without a destination.
 //!
 //! Needs ministack on `SQS_CLAIM_SQS_ENDPOINT` (default `http://127.0.0.1:4566`). Every test
 //! makes its own queues.
@@ -94,6 +94,22 @@ async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> Vec<Received> {
         .collect()
 }
 
+/// The failure a copy carries: the JSON of its `sqs-claim.failure` attribute (`null` without).
+fn failure(attrs: &HashMap<String, String>) -> Value {
+    attrs
+        .get(sqs_claim::processor::FAILURE_ATTRIBUTE)
+        .map(|v| serde_json::from_str(v).expect("sqs-claim.failure is JSON"))
+        .unwrap_or(Value::Null)
+}
+
+/// The original message id a copy names.
+fn original_id(attrs: &HashMap<String, String>) -> String {
+    failure(attrs)["message_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The event with each record's `ApproximateReceiveCount` set as given.
 fn event(records: &[(common::Rec, u32)], deadline_ms: u64) -> LambdaEvent<SqsEvent> {
     let recs: Vec<common::Rec> = records.iter().map(|(r, _)| r.clone()).collect();
@@ -171,26 +187,179 @@ async fn a_message_failing_on_its_last_receive_lands_in_the_destination_with_its
 
     let mut got = drain(&client, &url).await;
     got.extend(drain(&client, &url).await);
-    got.sort_by(|a, b| {
-        a.1.get("sqs-claim.message-id")
-            .cmp(&b.1.get("sqs-claim.message-id"))
-    });
+    got.sort_by_key(|a| original_id(&a.1));
     assert_eq!(got.len(), 2, "{got:?}");
     let (body, attrs, _) = &got[1];
     assert_eq!(body, r#"{"FAIL": 1}"#, "the body travels as the body");
-    assert_eq!(attrs["sqs-claim.message-id"], "m-poison");
-    assert_eq!(attrs["sqs-claim.failure-kind"], "handler_error");
-    assert_eq!(attrs["sqs-claim.receive-count"], "5");
-    assert_eq!(attrs["sqs-claim.key"], "t#m-poison");
+    assert_eq!(attrs.len(), 1, "one attribute holds the failure: {attrs:?}");
+    let f = failure(attrs);
+    assert_eq!(f["message_id"], "m-poison");
+    assert_eq!(f["kind"], "handler_error");
+    assert_eq!(f["error_kind"], Value::Null);
+    assert_eq!(f["receive_count"], 5);
+    assert_eq!(f["key"], "t#m-poison");
     assert!(
-        attrs["sqs-claim.reason"].contains("scripted failure in m-poison"),
-        "{attrs:?}"
+        f["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("scripted failure in m-poison")),
+        "{f}"
     );
     assert!(
-        !attrs.values().any(|v| v.contains("FAIL\": 1")),
+        !attrs.values().any(|v| v.contains("FAIL")),
         "the body is never an attribute: {attrs:?}"
     );
-    assert_eq!(got[0].1["sqs-claim.receive-count"], "9");
+    assert_eq!(failure(&got[0].1)["receive_count"], 9);
+}
+
+/// `n` message attributes as Lambda's event carries them: a `String` (`Idem`), a `Number`
+/// (`ExtendedPayloadSize`), a `Binary` (`blob`, base64 in the event), a custom type
+/// (`trace`, `String.w3c`), then `String`s `a4`...
+fn attributes(n: usize) -> serde_json::Map<String, Value> {
+    let attribute = |data_type: &str, value: Value| {
+        let mut a = serde_json::json!({
+            "stringListValues": [],
+            "binaryListValues": [],
+            "dataType": data_type,
+        });
+        let field = if data_type.starts_with("Binary") {
+            "binaryValue"
+        } else {
+            "stringValue"
+        };
+        a[field] = value;
+        a
+    };
+    let mut all = vec![
+        ("Idem".to_owned(), attribute("String", "order-7".into())),
+        (
+            "ExtendedPayloadSize".to_owned(),
+            attribute("Number", "300000".into()),
+        ),
+        // base64 of the bytes 0 1 2 255
+        ("blob".to_owned(), attribute("Binary", "AAEC/w==".into())),
+        (
+            "trace".to_owned(),
+            attribute("String.w3c", "00-abc-def-01".into()),
+        ),
+    ];
+    for i in 4..10 {
+        all.push((format!("a{i}"), attribute("String", format!("v{i}").into())));
+    }
+    all.into_iter().take(n).collect()
+}
+
+/// What the destination holds of each message: body, and each attribute's data type and value
+/// (text, or the bytes as `bytes:..` for a binary one).
+async fn drain_typed(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+) -> HashMap<String, HashMap<String, (String, String)>> {
+    let out = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(1)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .expect("ReceiveMessage");
+    out.messages()
+        .iter()
+        .map(|m| {
+            let attrs = m
+                .message_attributes()
+                .map(|a| {
+                    a.iter()
+                        .map(|(k, v)| {
+                            let value = match v.binary_value() {
+                                Some(b) => format!("bytes:{:?}", b.as_ref()),
+                                None => v.string_value().unwrap_or_default().to_owned(),
+                            };
+                            (k.clone(), (v.data_type().to_owned(), value))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            (m.body().unwrap_or_default().to_owned(), attrs)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_copy_keeps_the_messages_own_attributes_and_the_failure_gives_way_to_the_tenth() {
+    let client = client_at(&endpoint());
+    let url = queue(&client, false).await;
+    let seen = Seen::new();
+    let p = processor(
+        FailureDestination::sqs(client.clone(), &url).after_receives(5),
+        &seen,
+    );
+    // "ten" has the 10 attributes SQS allows; "nine" has 9 and the failure attribute of an
+    // earlier failure (it was moved back once); "none" has none.
+    let mut json = common::event_json(&[
+        rec("ten", "FAIL ten"),
+        rec("nine", "FAIL nine"),
+        rec("none", "FAIL none"),
+    ]);
+    json["Records"][0]["messageAttributes"] = Value::Object(attributes(10));
+    let mut nine = attributes(9);
+    nine.insert(
+        "sqs-claim.failure".into(),
+        serde_json::json!({"stringValue": r#"{"kind":"earlier"}"#, "dataType": "String",
+                           "stringListValues": [], "binaryListValues": []}),
+    );
+    json["Records"][1]["messageAttributes"] = Value::Object(nine);
+    for i in 0..3 {
+        json["Records"][i]["attributes"]["ApproximateReceiveCount"] = Value::String("5".into());
+    }
+    let payload: SqsEvent = serde_json::from_value(json).expect("an SQS event");
+    let report = p
+        .process(LambdaEvent::new(payload, Context::default()))
+        .await
+        .expect("a batch");
+    for item in report.items() {
+        assert!(
+            matches!(item.outcome, Outcome::DeadLettered(_)),
+            "each goes to the destination: {item:?}"
+        );
+    }
+
+    let mut got = drain_typed(&client, &url).await;
+    got.extend(drain_typed(&client, &url).await);
+    assert_eq!(got.len(), 3, "{got:?}");
+    let want: HashMap<String, (String, String)> = attributes(10)
+        .into_iter()
+        .map(|(name, a)| {
+            let data_type = a["dataType"].as_str().unwrap_or_default().to_owned();
+            let value = match name.as_str() {
+                "blob" => "bytes:[0, 1, 2, 255]".to_owned(),
+                _ => a["stringValue"].as_str().unwrap_or_default().to_owned(),
+            };
+            (name, (data_type, value))
+        })
+        .collect();
+    // Ten: every one of its own, types and bytes as they were, and no room for the failure.
+    assert_eq!(
+        got["FAIL ten"], want,
+        "the copy keeps the original attributes"
+    );
+    // Nine: its own nine, and this failure in place of the earlier one.
+    let nine = &got["FAIL nine"];
+    assert_eq!(nine.len(), 10, "{nine:?}");
+    for (name, value) in want.iter().filter(|(n, _)| n.as_str() != "a9") {
+        assert_eq!(nine.get(name), Some(value), "{name}");
+    }
+    let (data_type, f) = &nine["sqs-claim.failure"];
+    assert_eq!(data_type, "String");
+    let f: Value = serde_json::from_str(f).expect("JSON");
+    assert_eq!(f["kind"], "handler_error", "replaced: {f}");
+    assert_eq!(f["message_id"], "nine");
+    assert_eq!(f["key"], "t#nine");
+    // None: the failure alone.
+    assert_eq!(
+        got["FAIL none"].keys().collect::<Vec<_>>(),
+        ["sqs-claim.failure"]
+    );
 }
 
 #[tokio::test]
@@ -226,10 +395,7 @@ async fn a_fifo_destination_keeps_the_group_and_derives_the_dedup_id_from_the_me
         "the rest of the group waits for the next delivery, as without a destination"
     );
     let got = drain(&client, &url).await;
-    let by_id: HashMap<&str, &Received> = got
-        .iter()
-        .map(|r| (r.1["sqs-claim.message-id"].as_str(), r))
-        .collect();
+    let by_id: HashMap<String, &Received> = got.iter().map(|r| (original_id(&r.1), r)).collect();
     let (_, _, system) = by_id["f-1"];
     assert_eq!(system["MessageGroupId"], "acct-1");
     assert_eq!(
@@ -426,21 +592,26 @@ async fn a_permanent_failure_goes_to_the_destination_on_its_first_receive() {
 
     let mut got = drain(&client, &url).await;
     got.extend(drain(&client, &url).await);
-    let by_id: HashMap<&str, &Received> = got
+    let by_id: HashMap<String, Value> = got
         .iter()
-        .map(|r| (r.1["sqs-claim.message-id"].as_str(), r))
+        .map(|r| (original_id(&r.1), failure(&r.1)))
         .collect();
     assert_eq!(by_id.len(), 4, "{got:?}");
-    assert_eq!(by_id["typed"].1["sqs-claim.error-kind"], "bad_body");
-    assert_eq!(by_id["bad"].0, "{not json", "the body travels as the body");
-    // The key is read from the body: a body that does not parse has no key.
-    assert_eq!(by_id["bad"].1["sqs-claim.failure-kind"], "missing_key");
-    assert_eq!(by_id["bad"].1["sqs-claim.receive-count"], "1");
-    assert!(by_id["declined"].1["sqs-claim.reason"].contains("declined: amount 0"));
-    assert_eq!(
-        by_id["changed"].1["sqs-claim.failure-kind"],
-        "payload_mismatch"
+    assert_eq!(by_id["typed"]["error_kind"], "bad_body");
+    assert!(
+        got.iter().any(|r| r.0 == "{not json"),
+        "the body travels as the body"
     );
+    // The key is read from the body: a body that does not parse has no key.
+    assert_eq!(by_id["bad"]["kind"], "missing_key");
+    assert_eq!(by_id["bad"]["key"], Value::Null);
+    assert_eq!(by_id["bad"]["receive_count"], 1);
+    assert!(
+        by_id["declined"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("declined: amount 0"))
+    );
+    assert_eq!(by_id["changed"]["kind"], "payload_mismatch");
 }
 
 #[tokio::test]

@@ -426,7 +426,8 @@ async fn objects_are_deleted_only_for_messages_done() {
         .unwrap();
     assert_eq!(outcome(&report, "m-done"), &Outcome::Duplicate);
 
-    // A duplicate whose object still exists (a copy written again): skipped, its object kept.
+    // A duplicate with an object of its own (a producer's resend through an extended client
+    // uploads the payload again): skipped, and its object deleted, as nothing else would.
     put(&s3, &b, "k-done-copy", &payment("order-done", 3000)).await;
     let report = p
         .process(lambda_event(&[
@@ -437,8 +438,8 @@ async fn objects_are_deleted_only_for_messages_done() {
         .unwrap();
     assert_eq!(outcome(&report, "m-done"), &Outcome::Duplicate);
     assert!(
-        exists(&s3, &b, "k-done-copy").await,
-        "a skipped duplicate keeps its object"
+        !exists(&s3, &b, "k-done-copy").await,
+        "a skipped duplicate's own object is deleted"
     );
 
     // The failed message's retry finds its object.
@@ -519,10 +520,10 @@ async fn one_shot_redelivery_of_a_done_message_without_its_object_is_a_duplicate
     assert_eq!(seen.lock().unwrap().len(), 2);
 }
 
-/// Copies of one key in one batch: the first runs, the later copy is a duplicate of it and
-/// its object (another one) stays.
+/// Copies of one key in one batch (a producer's resend, each with an object of its own): the
+/// first runs, the later copy is a duplicate of it, and both objects go.
 #[tokio::test]
-async fn a_copy_in_the_batch_keeps_its_object() {
+async fn a_copy_in_the_batch_has_its_own_object_deleted_too() {
     let s3 = s3_at(&endpoint());
     let b = bucket(&s3).await;
     put(&s3, &b, "k-first", &payment("order-1", 3000)).await;
@@ -542,7 +543,72 @@ async fn a_copy_in_the_batch_keeps_its_object() {
     assert_eq!(outcome(&report, "m-first"), &Outcome::Processed);
     assert_eq!(outcome(&report, "m-copy"), &Outcome::Duplicate);
     assert!(!exists(&s3, &b, "k-first").await);
-    assert!(exists(&s3, &b, "k-copy").await);
+    assert!(
+        !exists(&s3, &b, "k-copy").await,
+        "the skipped copy's own object is deleted"
+    );
+
+    // Deletion off: every object stays, duplicates' too.
+    put(&s3, &b, "k-kept", &payment("order-2", 3000)).await;
+    put(&s3, &b, "k-kept-copy", &payment("order-2", 3000)).await;
+    let (p, _seen) = processor(
+        MemoryStore::new(),
+        KeySource::JsonPointer("/order_id".into()),
+        LargeMessages::new(s3.clone()),
+    );
+    let report = p
+        .process(lambda_event(&[
+            pointer_record("m-kept", &b, "k-kept", 3000),
+            pointer_record("m-kept-copy", &b, "k-kept-copy", 3000),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-kept-copy"), &Outcome::Duplicate);
+    assert!(exists(&s3, &b, "k-kept").await && exists(&s3, &b, "k-kept-copy").await);
+}
+
+/// The sender names the bucket: with an allowlist, a pointer to another bucket is never
+/// fetched (nor deleted) and fails its message for good, the reason naming the bucket.
+#[tokio::test]
+async fn a_pointer_to_a_bucket_not_allowed_fails_for_good_naming_it() {
+    let s3 = s3_at(&endpoint());
+    let allowed = bucket(&s3).await;
+    let other = bucket(&s3).await;
+    put(&s3, &allowed, "k-ok", &payment("order-ok", 3000)).await;
+    put(&s3, &other, "k-other", &payment("order-other", 3000)).await;
+    let (p, seen) = processor(
+        MemoryStore::new(),
+        KeySource::MessageId,
+        LargeMessages::new(s3.clone())
+            .allowed_buckets([allowed.clone()])
+            .delete_after_completion(true),
+    );
+    let report = p
+        .process(lambda_event(&[
+            pointer_record("m-ok", &allowed, "k-ok", 3000),
+            pointer_record("m-other", &other, "k-other", 3000),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-ok"), &Outcome::Processed);
+    let Outcome::Failed(f) = outcome(&report, "m-other") else {
+        panic!("m-other: {:?}", outcome(&report, "m-other"));
+    };
+    assert_eq!(f.kind, FailureKind::LargePayload, "{f:?}");
+    assert!(f.permanent, "{f:?}");
+    assert!(
+        f.message.contains(&other),
+        "names the bucket: {}",
+        f.message
+    );
+    assert!(!f.message.contains("order-other"), "{}", f.message);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "only m-ok ran: {seen:?}");
+    assert!(!exists(&s3, &allowed, "k-ok").await, "deleted once done");
+    assert!(
+        exists(&s3, &other, "k-other").await,
+        "another bucket's object is never touched"
+    );
 }
 
 /// S3 going dark: the message fails for retry (not for good), inside the time budget, and its
@@ -788,4 +854,264 @@ async fn the_python_extended_client_reads_what_we_send() {
             ("rust-small".to_owned(), small.len() as u64)
         ]
     );
+}
+
+/// Received from `q` as a Lambda event's records, each attribute with its data type (as the
+/// event source mapping passes them), `receives` as their `ApproximateReceiveCount`; with
+/// their receipt handles.
+async fn receive_typed(
+    sqs: &aws_sdk_sqs::Client,
+    q: &str,
+    n: usize,
+    receives: u32,
+) -> (Vec<Record>, Vec<String>) {
+    let mut handles = Vec::new();
+    let mut records = Vec::new();
+    for _ in 0..10 {
+        let got = sqs
+            .receive_message()
+            .queue_url(q)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        for m in got.messages() {
+            let mut r = record(m.message_id().unwrap(), m.body().unwrap()).receive_count(receives);
+            for (name, v) in m.message_attributes().into_iter().flatten() {
+                r = r.typed_attr(name, v.data_type(), v.string_value().unwrap_or_default());
+            }
+            records.push(r);
+            handles.push(m.receipt_handle().unwrap().to_owned());
+        }
+        if records.len() >= n {
+            break;
+        }
+    }
+    (records, handles)
+}
+
+/// Deletes the messages received with `handles` from `q` (what the event source mapping does
+/// with the messages a batch reported handled).
+async fn delete(sqs: &aws_sdk_sqs::Client, q: &str, handles: &[String]) {
+    for h in handles {
+        sqs.delete_message()
+            .queue_url(q)
+            .receipt_handle(h)
+            .send()
+            .await
+            .expect("DeleteMessage");
+    }
+}
+
+/// What docs/operating.md does where `StartMessageMoveTask` is missing (ministack lacks it):
+/// each message of `from` received with its attributes, sent to `to` with the same body and
+/// attributes, then deleted from `from`. How many moved.
+async fn move_back(sqs: &aws_sdk_sqs::Client, from: &str, to: &str) -> usize {
+    let mut moved = 0;
+    for _ in 0..5 {
+        let got = sqs
+            .receive_message()
+            .queue_url(from)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        if got.messages().is_empty() {
+            break;
+        }
+        for m in got.messages() {
+            sqs.send_message()
+                .queue_url(to)
+                .message_body(m.body().unwrap())
+                .set_message_attributes(m.message_attributes().cloned())
+                .send()
+                .await
+                .expect("SendMessage");
+            sqs.delete_message()
+                .queue_url(from)
+                .receipt_handle(m.receipt_handle().unwrap())
+                .send()
+                .await
+                .expect("DeleteMessage");
+            moved += 1;
+        }
+    }
+    moved
+}
+
+/// A large message (an S3 pointer with `ExtendedPayloadSize`) and a small one, both keyed by
+/// an attribute as large-messages.md advises with deletion on, fail on their last receive and
+/// go to the failure queue with their own attributes; moved back after the fix, each runs
+/// once (not `missing_key`, not a body read as its pointer), and a redelivery is a duplicate.
+#[tokio::test]
+async fn failed_large_and_attribute_keyed_messages_move_back_and_run_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let s3 = s3_at(&endpoint());
+    let sqs = sqs_at(&endpoint());
+    let b = bucket(&s3).await;
+    let source = queue(&sqs).await;
+    let failures = queue(&sqs).await;
+    let big = payment("order-big", 300 * 1024);
+    put(&s3, &b, "k-big", &big).await;
+    // The producers: an extended client's pointer, and a plain message; each with its key.
+    sqs.send_message()
+        .queue_url(&source)
+        .message_body(pointer(&b, "k-big"))
+        .message_attributes(
+            "ExtendedPayloadSize",
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("Number")
+                .string_value(big.len().to_string())
+                .build()
+                .unwrap(),
+        )
+        .message_attributes(
+            "Idem",
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("idem-big")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("SendMessage");
+    sqs.send_message()
+        .queue_url(&source)
+        .message_body(payment("order-small", 200))
+        .message_attributes(
+            "Idem",
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value("idem-small")
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .expect("SendMessage");
+
+    // The handler fails every payment while the bank is down.
+    let down = Arc::new(AtomicBool::new(true));
+    let ran: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (flag, log) = (Arc::clone(&down), Arc::clone(&ran));
+    let handler = tower::service_fn(move |msg: Message| {
+        let (flag, log) = (Arc::clone(&flag), Arc::clone(&log));
+        async move {
+            let v: serde_json::Value = msg.json()?;
+            if flag.load(Ordering::SeqCst) {
+                return Err(sqs_claim::BoxError::from("the bank is down"));
+            }
+            log.lock()
+                .unwrap()
+                .push(v["order_id"].as_str().unwrap_or_default().to_owned());
+            Ok(())
+        }
+    });
+    let p = Processor::builder(MemoryStore::new(), handler)
+        .key(KeySource::MessageAttribute("Idem".into()))
+        .namespace("large-move-back")
+        .large_messages(
+            LargeMessages::new(s3.clone())
+                .allowed_buckets([b.clone()])
+                .delete_after_completion(true),
+        )
+        .failure_destination(
+            sqs_claim::FailureDestination::publisher(
+                Publisher::new(sqs.clone(), &failures).max_message_bytes(1024 * 1024),
+            )
+            .after_receives(5),
+        )
+        .build();
+
+    // Their last allowed receive: both fail, and go to the failure queue.
+    let (records, handles) = receive_typed(&sqs, &source, 2, 5).await;
+    assert_eq!(records.len(), 2);
+    let report = p.process(lambda_event(&records)).await.unwrap();
+    for item in report.items() {
+        assert!(matches!(item.outcome, Outcome::DeadLettered(_)), "{item:?}");
+    }
+    assert!(report.response().batch_item_failures.is_empty());
+    assert!(
+        exists(&s3, &b, "k-big").await,
+        "a failed message keeps its object"
+    );
+    // Lambda deletes what was reported handled.
+    delete(&sqs, &source, &handles).await;
+
+    // In the failure queue: each with its own attributes, and why.
+    let (held, handles) = receive_typed(&sqs, &failures, 2, 1).await;
+    assert_eq!(held.len(), 2);
+    let event = sqs_claim_testkit::sqs::event_json(&held);
+    for r in event["Records"].as_array().unwrap() {
+        let attrs = &r["messageAttributes"];
+        assert!(attrs["Idem"]["stringValue"].is_string(), "{attrs}");
+        let f: serde_json::Value =
+            serde_json::from_str(attrs["sqs-claim.failure"]["stringValue"].as_str().unwrap())
+                .unwrap();
+        assert_eq!(f["kind"], "handler_error", "{f}");
+        assert!(
+            f["reason"].as_str().unwrap().contains("the bank is down"),
+            "{f}"
+        );
+        if r["body"].as_str().unwrap().contains(POINTER_CLASS) {
+            assert_eq!(
+                attrs["ExtendedPayloadSize"]["dataType"], "Number",
+                "{attrs}"
+            );
+            assert_eq!(
+                attrs["ExtendedPayloadSize"]["stringValue"],
+                big.len().to_string()
+            );
+            assert_eq!(f["key"], "large-move-back#idem-big");
+        } else {
+            assert_eq!(f["key"], "large-move-back#idem-small");
+        }
+    }
+
+    // Read, not taken: visible again at once.
+    for h in &handles {
+        sqs.change_message_visibility()
+            .queue_url(&failures)
+            .receipt_handle(h)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("ChangeMessageVisibility");
+    }
+
+    // The bank is back; the messages are moved back as docs/operating.md does it without
+    // StartMessageMoveTask.
+    down.store(false, Ordering::SeqCst);
+    let mut moved = move_back(&sqs, &failures, &source).await;
+    for _ in 0..10 {
+        if moved >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        moved += move_back(&sqs, &failures, &source).await;
+    }
+    assert_eq!(moved, 2, "both moved back");
+
+    let (records, _) = receive_typed(&sqs, &source, 2, 1).await;
+    assert_eq!(records.len(), 2);
+    let report = p.process(lambda_event(&records)).await.unwrap();
+    for item in report.items() {
+        assert_eq!(item.outcome, Outcome::Processed, "{item:?}");
+    }
+    let mut done = ran.lock().unwrap().clone();
+    done.sort();
+    assert_eq!(done, ["order-big", "order-small"], "each ran once");
+    assert!(!exists(&s3, &b, "k-big").await, "deleted once done");
+
+    // A redelivery of both (a lost answer): duplicates by their attribute, nothing runs.
+    let report = p.process(lambda_event(&records)).await.unwrap();
+    for item in report.items() {
+        assert_eq!(item.outcome, Outcome::Duplicate, "{item:?}");
+    }
+    assert_eq!(ran.lock().unwrap().len(), 2, "each processed once");
 }

@@ -249,6 +249,38 @@ async fn every_check_reports_its_output() {
     assert!(!f.to_string().contains("nul"), "{f}");
 }
 
+#[tokio::test]
+async fn more_than_ten_attributes_or_a_name_twice_is_refused_with_why() {
+    let ten = (0..10).fold(Outgoing::new("ten").group_id("g"), |o, i| {
+        o.attribute(format!("a{i}"), "v")
+    });
+    let eleven = ten.clone().attribute("a10", "v");
+    let twice = Outgoing::new("twice")
+        .group_id("g")
+        .attribute("trace", "1")
+        .attribute("trace", "2");
+    let f = refused(&offline(FIFO_URL), vec![ten.clone(), eleven, twice]).await;
+    assert_eq!(
+        codes(&f),
+        vec![
+            (OutputLabel::Position(1), "TooManyAttributes".into()),
+            (OutputLabel::Position(2), "DuplicateAttribute".into()),
+        ]
+    );
+    let text = f.to_string();
+    assert!(
+        text.contains("11 message attributes") && text.contains("at most 10"),
+        "{text}"
+    );
+    assert!(text.contains("\"trace\" twice"), "{text}");
+    // The id attribute counts: ten of the caller's and it make eleven, and its name may not
+    // be one of theirs.
+    let with_id = offline(FIFO_URL).id_attribute("a0");
+    let f = refused(&with_id, vec![ten]).await;
+    let codes: Vec<String> = f.failed().iter().map(|e| e.code.clone()).collect();
+    assert_eq!(codes, ["TooManyAttributes", "DuplicateAttribute"], "{f}");
+}
+
 // ------------------------------------------------------------------ retries (scripted endpoint)
 
 /// A scripted SQS endpoint: each request's decoded JSON body goes to `requests`, and `answer`

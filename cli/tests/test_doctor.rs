@@ -27,7 +27,7 @@ use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
 
 /// Every rule, in the report's order.
-const RULES: [&str; 13] = [
+const RULES: [&str; 14] = [
     "visibility-timeout",
     "redrive-policy",
     "report-batch-item-failures",
@@ -41,6 +41,7 @@ const RULES: [&str; 13] = [
     "backoff-retention",
     "backoff-receives",
     "large-message-key",
+    "large-message-buckets",
 ];
 
 fn endpoint(var: &str, default: &str) -> String {
@@ -410,7 +411,7 @@ async fn a_good_configuration_is_all_ok() {
     let run = doctor(&args(&queue, &table, &GOOD_FUNCTION), &[]);
     run.assert_all_ok("good configuration, flags");
     assert!(
-        run.stderr.contains("13 ok, 0 warn, 0 fail, 0 skip"),
+        run.stderr.contains("14 ok, 0 warn, 0 fail, 0 skip"),
         "{}",
         run.stderr
     );
@@ -889,16 +890,12 @@ async fn a_warning_fails_only_with_strict() {
 #[test]
 fn unknown_values_skip_and_bad_input_is_one_error_line() {
     // Nothing given: every rule that reads the queue, the function or the table skips (the
-    // default store is SQLite), and that is no failure; `large-message-key` reads the
-    // settings alone.
+    // default store is SQLite), and that is no failure; `large-message-key` and
+    // `large-message-buckets` read the settings alone.
     let run = doctor(&[], &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert_eq!(run.with_status("skip").len(), RULES.len() - 1);
-    for line in run
-        .stdout
-        .lines()
-        .filter(|l| !l.contains("large-message-key"))
-    {
+    assert_eq!(run.with_status("skip").len(), RULES.len() - 2);
+    for line in run.stdout.lines().filter(|l| !l.contains("large-message-")) {
         assert!(line.contains("give --"), "{line}");
     }
 

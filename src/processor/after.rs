@@ -120,6 +120,9 @@ pub struct Received {
     pub(crate) receive_count: Option<u32>,
     pub(crate) group_id: Option<String>,
     pub(crate) body: Option<String>,
+    /// Its message attributes, by name, kept with its body (the failure destination sends
+    /// them with the copy).
+    pub(crate) attributes: Vec<(String, aws_lambda_events::sqs::SqsMessageAttribute)>,
     /// The S3 object of its payload, set after the run when its completion committed (the
     /// S3 cleanup deletes it).
     #[cfg(feature = "s3")]
@@ -132,11 +135,24 @@ impl Received {
             .attributes
             .get("ApproximateReceiveCount")
             .and_then(|c| c.parse().ok());
+        let keep = keep_body(receive_count);
+        let mut attributes: Vec<(String, aws_lambda_events::sqs::SqsMessageAttribute)> = if keep {
+            record
+                .message_attributes
+                .iter()
+                .map(|(n, a)| (n.clone(), a.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // By name: the event's map has no order of its own.
+        attributes.sort_by(|a, b| a.0.cmp(&b.0));
         Received {
             receipt_handle: record.receipt_handle.clone().filter(|h| !h.is_empty()),
             receive_count,
             group_id: record.attributes.get("MessageGroupId").cloned(),
-            body: keep_body(receive_count).then(|| record.body.clone().unwrap_or_default()),
+            body: keep.then(|| record.body.clone().unwrap_or_default()),
+            attributes,
             #[cfg(feature = "s3")]
             object: None,
         }
@@ -162,6 +178,12 @@ impl Received {
     pub fn body(&self) -> Option<&str> {
         self.body.as_deref()
     }
+
+    /// The names of its message attributes, in name order, kept with its body (none when the
+    /// body was not kept).
+    pub fn attribute_names(&self) -> impl Iterator<Item = &str> {
+        self.attributes.iter().map(|(n, _)| n.as_str())
+    }
 }
 
 // By hand: the body never goes into `Debug` output.
@@ -172,6 +194,7 @@ impl fmt::Debug for Received {
             .field("receive_count", &self.receive_count)
             .field("group_id", &self.group_id)
             .field("body_len", &self.body.as_ref().map(String::len))
+            .field("attributes", &self.attributes.len())
             .finish()
     }
 }
@@ -285,21 +308,24 @@ pub(super) struct Kept(Option<(Vec<Received>, SystemTime)>);
 
 impl Kept {
     /// After the run: the S3 object of each message whose completion committed (`committed`,
-    /// their ids), for the cleanup. `objects` is one per record (what its pointer led to).
+    /// their ids) or that was skipped as a duplicate of a key done (`items`, one per record:
+    /// a producer's resend uploaded an object of its own), for the cleanup. `objects` is one
+    /// per record (what its pointer led to).
     #[cfg(feature = "s3")]
     pub(super) fn mark_objects(
         &mut self,
         objects: Vec<Option<crate::large::ObjectRef>>,
         ids: &[String],
         committed: &[String],
+        items: &[ItemReport],
     ) {
         let Kept(Some((received, _))) = self else {
             return;
         };
         let committed: std::collections::HashSet<&str> =
             committed.iter().map(String::as_str).collect();
-        for ((r, object), id) in received.iter_mut().zip(objects).zip(ids) {
-            if committed.contains(id.as_str()) {
+        for (((r, object), id), item) in received.iter_mut().zip(objects).zip(ids).zip(items) {
+            if committed.contains(id.as_str()) || item.outcome == crate::Outcome::Duplicate {
                 r.object = object;
             }
         }
@@ -386,6 +412,7 @@ pub(super) fn received(receive_count: u32, group_id: Option<&str>) -> Received {
         receive_count: Some(receive_count),
         group_id: group_id.map(str::to_owned),
         body: None,
+        attributes: Vec::new(),
         #[cfg(feature = "s3")]
         object: None,
     }

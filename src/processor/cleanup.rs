@@ -1,4 +1,5 @@
-//! The step after the batch that deletes the S3 objects of large messages once done (feature
+//! The step after the batch that deletes the S3 objects of large messages once done, or once
+//! skipped as a duplicate (feature
 //! `s3`; [`LargeMessages::delete_after_completion`](crate::large::LargeMessages)). It lives with
 //! the processor's other after-batch steps so that `large` (reading pointers and objects) does
 //! not depend on the processor.
@@ -14,7 +15,7 @@ use crate::large::{FETCH_CONCURRENCY, ObjectRef};
 use crate::outcome::Outcome;
 
 /// The step after the batch that deletes the objects of the messages whose completion
-/// committed ([`LargeMessages::delete_after_completion`]).
+/// committed, and of the duplicates skipped ([`LargeMessages::delete_after_completion`]).
 pub(crate) struct Cleanup {
     pub(crate) client: aws_sdk_s3::Client,
 }
@@ -29,14 +30,14 @@ impl AfterBatch for Cleanup {
     fn after<'a>(&'a self, batch: &'a mut Finished<'_>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             let mut seen: HashSet<&ObjectRef> = HashSet::new();
-            // Only a message whose completion committed has its object kept for the step
-            // (`Received::object`), and it must still be `Processed`: a step before this one
-            // may have changed its outcome.
+            // Only a message whose completion committed, or a duplicate skipped, has its
+            // object kept for the step (`Received::object`), and it must still be `Processed`
+            // or `Duplicate`: a step before this one may have changed its outcome.
             let objects: Vec<ObjectRef> = batch
                 .items()
                 .iter()
                 .zip(batch.received())
-                .filter(|(item, _)| matches!(item.outcome, Outcome::Processed))
+                .filter(|(item, _)| matches!(item.outcome, Outcome::Processed | Outcome::Duplicate))
                 .filter_map(|(_, received)| received.object.as_ref())
                 .filter(|object| seen.insert(object))
                 .cloned()

@@ -7,21 +7,34 @@
 //! [`Outcome::Failed`] and whose `ApproximateReceiveCount` is at least
 //! [`FailureDestination::after_receives`]: SQS would move them to the queue's DLQ after this
 //! receive anyway, reason lost. Each is sent (one `SendMessageBatch` call for the batch's
-//! poison messages, through a [`Publisher`]) with its body as the body and these `String`
-//! message attributes:
+//! poison messages, through a [`Publisher`]) as it came: its body as the body and its own
+//! message attributes (a large message's `ExtendedPayloadSize`, the attribute it is keyed by),
+//! so that moved back to its source queue it is the message it was. Its failure rides in one
+//! more `String` attribute, `sqs-claim.failure`, a JSON object:
 //!
-//! | attribute | value |
-//! |-----------|-------|
-//! | `sqs-claim.failure-kind` | [`FailureKind::as_str`](crate::FailureKind::as_str): `handler_error`, `payload_mismatch`, ... |
-//! | `sqs-claim.error-kind` | the handler's own [`ErrorKind`](crate::ErrorKind), when it has one (`bad_body`) |
-//! | `sqs-claim.reason` | the failure's message, cut to fit the queue's size limit (never the body) |
-//! | `sqs-claim.receive-count` | the receive count |
-//! | `sqs-claim.key` | the idempotency key, when the message has one |
-//! | `sqs-claim.message-id` | the original message id |
+//! | member | value |
+//! |--------|-------|
+//! | `kind` | [`FailureKind::as_str`](crate::FailureKind::as_str): `handler_error`, `payload_mismatch`, ... |
+//! | `error_kind` | the handler's own [`ErrorKind`](crate::ErrorKind) (`bad_body`), or `null` |
+//! | `reason` | the failure's message, cut to fit the queue's size limit (never the body) |
+//! | `receive_count` | the receive count, a number |
+//! | `key` | the idempotency key, or `null` |
+//! | `message_id` | the original message id |
+//!
+//! ```text
+//! sqs-claim.failure = {"kind":"handler_error","error_kind":null,"reason":"declined: amount 0",
+//!                      "receive_count":5,"key":"payments#o-1","message_id":"059f36b4-..."}
+//! ```
+//!
+//! One attribute, because SQS allows 10 per message and the message's own come first: if it
+//! already has 10 (or 9 with the publisher's id attribute), the copy keeps them and goes
+//! without `sqs-claim.failure` (its reason is logged at `warn` instead, with the message id):
+//! its key and its S3 pointer matter more than the reason, which the log keeps. A message
+//! moved back and failing again has its old `sqs-claim.failure` replaced.
 //!
 //! A message sent is then reported handled, [`Outcome::DeadLettered`], so Lambda deletes it
 //! from the source queue. A message whose send fails (the queue down or missing, throttling,
-//! the time budget spent, a body too large with the attributes) keeps its `Failed` outcome and
+//! the time budget spent, a body too large with its attributes) keeps its `Failed` outcome and
 //! is reported for retry exactly as without a destination: never dropped. On the next receive
 //! it is tried again, and the queue's own redrive policy stays the backstop.
 //!
@@ -44,15 +57,14 @@ use tracing::{error, warn};
 use super::after::{AfterBatch, Finished, Received};
 use crate::ErrorKind;
 use crate::outcome::{Failure, FailureKind, ItemReport, Outcome};
-use crate::publish::{FailedOutput, Outgoing, OutputLabel, PublishFailure, Publisher};
+use crate::publish::{
+    AttributeData, AttributeValue, FailedOutput, MAX_ATTRIBUTES, Outgoing, OutputLabel,
+    PublishFailure, Publisher,
+};
 
-/// Attribute names (SQS allows `A-Z a-z 0-9 _ - .`, not starting with `AWS.` or `Amazon.`).
-const KIND: &str = "sqs-claim.failure-kind";
-const ERROR_KIND: &str = "sqs-claim.error-kind";
-const REASON: &str = "sqs-claim.reason";
-const RECEIVE_COUNT: &str = "sqs-claim.receive-count";
-const KEY: &str = "sqs-claim.key";
-const MESSAGE_ID: &str = "sqs-claim.message-id";
+/// The attribute the failure rides in, as JSON (SQS allows `A-Z a-z 0-9 _ - .` in names, not
+/// starting with `AWS.` or `Amazon.`).
+pub const FAILURE_ATTRIBUTE: &str = "sqs-claim.failure";
 
 /// The key the deduplication ids derive from: each output is named by its original message id,
 /// so its id is the same on every retry of the send.
@@ -361,8 +373,9 @@ impl FailureDestination {
                 None => warn!(
                     message_id = %item.message_id,
                     queue_url = %self.publisher.queue_url(),
-                    "failed on its last allowed receive, but its body is empty or too large to \
-                     send with its reason; reported for retry (the source queue's DLQ takes it)"
+                    "failed on its last allowed receive, but its body is empty, or too large \
+                     with its attributes for the failure destination; reported for retry (the \
+                     source queue's DLQ takes it)"
                 ),
             }
         }
@@ -441,8 +454,9 @@ impl FailureDestination {
         sent_at_once
     }
 
-    /// The message to send, or `None` if it cannot fit (an empty body, or a body that leaves
-    /// no room for the attributes).
+    /// The message to send: the body and the message's own attributes, and its failure as
+    /// [`FAILURE_ATTRIBUTE`] when there is room for one more attribute and its bytes. `None` if
+    /// it cannot be sent (an empty body, or a body and attributes over the queue's limit).
     fn outgoing(
         &self,
         item: &ItemReport,
@@ -463,31 +477,99 @@ impl FailureDestination {
         if let Some(g) = group {
             out = out.group_id(g);
         }
-        out = out
-            .attribute(KIND, failure.kind.as_str())
-            .attribute(
-                RECEIVE_COUNT,
-                received.receive_count().unwrap_or(1).to_string(),
-            )
-            .attribute(MESSAGE_ID, item.message_id.clone());
-        if let Some(kind) = failure.error_kind {
-            out = out.attribute(ERROR_KIND, kind.as_str());
+        // The message's own attributes first: its key, its S3 pointer's size. An earlier
+        // failure's attribute (a message moved back) is replaced by this one.
+        for (name, attribute) in &received.attributes {
+            if name == FAILURE_ATTRIBUTE {
+                continue;
+            }
+            match copied(attribute) {
+                Some(value) => out = out.typed_attribute(name.clone(), value),
+                None => warn!(
+                    message_id = %item.message_id,
+                    attribute = %name,
+                    "a message attribute without a value (a list type SQS does not send) is \
+                     left off the failure destination's copy"
+                ),
+            }
         }
-        if let Some(key) = item.key.as_deref().filter(|k| !k.is_empty()) {
-            out = out.attribute(KEY, key);
-        }
-        // The reason takes what room is left under the queue's size limit (the body, the
-        // other attributes and the publisher's id attribute first): SQS counts them together.
-        let room = self
-            .publisher
-            .message_bytes_limit()
-            .checked_sub(out.size() + REASON.len() + "String".len() + ID_ATTRIBUTE_ROOM)?;
-        let reason = fit(&failure.message, room.min(MAX_REASON_BYTES));
-        if reason.is_empty() {
+        let id_attribute = usize::from(self.publisher.has_id_attribute());
+        let limit = self.publisher.message_bytes_limit();
+        let reserve = if id_attribute == 1 {
+            ID_ATTRIBUTE_ROOM
+        } else {
+            0
+        };
+        if out.attribute_count() + id_attribute > MAX_ATTRIBUTES || out.size() + reserve > limit {
             return None;
         }
-        Some(out.attribute(REASON, reason))
+        let left_off = |why: &str| {
+            warn!(
+                message_id = %item.message_id,
+                key = item.key.as_deref().unwrap_or(""),
+                kind = failure.kind.as_str(),
+                error_kind = failure.error_kind.map(|k| k.as_str()),
+                reason = %failure.message,
+                queue_url = %self.publisher.queue_url(),
+                "the failure destination's copy goes without its {FAILURE_ATTRIBUTE} \
+                 attribute: {why}; its own attributes are kept, its failure is this line"
+            );
+        };
+        if out.attribute_count() + id_attribute >= MAX_ATTRIBUTES {
+            left_off("the message already has the 10 attributes SQS allows");
+            return Some(out);
+        }
+        // The failure takes what room is left under the queue's size limit (the body, its
+        // attributes and the publisher's id attribute first): SQS counts them together.
+        let Some(room) =
+            limit.checked_sub(out.size() + FAILURE_ATTRIBUTE.len() + "String".len() + reserve)
+        else {
+            left_off("no room is left under the queue's size limit");
+            return Some(out);
+        };
+        let json = |reason: &str| {
+            serde_json::json!({
+                "kind": failure.kind.as_str(),
+                "error_kind": failure.error_kind.map(|k| k.as_str()),
+                "reason": reason,
+                "receive_count": received.receive_count().unwrap_or(1),
+                "key": item.key.as_deref().filter(|k| !k.is_empty()),
+                "message_id": item.message_id,
+            })
+            .to_string()
+        };
+        if json("").len() > room {
+            left_off("no room is left under the queue's size limit");
+            return Some(out);
+        }
+        // Escaping may lengthen the reason: cut it until the whole object fits.
+        let mut max = room.min(MAX_REASON_BYTES);
+        let value = loop {
+            let reason = fit(&failure.message, max);
+            let value = json(&reason);
+            if value.len() <= room || reason.is_empty() {
+                break value;
+            }
+            max = max.saturating_sub((value.len() - room).max(1));
+        };
+        Some(out.typed_attribute(FAILURE_ATTRIBUTE, AttributeValue::text("String", value)))
     }
+}
+
+/// A received attribute as the publisher sends it: its text, or its bytes for a binary type;
+/// `None` when it has neither (list types, which SQS reserves and never sends).
+fn copied(attribute: &aws_lambda_events::sqs::SqsMessageAttribute) -> Option<AttributeValue> {
+    let data_type = attribute
+        .data_type
+        .clone()
+        .unwrap_or_else(|| "String".into());
+    let data = match (&attribute.string_value, &attribute.binary_value) {
+        (Some(text), _) if !data_type.starts_with("Binary") => AttributeData::Text(text.clone()),
+        (_, Some(bytes)) => AttributeData::Binary(bytes.0.clone()),
+        (Some(text), None) => AttributeData::Text(text.clone()),
+        (None, None) => return None,
+    };
+    Some(AttributeValue { data_type, data })
 }
 
 /// A reason longer than this is cut: a log-sized explanation, not a payload.

@@ -59,7 +59,7 @@ pub use after::{AfterBatch, Finished, Received};
 pub(crate) use config::Config;
 pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
-pub use failure_destination::{FailureDestination, Permanent};
+pub use failure_destination::{FAILURE_ATTRIBUTE, FailureDestination, Permanent};
 pub use one_shot::OneShot;
 #[cfg(feature = "sqs")]
 pub use redelivery::Redelivery;
@@ -253,7 +253,7 @@ where
         let items = self.inner.run(plan, &budget, &stats).await;
         #[cfg(feature = "s3")]
         if !objects.is_empty() {
-            kept.mark_objects(objects, &ids, &stats.take_committed());
+            kept.mark_objects(objects, &ids, &stats.take_committed(), &items);
         }
         let (items, after) = config
             .after

@@ -103,13 +103,19 @@ pub(crate) const MAX_MESSAGE_BYTES_LIMIT: usize = 1024 * 1024;
 /// The smallest `MaximumMessageSize` a queue can have: 1 KiB.
 const MIN_MESSAGE_BYTES: usize = 1024;
 
-/// One message to publish: a body, and optionally a group id, a name and string attributes.
+/// The most message attributes SQS takes on one message (the id attribute and
+/// `ExtendedPayloadSize` included).
+pub(crate) const MAX_ATTRIBUTES: usize = 10;
+
+/// One message to publish: a body, and optionally a group id, a name and message attributes
+/// (at most [10](https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-message-metadata.html),
+/// each name once).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Outgoing {
     body: String,
     group_id: Option<String>,
     name: Option<String>,
-    attributes: Vec<(String, String)>,
+    attributes: Vec<(String, AttributeValue)>,
     /// The payload's size when its body went to S3 and `body` is the pointer: sent as the
     /// `Number` attribute `ExtendedPayloadSize` (features `sqs` + `s3`).
     offloaded: Option<usize>,
@@ -119,6 +125,7 @@ pub struct Outgoing {
 impl fmt::Debug for Outgoing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let attributes: Vec<&str> = self.attributes.iter().map(|(n, _)| n.as_str()).collect();
+        // Names only: values may carry data of the message.
         f.debug_struct("Outgoing")
             .field("body_len", &self.body.len())
             .field("group_id", &self.group_id)
@@ -155,10 +162,31 @@ impl Outgoing {
         self
     }
 
-    /// Adds a `String` message attribute.
+    /// Adds a `String` message attribute. SQS takes at most 10 attributes per message, each
+    /// name once (the publisher's id attribute and an offloaded body's `ExtendedPayloadSize`
+    /// count): a message with more, or with a name twice, is refused before any call
+    /// (`TooManyAttributes`, `DuplicateAttribute`).
     pub fn attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.attributes.push((name.into(), value.into()));
+        self.attributes
+            .push((name.into(), AttributeValue::text("String", value.into())));
         self
+    }
+
+    /// Adds an attribute of any data type (`Number`, `Binary`, `String.custom`, ...), as a
+    /// message received carries it (the failure destination copies them).
+    pub(crate) fn typed_attribute(
+        mut self,
+        name: impl Into<String>,
+        value: AttributeValue,
+    ) -> Self {
+        self.attributes.push((name.into(), value));
+        self
+    }
+
+    /// How many message attributes it has (the id attribute and `ExtendedPayloadSize` not
+    /// counted: the publisher adds them).
+    pub(crate) fn attribute_count(&self) -> usize {
+        self.attributes.len()
     }
 
     /// The body.
@@ -173,7 +201,7 @@ impl Outgoing {
             + self
                 .attributes
                 .iter()
-                .map(|(n, v)| n.len() + "String".len() + v.len())
+                .map(|(n, v)| n.len() + v.size())
                 .sum::<usize>()
             + self.offloaded.map_or(0, |n| {
                 OFFLOAD_ATTRIBUTE.len() + "Number".len() + n.to_string().len()
@@ -183,6 +211,40 @@ impl Outgoing {
 
 /// The attribute the extended clients read an offloaded payload's size from.
 const OFFLOAD_ATTRIBUTE: &str = "ExtendedPayloadSize";
+
+/// A message attribute's value: its data type (`String`, `Number`, `Binary`, or one of them
+/// with a custom suffix, `Number.int`) and its text or bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct AttributeValue {
+    pub(crate) data_type: String,
+    pub(crate) data: AttributeData,
+}
+
+/// A message attribute's data: text for `String` and `Number` types, bytes for `Binary`.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum AttributeData {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+impl AttributeValue {
+    pub(crate) fn text(data_type: impl Into<String>, text: String) -> Self {
+        AttributeValue {
+            data_type: data_type.into(),
+            data: AttributeData::Text(text),
+        }
+    }
+
+    /// What SQS counts of it against the size limit, its name aside: the data type and the
+    /// value, in bytes.
+    pub(crate) fn size(&self) -> usize {
+        self.data_type.len()
+            + match &self.data {
+                AttributeData::Text(t) => t.len(),
+                AttributeData::Binary(b) => b.len(),
+            }
+    }
+}
 
 /// A publisher's settings, shared by its clones.
 #[derive(Clone)]
@@ -312,6 +374,11 @@ impl Publisher {
         self.inner.max_message_bytes
     }
 
+    /// Whether each output also carries the id attribute ([`Self::id_attribute`]).
+    pub(crate) fn has_id_attribute(&self) -> bool {
+        self.inner.id_attribute.is_some()
+    }
+
     /// The queue URL.
     pub(crate) fn queue_url(&self) -> &str {
         &self.inner.queue_url
@@ -385,7 +452,9 @@ pub struct FailedOutput {
     /// ...), or one of ours:
     /// * for a check made before any call: `MissingGroupId`, `InvalidGroupId`,
     ///   `MessageTooLong`, `EmptyBody`, `InvalidCharacters`, `InvalidAttributeName`,
-    ///   `DuplicateName` (`InvalidAttribute`, `InvalidEntry` if the SDK's builder refuses);
+    ///   `TooManyAttributes` (more than 10, the id attribute and `ExtendedPayloadSize`
+    ///   counted), `DuplicateAttribute` (a name twice), `DuplicateName`, `InvalidAttribute` (a
+    ///   data type SQS refuses, or the SDK's builder refusing), `InvalidEntry` (the builder);
     /// * for a call that got no answer: `Timeout`, `DispatchFailure`, `ResponseError`;
     /// * `NoResult` (SQS answered neither success nor failure for the entry);
     /// * `NotSentAfterEarlierFailure` (a FIFO output held back because an earlier output of its

@@ -3,11 +3,15 @@
 
 use std::collections::HashSet;
 
+use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::dedup_id::labels;
 use super::send::publish_error;
-use super::{FailedOutput, OutgoingBatch, OutputLabel, PublishFailure, deduplication_id};
+use super::{
+    AttributeData, AttributeValue, FailedOutput, MAX_ATTRIBUTES, OutgoingBatch, OutputLabel,
+    PublishFailure, deduplication_id,
+};
 use crate::Error;
 
 /// `MessageGroupId` and `MessageDeduplicationId` are at most 128 characters.
@@ -79,7 +83,38 @@ impl OutgoingBatch {
             }
             let mut attributes = output.attributes.clone();
             if let Some(name) = &p.id_attribute {
-                attributes.push((name.clone(), dedup_id.clone()));
+                attributes.push((
+                    name.clone(),
+                    AttributeValue::text("String", dedup_id.clone()),
+                ));
+            }
+            if let Some(n) = output.offloaded {
+                attributes.push((
+                    super::OFFLOAD_ATTRIBUTE.to_owned(),
+                    AttributeValue::text("Number", n.to_string()),
+                ));
+            }
+            if attributes.len() > MAX_ATTRIBUTES {
+                reject(
+                    "TooManyAttributes",
+                    format!(
+                        "the message has {} message attributes (the id attribute and \
+                         ExtendedPayloadSize counted); SQS takes at most {MAX_ATTRIBUTES}",
+                        attributes.len()
+                    ),
+                );
+            }
+            let mut seen = HashSet::new();
+            for (name, _) in &attributes {
+                if !seen.insert(name.as_str()) {
+                    reject(
+                        "DuplicateAttribute",
+                        format!(
+                            "the message has the attribute {name:?} twice (the id attribute and \
+                             ExtendedPayloadSize counted); SQS takes each name once"
+                        ),
+                    );
+                }
             }
             for (name, value) in &attributes {
                 if !valid_attribute_name(name) {
@@ -91,13 +126,28 @@ impl OutgoingBatch {
                         ),
                     );
                 }
-                if value.is_empty() || value.chars().any(|c| !sqs_char(c)) {
+                let refused = match &value.data {
+                    AttributeData::Text(t) => t.is_empty() || t.chars().any(|c| !sqs_char(c)),
+                    AttributeData::Binary(b) => b.is_empty(),
+                };
+                if refused {
                     reject(
                         "InvalidCharacters",
                         format!("attribute {name:?} is empty or has a character SQS refuses"),
                     );
                 }
+                if !valid_data_type(&value.data_type) {
+                    reject(
+                        "InvalidAttribute",
+                        format!(
+                            "attribute {name:?} has the data type {:?}; SQS takes String, \
+                             Number or Binary, each with an optional .suffix",
+                            value.data_type
+                        ),
+                    );
+                }
             }
+            // `output.size()` counts the offloaded attribute already.
             let size = output.size()
                 + p.id_attribute
                     .as_ref()
@@ -122,18 +172,13 @@ impl OutgoingBatch {
             if let Some(g) = &output.group_id {
                 entry = entry.message_group_id(g.clone());
             }
-            let offloaded = output
-                .offloaded
-                .map(|n| (super::OFFLOAD_ATTRIBUTE.to_owned(), n.to_string(), "Number"));
-            let typed = attributes
-                .into_iter()
-                .map(|(n, v)| (n, v, "String"))
-                .chain(offloaded);
-            for (name, value, data_type) in typed {
-                let value = MessageAttributeValue::builder()
-                    .data_type(data_type)
-                    .string_value(value)
-                    .build();
+            for (name, value) in attributes {
+                let builder = MessageAttributeValue::builder().data_type(value.data_type);
+                let value = match value.data {
+                    AttributeData::Text(t) => builder.string_value(t),
+                    AttributeData::Binary(b) => builder.binary_value(Blob::new(b)),
+                }
+                .build();
                 match value {
                     Ok(v) => entry = entry.message_attributes(name, v),
                     Err(e) => reject("InvalidAttribute", e.to_string()),
@@ -195,6 +240,13 @@ fn valid_attribute_name(name: &str) -> bool {
         && !name.to_ascii_lowercase().starts_with("amazon.")
 }
 
+/// Whether SQS takes `t` as an attribute's data type: `String`, `Number` or `Binary`, alone or
+/// with a custom `.suffix` (at most 256 characters in all).
+fn valid_data_type(t: &str) -> bool {
+    let base = t.split_once('.').map_or(t, |(b, _)| b);
+    t.len() <= 256 && !t.ends_with('.') && matches!(base, "String" | "Number" | "Binary")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +257,7 @@ mod tests {
         assert!(!sqs_char('\u{0}') && !sqs_char('\u{8}') && !sqs_char('\u{FFFE}'));
         assert!(valid_attribute_name("trace-id.v1") && !valid_attribute_name("AWS.x"));
         assert!(!valid_attribute_name("a..b") && !valid_attribute_name(""));
+        assert!(valid_data_type("Number") && valid_data_type("Binary.gzip"));
+        assert!(!valid_data_type("Text") && !valid_data_type("String."));
     }
 }

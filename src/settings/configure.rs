@@ -139,7 +139,8 @@ impl Settings {
 
     /// The reader of the extended clients' S3 pointers these settings ask for
     /// (`SQS_CLAIM_LARGE_MESSAGES=on`, `SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES`,
-    /// `SQS_CLAIM_LARGE_MESSAGE_DELETE`), on `client`; `None` when off.
+    /// `SQS_CLAIM_LARGE_MESSAGE_DELETE`, `SQS_CLAIM_LARGE_MESSAGE_BUCKETS`), on `client`;
+    /// `None` when off.
     /// [`configure_all`](Self::configure_all) sets it on the builder.
     ///
     /// *Feature `s3`.*
@@ -152,6 +153,7 @@ impl Settings {
             crate::large::LargeMessages::new(client.clone())
                 .max_bytes(self.large_message_max_bytes)
                 .delete_after_completion(self.large_message_delete)
+                .allowed_buckets(self.large_message_buckets.iter().cloned())
         })
     }
 

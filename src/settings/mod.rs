@@ -187,6 +187,10 @@ pub struct Settings {
     /// (feature `s3`).
     #[cfg(feature = "s3")]
     pub large_message_delete: bool,
+    /// `SQS_CLAIM_LARGE_MESSAGE_BUCKETS`: the only buckets a pointer may name; empty for any
+    /// (feature `s3`).
+    #[cfg(feature = "s3")]
+    pub large_message_buckets: Vec<String>,
     /// `SQS_CLAIM_OFFLOAD_BUCKET`: where the publisher puts large bodies (feature `s3`).
     #[cfg(feature = "s3")]
     pub offload_bucket: Option<String>,
@@ -232,6 +236,8 @@ impl Default for Settings {
             large_message_max_bytes: 32 * 1024 * 1024,
             #[cfg(feature = "s3")]
             large_message_delete: false,
+            #[cfg(feature = "s3")]
+            large_message_buckets: Vec::new(),
             #[cfg(feature = "s3")]
             offload_bucket: None,
             #[cfg(feature = "s3")]
@@ -334,6 +340,21 @@ impl Settings {
                 "it deletes the objects of the pointers read: set SQS_CLAIM_LARGE_MESSAGES=on too",
             ));
         }
+        self.large_message_buckets = read::<Text>(env, "SQS_CLAIM_LARGE_MESSAGE_BUCKETS")?
+            .map(|t| {
+                t.0.split(',')
+                    .map(str::trim)
+                    .filter(|b| !b.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !self.large_message_buckets.is_empty() && !self.large_messages {
+            return Err(invalid(
+                "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
+                "it limits the buckets the pointers read may name: set SQS_CLAIM_LARGE_MESSAGES=on too",
+            ));
+        }
         self.offload_bucket = read::<Text>(env, "SQS_CLAIM_OFFLOAD_BUCKET")?.map(|t| t.0);
         if let Some(over) = read::<Whole<Bytes, 1>>(env, "SQS_CLAIM_OFFLOAD_OVER_BYTES")? {
             self.offload_over_bytes = over
@@ -353,6 +374,7 @@ impl Settings {
                 "SQS_CLAIM_LARGE_MESSAGES",
                 "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
                 "SQS_CLAIM_LARGE_MESSAGE_DELETE",
+                "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
                 "SQS_CLAIM_OFFLOAD_BUCKET",
                 "SQS_CLAIM_OFFLOAD_OVER_BYTES",
             ],

@@ -627,11 +627,28 @@ fn large_message_settings() {
         ("SQS_CLAIM_LARGE_MESSAGES", "on"),
         ("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES", "1048576"),
         ("SQS_CLAIM_LARGE_MESSAGE_DELETE", "on"),
+        (
+            "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
+            " payloads-a , payloads-b,",
+        ),
         ("SQS_CLAIM_OFFLOAD_BUCKET", "payloads"),
         ("SQS_CLAIM_OFFLOAD_OVER_BYTES", "100000"),
     ])
     .expect("valid");
     assert!(s.large_messages && s.large_message_delete);
+    assert_eq!(s.large_message_buckets, ["payloads-a", "payloads-b"]);
+    assert!(
+        settings(&[])
+            .expect("valid")
+            .large_message_buckets
+            .is_empty()
+    );
+    // An allowlist for pointers that are not read: refused, naming the variable.
+    let e = settings(&[("SQS_CLAIM_LARGE_MESSAGE_BUCKETS", "b")]).unwrap_err();
+    assert!(
+        e.to_string().contains("SQS_CLAIM_LARGE_MESSAGE_BUCKETS"),
+        "{e}"
+    );
     assert_eq!(s.large_message_max_bytes, 1_048_576);
     assert_eq!(s.offload_bucket.as_deref(), Some("payloads"));
     assert_eq!(s.offload_over_bytes, 100_000);

@@ -149,7 +149,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable::new(
         "SQS_CLAIM_FAILURE_QUEUE_URL",
         "none",
-        "a message that fails on its last allowed receive (its `ApproximateReceiveCount` at least `SQS_CLAIM_MAX_RECEIVES`) is sent to this SQS queue, body as the body and its failure as message attributes (`sqs-claim.failure-kind`, `sqs-claim.reason`, `sqs-claim.receive-count`, `sqs-claim.key`, `sqs-claim.message-id`, `sqs-claim.error-kind` when known), and reported handled (`dead_lettered`); if the send fails it is reported for retry as without the setting. FIFO queue: the group is kept, the deduplication id derives from the message id. See [operating.md](operating.md#poison-messages)",
+        "a message that fails on its last allowed receive (its `ApproximateReceiveCount` at least `SQS_CLAIM_MAX_RECEIVES`) is sent to this SQS queue, body as the body, with its own message attributes and its failure as one more, `sqs-claim.failure` (JSON: `kind`, `error_kind`, `reason`, `receive_count`, `key`, `message_id`; left off, and logged, when the message already has the 10 attributes SQS allows), and reported handled (`dead_lettered`); if the send fails it is reported for retry as without the setting. FIFO queue: the group is kept, the deduplication id derives from the message id. See [operating.md](operating.md#poison-messages)",
     ),
     Variable::new(
         "SQS_CLAIM_MAX_RECEIVES",
@@ -199,7 +199,12 @@ pub const VARIABLES: &[Variable] = &[
     Variable::new(
         "SQS_CLAIM_LARGE_MESSAGE_DELETE",
         "`off`",
-        "`on`: delete each object once its message's completion committed (never for a failed message or a skipped duplicate, once per object); needs `SQS_CLAIM_LARGE_MESSAGES=on` and `s3:DeleteObject`. Key on something the record carries (`message-id`, `attribute:NAME`, `envelope-id`) so a redelivery finds its key done without its object",
+        "`on`: delete each object once its message's completion committed, or once its message was skipped as a duplicate (a producer's resend uploads an object of its own); never for a failed message, once per object; needs `SQS_CLAIM_LARGE_MESSAGES=on` and `s3:DeleteObject`. Key on something the record carries (`message-id`, `attribute:NAME`, `envelope-id`) so a redelivery finds its key done without its object",
+    ),
+    Variable::new(
+        "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
+        "none (any bucket)",
+        "the only buckets a pointer may name, separated by commas (`payments-large,payments-large-eu`); needs `SQS_CLAIM_LARGE_MESSAGES=on`. The sender chooses the bucket a pointer names: a pointer to another bucket is not fetched and fails its message as a permanent `large_payload` whose reason names the bucket. Unset, any bucket the role may read",
     ),
     Variable::new(
         "SQS_CLAIM_OFFLOAD_BUCKET",
@@ -209,7 +214,7 @@ pub const VARIABLES: &[Variable] = &[
     Variable::new(
         "SQS_CLAIM_OFFLOAD_OVER_BYTES",
         "`262144` (256 KiB)",
-        "the size (body plus attributes) over which an output goes to `SQS_CLAIM_OFFLOAD_BUCKET`; at most the output queue's limit (a larger value is read as the limit)",
+        "the size (body plus attributes) over which an output goes to `SQS_CLAIM_OFFLOAD_BUCKET`. Above 256 KiB it also raises the reference consumer's publisher limit to it: set it so only when the output queue takes that much (`template.yaml`'s takes 1 MiB and sets `1048576`); the default stays 256 KiB because SNS topics, and consumers a message may be forwarded to, stay at 256 KiB ([large-messages.md](large-messages.md))",
     ),
     Variable::new(
         "SQS_CLAIM_METRICS_NAMESPACE",

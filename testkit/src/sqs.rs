@@ -167,6 +167,21 @@ impl Record {
         self
     }
 
+    /// A message attribute of another data type, `Number` (`ExtendedPayloadSize`) or a custom
+    /// one (`String.w3c`), its value as text (`stringValue`).
+    pub fn typed_attr(mut self, name: &str, data_type: &str, value: &str) -> Self {
+        self.msg_attrs.insert(
+            name.to_owned(),
+            json!({
+                "stringValue": value,
+                "stringListValues": [],
+                "binaryListValues": [],
+                "dataType": data_type
+            }),
+        );
+        self
+    }
+
     /// The message id, if it has one.
     pub fn id(&self) -> Option<&str> {
         self.id.as_deref()

@@ -344,6 +344,8 @@ pub(super) async fn gather(
         content_based_dedup_expected: args.content_based_dedup.is_some_and(|v| v.as_bool()),
         backoff: settings.backoff,
         large_message_delete: settings.large_messages && settings.large_message_delete,
+        large_messages: settings.large_messages,
+        large_message_buckets: settings.large_message_buckets.clone(),
         key: settings.key.clone(),
     })
 }

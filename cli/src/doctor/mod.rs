@@ -259,6 +259,11 @@ pub struct Facts {
     /// Whether objects offloaded to S3 are deleted once their message is done
     /// (`SQS_CLAIM_LARGE_MESSAGE_DELETE=on`).
     pub large_message_delete: bool,
+    /// Whether pointers to S3 are read (`SQS_CLAIM_LARGE_MESSAGES=on`).
+    pub large_messages: bool,
+    /// The only buckets a pointer may name (`SQS_CLAIM_LARGE_MESSAGE_BUCKETS`); empty for
+    /// any.
+    pub large_message_buckets: Vec<String>,
     /// The key source (`SQS_CLAIM_KEY`), if set (unset: the consumer's own default).
     pub key: Option<sqs_claim::KeySource>,
 }

@@ -37,6 +37,7 @@ pub fn check(facts: &Facts) -> Vec<Finding> {
         backoff_retention(facts),
         backoff_receives(facts),
         large_message_key(facts),
+        large_message_buckets(facts),
     ]
     .into_iter()
     .chain(super::stream_rules::check(facts))
@@ -466,6 +467,48 @@ fn claim_ttl_retention(facts: &Facts) -> Finding {
     ))
 }
 
+/// The sender of a large message names the bucket its pointer points at: without an
+/// allowlist, a sender can make the consumer read (and, with deletion on, delete) objects of
+/// any bucket its role reaches.
+fn large_message_buckets(facts: &Facts) -> Finding {
+    const RULE: &str = "large-message-buckets";
+    if !facts.large_messages {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            "pointers to S3 not read (SQS_CLAIM_LARGE_MESSAGES off)",
+        );
+    }
+    if facts.large_message_buckets.is_empty() {
+        let deletes = if facts.large_message_delete {
+            ", and deleted once done"
+        } else {
+            ""
+        };
+        return Finding::new(
+            RULE,
+            Status::Warn,
+            format!(
+                "pointers to S3 read from any bucket the sender names: objects of every bucket \
+                 the function's role may read are fetched{deletes}"
+            ),
+        )
+        .fix(
+            "set SQS_CLAIM_LARGE_MESSAGE_BUCKETS to the producers' bucket(s), comma-separated \
+             (LargeMessages::allowed_buckets), and grant the role s3:GetObject on those alone",
+        );
+    }
+    Finding::new(
+        RULE,
+        Status::Ok,
+        format!(
+            "pointers read from {} only (SQS_CLAIM_LARGE_MESSAGE_BUCKETS); others fail as \
+             large_payload for good",
+            facts.large_message_buckets.join(", ")
+        ),
+    )
+}
+
 /// With the objects of large messages deleted once done, a redelivery of a message already
 /// done has no object: only a key the record carries recognises it as a duplicate.
 fn large_message_key(facts: &Facts) -> Finding {
@@ -730,8 +773,20 @@ mod tests {
             content_based_dedup_expected: false,
             backoff: None,
             large_message_delete: false,
+            large_messages: false,
+            large_message_buckets: Vec::new(),
             key: None,
         }
+    }
+
+    #[test]
+    fn reading_large_payloads_wants_a_bucket_allowlist() {
+        let mut f = good();
+        assert_eq!(status_of(&f, "large-message-buckets"), Status::Ok);
+        f.large_messages = true;
+        assert_eq!(status_of(&f, "large-message-buckets"), Status::Warn);
+        f.large_message_buckets = vec!["payloads".into()];
+        assert_eq!(status_of(&f, "large-message-buckets"), Status::Ok);
     }
 
     #[test]
@@ -820,7 +875,7 @@ mod tests {
     #[test]
     fn a_good_configuration_passes_every_rule() {
         let findings = check(&good());
-        assert_eq!(findings.len(), 13);
+        assert_eq!(findings.len(), 14);
         for f in &findings {
             assert_eq!(f.status, Status::Ok, "{f}");
         }
@@ -836,13 +891,13 @@ mod tests {
         ];
         let rules: Vec<&str> = check(&f).iter().map(|f| f.rule).collect();
         let sqs: Vec<&str> = check(&good()).iter().map(|f| f.rule).collect();
-        assert_eq!(rules[..13], sqs[..]);
+        assert_eq!(rules[..sqs.len()], sqs[..]);
         let streams: Vec<&str> = super::super::STREAM_RULES
             .iter()
             .chain(super::super::STREAM_RULES.iter())
             .copied()
             .collect();
-        assert_eq!(rules[13..], streams[..]);
+        assert_eq!(rules[sqs.len()..], streams[..]);
     }
 
     #[test]
@@ -1018,13 +1073,15 @@ mod tests {
             content_based_dedup_expected: false,
             backoff: Some(sqs_claim::Backoff::default()),
             large_message_delete: false,
+            large_messages: false,
+            large_message_buckets: Vec::new(),
             key: None,
         };
         // Every rule that reads the queue, the function or the table; `large-message-key`
-        // reads the settings alone.
+        // and `large-message-buckets` read the settings alone.
         for finding in check(&f)
             .into_iter()
-            .filter(|f| f.rule != "large-message-key")
+            .filter(|f| !f.rule.starts_with("large-message-"))
         {
             assert_eq!(finding.status, Status::Skip, "{finding}");
             assert!(finding.detail.contains("give --"), "{finding}");

@@ -440,8 +440,12 @@ pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer
         if let (Some(url), Some(client)) = (&settings.output_queue_url, &sqs) {
             let mut publisher = sqs_claim::publish::Publisher::new(client.clone(), url.clone());
             if let (Some(bucket), Some(s3)) = (&settings.offload_bucket, &s3) {
-                publisher =
-                    publisher.offload_to(s3.clone(), bucket.clone(), settings.offload_over_bytes);
+                // SQS_CLAIM_OFFLOAD_OVER_BYTES above the publisher's 256 KiB default says the
+                // output queue takes that much (the template's takes 1 MiB): raise the
+                // publisher's limit with it, or the threshold would be read as 256 KiB.
+                publisher = publisher
+                    .max_message_bytes(settings.offload_over_bytes.max(256 * 1024))
+                    .offload_to(s3.clone(), bucket.clone(), settings.offload_over_bytes);
             }
             handler = handler.with_output(publisher);
         }

@@ -356,20 +356,22 @@ async fn the_whole_loop_under_an_event_source_mapping() {
     assert_eq!(b.get("acct-0"), Some(&300), "{b:?}");
     assert_eq!(b.get("acct-1"), Some(&200), "{b:?}");
     let dead = drain(&sqs, &dlq_url).await;
-    let attr = |m: &aws_sdk_sqs::types::Message, k: &str| {
+    // The failure destination's one attribute: the failure as JSON.
+    let failure = |m: &aws_sdk_sqs::types::Message| {
         m.message_attributes()
-            .and_then(|a| a.get(k))
+            .and_then(|a| a.get("sqs-claim.failure"))
             .and_then(|v| v.string_value())
+            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
             .unwrap_or_default()
-            .to_owned()
     };
     let mut got: Vec<(String, String, String)> = dead
         .iter()
         .map(|m| {
+            let f = failure(m);
             (
-                attr(m, "sqs-claim.failure-kind"),
-                attr(m, "sqs-claim.error-kind"),
-                attr(m, "sqs-claim.receive-count"),
+                f["kind"].as_str().unwrap_or_default().to_owned(),
+                f["error_kind"].as_str().unwrap_or_default().to_owned(),
+                f["receive_count"].to_string(),
             )
         })
         .collect();

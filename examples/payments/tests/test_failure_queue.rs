@@ -109,22 +109,23 @@ async fn a_poison_payment_keeps_its_reason_in_the_failure_queue() {
         .expect("ReceiveMessage");
     let messages = got.messages();
     assert_eq!(messages.len(), 1, "{messages:?}");
-    let attr = |name: &str| {
-        messages[0]
-            .message_attributes()
-            .and_then(|a| a.get(name))
-            .and_then(|v| v.string_value())
-            .unwrap_or_default()
-            .to_owned()
-    };
-    assert_eq!(attr("sqs-claim.message-id"), "m-poison");
-    assert_eq!(attr("sqs-claim.key"), format!("{ns}#o-1"));
-    assert_eq!(attr("sqs-claim.receive-count"), "5");
-    assert_eq!(attr("sqs-claim.failure-kind"), "handler_error");
+    // The failure rides in one attribute, as JSON.
+    let failure: Value = messages[0]
+        .message_attributes()
+        .and_then(|a| a.get("sqs-claim.failure"))
+        .and_then(|v| v.string_value())
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    assert_eq!(failure["message_id"], "m-poison", "{failure}");
+    assert_eq!(failure["key"], json!(format!("{ns}#o-1")), "{failure}");
+    assert_eq!(failure["receive_count"], 5, "{failure}");
+    assert_eq!(failure["kind"], "handler_error", "{failure}");
     assert!(
-        attr("sqs-claim.reason").contains("negative"),
-        "{}",
-        attr("sqs-claim.reason")
+        failure["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("negative"),
+        "{failure}"
     );
     assert!(messages[0].body().unwrap_or_default().contains("\"o-1\""));
 

@@ -910,7 +910,86 @@ const CHECKS: &[(&str, Check)] = &[
     ("JSON logs at a level that keeps the metrics", check_logging),
     ("alarms", check_alarms),
     ("retries", check_retries),
+    ("sizes and envelope", check_sizes_and_envelope),
 ];
+
+/// SQS's largest message, 1 MiB (since 2025-08-04; the Lambda SQS event source since
+/// 2026-01-29).
+const SQS_MAX_MESSAGE_BYTES: i64 = 1_048_576;
+
+/// Large messages and envelopes: every queue takes 1 MiB (the DLQ as much as the queue it
+/// backs), notices go to S3 only over what the output queue takes, pointers are read from the
+/// template's bucket alone; the envelope is a parameter, and `envelope-id` is refused without
+/// an envelope that has an id.
+fn check_sizes_and_envelope(t: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (id, q) in resources_of(t, "AWS::SQS::Queue") {
+        if q["Properties"]["MaximumMessageSize"].as_i64() != Some(SQS_MAX_MESSAGE_BYTES) {
+            problems.push(format!(
+                "{id}: MaximumMessageSize must be {SQS_MAX_MESSAGE_BYTES} (found {})",
+                q["Properties"]["MaximumMessageSize"]
+            ));
+        }
+    }
+    for (fid, f, _) in sqs_events(t) {
+        let env = &f["Properties"]["Environment"]["Variables"];
+        match target(&env["SQS_CLAIM_ENVELOPE"]) {
+            Some(param) => {
+                let allowed = &t["Parameters"][param]["AllowedValues"];
+                if *allowed != json!(["none", "sns", "eventbridge", "s3"]) {
+                    problems.push(format!(
+                        "{fid}: parameter {param} must allow none, sns, eventbridge, s3 (found {allowed})"
+                    ));
+                }
+            }
+            None => problems.push(format!(
+                "{fid}: SQS_CLAIM_ENVELOPE must be a !Ref to a parameter"
+            )),
+        }
+        let buckets = &env["SQS_CLAIM_LARGE_MESSAGE_BUCKETS"]["Fn::If"];
+        let reads = &env["SQS_CLAIM_LARGE_MESSAGES"]["Fn::If"];
+        if buckets[0] != reads[0] || buckets[1].get("Ref").is_none() {
+            problems.push(format!(
+                "{fid}: SQS_CLAIM_LARGE_MESSAGE_BUCKETS must be !If [<the condition of \
+                 SQS_CLAIM_LARGE_MESSAGES>, !Ref <bucket>, ...]: pointers read from the role's \
+                 bucket alone"
+            ));
+        }
+        let over = env["SQS_CLAIM_OFFLOAD_OVER_BYTES"]["Fn::If"][1]
+            .as_str()
+            .and_then(|v| v.parse::<i64>().ok());
+        if over != Some(SQS_MAX_MESSAGE_BYTES) {
+            problems.push(format!(
+                "{fid}: SQS_CLAIM_OFFLOAD_OVER_BYTES must be {SQS_MAX_MESSAGE_BYTES} under the \
+                 output queue's condition (found {over:?})"
+            ));
+        }
+        let key = target(&env["SQS_CLAIM_KEY"]).unwrap_or("");
+        let pattern = t["Parameters"][key]["AllowedPattern"]
+            .as_str()
+            .unwrap_or("");
+        if pattern.contains("envelope-id") {
+            let guarded = t["Rules"].as_object().is_some_and(|rules| {
+                rules.values().any(|r| {
+                    r["RuleCondition"] == json!({"Fn::Equals": [{"Ref": key}, "envelope-id"]})
+                        && r["Assertions"].as_array().is_some_and(|a| {
+                            a.iter().any(|a| {
+                                a["Assert"]
+                                    == json!({"Fn::Contains": [["sns", "eventbridge"], {"Ref": target(&env["SQS_CLAIM_ENVELOPE"]).unwrap_or("")}]})
+                            })
+                        })
+                })
+            });
+            if !guarded {
+                problems.push(format!(
+                    "{fid}: {key} allows envelope-id, and no rule asserts the envelope is sns or \
+                     eventbridge when it is chosen (the consumer would refuse to start)"
+                ));
+            }
+        }
+    }
+    problems
+}
 
 fn all_problems(text: &str) -> Vec<String> {
     let t = match parse(text) {
@@ -1240,6 +1319,37 @@ fn every_check_rejects_a_template_that_breaks_its_rule() {
             "                Action: sqs:SendMessage\n                Resource: !GetAtt DeadLetterQueue.Arn",
             "                Action: sqs:SendMessage\n                Resource: !GetAtt InputQueue.Arn",
             "no statement allows sqs:SendMessage on DeadLetterQueue",
+        ),
+        // The dead-letter queue left at SQS's old default size.
+        (
+            "sizes",
+            "MessageRetentionPeriod: 1209600\n      MaximumMessageSize: 1048576\n",
+            "MessageRetentionPeriod: 1209600\n",
+            "DeadLetterQueue: MaximumMessageSize must be",
+        ),
+        (
+            "envelope",
+            "          SQS_CLAIM_ENVELOPE: !Ref Envelope\n",
+            "",
+            "SQS_CLAIM_ENVELOPE must be a !Ref",
+        ),
+        (
+            "envelope",
+            "    RuleCondition: !Equals [!Ref KeySource, envelope-id]",
+            "    RuleCondition: !Equals [!Ref KeySource, message-id]",
+            "no rule asserts the envelope",
+        ),
+        (
+            "buckets",
+            "SQS_CLAIM_LARGE_MESSAGE_BUCKETS: !If [ReadsLargePayloads, !Ref LargePayloadBucket, !Ref AWS::NoValue]",
+            "SQS_CLAIM_LARGE_MESSAGE_BUCKETS: !Ref AWS::NoValue",
+            "SQS_CLAIM_LARGE_MESSAGE_BUCKETS must be",
+        ),
+        (
+            "offload",
+            "SQS_CLAIM_OFFLOAD_OVER_BYTES: !If [OffloadsNotices, \"1048576\", !Ref AWS::NoValue]",
+            "SQS_CLAIM_OFFLOAD_OVER_BYTES: !If [OffloadsNotices, \"262144\", !Ref AWS::NoValue]",
+            "SQS_CLAIM_OFFLOAD_OVER_BYTES must be",
         ),
         // TTL shorter than the redelivery window.
         (
