@@ -9,7 +9,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 EVENT ?= events/plain.json
 STORE ?=
-STANDINS_ENV := .standins/env
+# The stand-ins' env file: in SQS_CLAIM_RUN when set, as scripts/standins.sh writes it there.
+STANDINS_ENV := $(or $(SQS_CLAIM_RUN),$(CURDIR)/.standins)/env
 APP := $(or $(CARGO_TARGET_DIR),target)/debug/payments
 # make chaos: seconds of chaos per store (the control run lasts a sixth of it, at least 5 s).
 CHAOS_SECS ?= 120
@@ -53,13 +54,13 @@ services: ## Check Redis (6379) and PostgreSQL (5432) answer; start them if not
 	scripts/services.sh check
 
 test: standins-up services ## Run the whole test suite against the real servers
-	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test --workspace --all-features --no-fail-fast
+	set -a && . "$(STANDINS_ENV)" && set +a && $(CARGO) test --workspace --all-features --no-fail-fast
 
 check-model: ## Model-check the claim protocol exhaustively (model/: every interleaving for small bounds, and every mutant caught)
 	$(CARGO) test -p sqs-claim-model --test exhaustive -- --nocapture --test-threads 2
 
 check-model-stores: standins-up services ## The model-based test: every real store answers as the model's store (tests/test_model.rs)
-	set -a && . ./$(STANDINS_ENV) && set +a && $(CARGO) test -p sqs-claim --all-features --test test_model -- --nocapture
+	set -a && . "$(STANDINS_ENV)" && set +a && $(CARGO) test -p sqs-claim --all-features --test test_model -- --nocapture
 
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher, the CLIs' parsers, the test kit)
 	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \
@@ -68,10 +69,10 @@ test-unit: ## Tests that need no server (processor, FIFO, memory store, events, 
 		--test test_idempotency
 	$(CARGO) test -p payments --all-features --lib --bins --test test_properties
 	$(CARGO) test -p sqs-claim-cli --all-features --lib --bins
-	$(CARGO) test -p sqs-claim-testkit --all-features
+	$(CARGO) test -p sqs-claim-testkit --all-features -- --skip conflict::tests::dynamodb_local   # those need DynamoDB Local
 
 chaos: standins-up services ## Kills, stalls, store faults on every store; then every credit exactly once [CHAOS_SECS= CHAOS_STORES= CHAOS_SEED=]
-	set -a && . ./$(STANDINS_ENV) && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \
+	set -a && . "$(STANDINS_ENV)" && set +a && SQS_CLAIM_CHAOS=1 CHAOS_SECS=$(CHAOS_SECS) \
 		CHAOS_CONTROL_SECS=$(CHAOS_CONTROL_SECS) $(CARGO) test -p payments --all-features --test chaos
 
 chaos-short: ## The short chaos pass CI runs (15 s per store, 5 s control)
@@ -114,10 +115,10 @@ fuzz-check: ## Type-check the fuzz targets on the stable toolchain (no cargo-fuz
 # round trip (scripts/bench/; Powertools is installed into .bench/ on first use). About 11 min.
 # BENCH_ARGS passes compare.py flags, e.g. BENCH_ARGS="--impls sqs-claim,sqs-claim@100,powertools-ts".
 bench: standins-up ## Side-by-side benchmark vs Powertools and a bare SDK loop, N = 10, 100, 1000 (ratios; .bench/results.md)
-	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh $(BENCH_ARGS)
+	set -a && . "$(STANDINS_ENV)" && set +a && CARGO="$(CARGO)" scripts/bench/run.sh $(BENCH_ARGS)
 
 bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
-	set -a && . ./$(STANDINS_ENV) && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick $(BENCH_ARGS)
+	set -a && . "$(STANDINS_ENV)" && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick $(BENCH_ARGS)
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	PATH="$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" cargo lambda watch -A 127.0.0.1 --bin consumer
