@@ -17,7 +17,8 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check
+        bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
+        sam-build check-docs
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -87,10 +88,11 @@ clippy:
 cfn-lint:
 	"$$(scripts/pytool.sh cfn-lint)" template.yaml
 
-lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, rustdoc -D warnings, cfn-lint, sample events up to date
+lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, rustdoc -D warnings, cfn-lint, sample events up to date, doc blocks marked
 	$(CARGO) fmt --all -- --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --all-features --no-deps --quiet
 	python3 scripts/gen-events.py --check
+	python3 scripts/check-docs.py --list >/dev/null
 
 # cargo-fuzz needs nightly-only compiler flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain
 # accept them. No sanitizer (-s none): ASan needs its runtime rebuilt, and the crate has no
@@ -130,6 +132,19 @@ watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke co
 deploy-local: ## Deploy template.yaml onto ministack (no AWS account), feed it, check balances and DLQ, delete it
 	CARGO="$(CARGO)" scripts/deploy-local.sh
 
-deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time)
-	PATH="$$(dirname "$$(scripts/pytool.sh sam aws-sam-cli)"):$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" \
-		sh -c 'SAM_CLI_TELEMETRY=0 sam build && SAM_CLI_TELEMETRY=0 sam deploy --guided'
+deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time; docs/deploy.md)
+	scripts/sam.sh build
+	scripts/sam.sh deploy --guided
+
+# make sam-build: what `make deploy` builds, checked without an AWS account or Docker (CI runs it
+# last: ~13 min cold on two shared cores, seconds warm; docs/deploy.md). SAM_TEMPLATES lists the
+# templates; SQS_CLAIM_SAM_TARGET_DIR moves its cargo target dir (~/.cache/sqs-claim/target-sam).
+SAM_TEMPLATES ?= template.yaml
+sam-build: ## sam validate --lint + sam build of the templates; each bootstrap checked for the template's architecture
+	scripts/check-sam-build.sh $(SAM_TEMPLATES)
+
+# make check-docs: every ```console block and every sh block marked `check-docs: run` of README.md,
+# cli/README.md, events/README.md and docs/*.md, run on a fresh copy of the tree (scripts/check-docs.py).
+check-docs: ## Run the documentation's command blocks and compare their output (scripts/check-docs.py)
+	$(CARGO) build -p payments --all-features --bin payments
+	python3 scripts/check-docs.py
