@@ -424,6 +424,7 @@ or a negative amount, and credits the account otherwise.
 
 Every file here is generated; do not edit them by hand:
 
+<!-- check-docs: run -->
 ```sh
 python3 scripts/gen-events.py           # rewrite events/*.json, expected.json and this README
 python3 scripts/gen-events.py --check   # exit 1 if a committed file is stale
@@ -436,6 +437,7 @@ response, the counts, every non-usual outcome and the balances against it.
 
 Try one against the local loop (see [docs/library.md](../docs/library.md) and the README's *Try the example app*):
 
+<!-- check-docs: skip leaves cargo lambda watch running (docs/deploy.md's local loop) -->
 ```sh
 cargo lambda watch -A 127.0.0.1 &
 cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json

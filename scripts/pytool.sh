@@ -49,4 +49,16 @@ if [[ ! -x "$venv/bin/$tool" ]]; then
     echo "${packages[*]}" >"$stamp"
 fi
 [[ -x "$venv/bin/$tool" ]] || { echo "pytool: $venv/bin/$tool missing after install" >&2; exit 1; }
+# cargo-lambda (through cargo-zigbuild) looks for zig as `python3 -m ziglang`, with whichever
+# python3 comes first on PATH, or as `zig` on PATH. The ziglang package it brings is in this venv
+# only, so a venv of another tool first on PATH (the SAM CLI's) hid it: "Zig is not installed in
+# your system". A `zig` beside the tool (the ziglang package's own binary) is found whatever the
+# order of PATH, as long as the tool's directory is on it (which running the tool needs anyway).
+if [[ ! -e "$venv/bin/zig" ]]; then
+    for zig in "$venv"/lib/python3*/site-packages/ziglang/zig; do
+        [[ -x "$zig" ]] || continue
+        ln -s "../${zig#"$venv"/}" "$venv/bin/zig.tmp.$$" && mv -f "$venv/bin/zig.tmp.$$" "$venv/bin/zig"
+        break
+    done
+fi
 echo "$venv/bin/$tool"
