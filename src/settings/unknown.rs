@@ -64,8 +64,8 @@ pub const READ_ELSEWHERE: &[&str] = &[
 pub struct UnknownVariable {
     /// Its name.
     pub name: String,
-    /// The known name nearest to it (by edit distance, at most 3 edits), the one probably
-    /// meant: `SQS_CLAIM_TTL_SECS` for `SQS_CLAIM_TTL_SEC`.
+    /// The known name nearest to it (by edit distance: at most 3 edits, or a name cut short
+    /// or run on), the one probably meant: `SQS_CLAIM_TTL_SECS` for `SQS_CLAIM_TTL_SEC`.
     pub nearest: Option<String>,
 }
 
@@ -114,10 +114,12 @@ where
             if !name.starts_with(PREFIX) || known().any(|k| k == name) {
                 return None;
             }
+            let typed = &name[PREFIX.len()..];
             let nearest = known()
                 .filter(|k| k.starts_with(PREFIX))
-                .map(|k| (distance(&name[PREFIX.len()..], &k[PREFIX.len()..]), k))
-                .filter(|(d, _)| *d <= 3)
+                .map(|k| (distance(typed, &k[PREFIX.len()..]), k))
+                // A few edits, or a name cut short or run on (`FIFO` for `FIFO_MODE`).
+                .filter(|(d, k)| *d <= 3 || near_prefix(typed, &k[PREFIX.len()..]))
                 .min_by_key(|(d, _)| *d)
                 .map(|(_, k)| k.to_owned());
             Some(UnknownVariable {
@@ -139,6 +141,12 @@ pub(crate) fn warn_unknown(beside: &[&str]) {
             "{unknown}"
         );
     }
+}
+
+/// Whether one of `a` and `b` begins the other, the shorter at least 4 characters long.
+fn near_prefix(a: &str, b: &str) -> bool {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    short.len() >= 4 && long.starts_with(short)
 }
 
 /// The Levenshtein distance of `a` and `b`, in characters.

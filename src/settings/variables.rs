@@ -62,7 +62,8 @@ pub fn markdown_table(variables: &[Variable]) -> String {
             [] => String::new(),
             features => {
                 let names: Vec<String> = features.iter().map(|f| format!("`{f}`")).collect();
-                format!(" (feature {})", names.join(" and "))
+                let word = if names.len() == 1 { "feature" } else { "features" };
+                format!(" ({word} {})", names.join(" and "))
             }
         };
         table.push_str(&format!(
