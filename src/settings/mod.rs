@@ -88,18 +88,23 @@ pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 
 /// The variable that turns the Powertools interop on: the decorated record handler's
 /// `module.qualname`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_HANDLER_VAR: &str = "SQS_CLAIM_POWERTOOLS_HANDLER";
 
 /// The variable of the Lambda function name in Powertools' keys.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_FUNCTION_VAR: &str = "SQS_CLAIM_POWERTOOLS_FUNCTION";
 
 /// The variable of Powertools' `key_prefix`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_KEY_PREFIX_VAR: &str = "SQS_CLAIM_POWERTOOLS_KEY_PREFIX";
 
 /// The variable of Powertools' `hash_function`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_HASH_VAR: &str = "SQS_CLAIM_POWERTOOLS_HASH";
 
 /// The variable of Powertools' `payload_validation_jmespath`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDATION";
 
 /// How long opening the store and its start-up check may take by default
