@@ -17,7 +17,7 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
+        doc-features bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
         sam-build check-docs
 
 help: ## List the targets
@@ -88,11 +88,15 @@ clippy:
 cfn-lint:
 	"$$(scripts/pytool.sh cfn-lint)" template.yaml
 
-lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, rustdoc -D warnings, cfn-lint, sample events up to date, doc blocks marked
+lint: clippy cfn-lint ## cargo fmt --check, clippy -D warnings, rustdoc -D warnings, cfn-lint, sample events and the public API lists (api/) up to date, doc blocks marked
 	$(CARGO) fmt --all -- --check
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --all-features --no-deps --quiet
 	python3 scripts/gen-events.py --check
+	python3 scripts/public-items.py --check
 	python3 scripts/check-docs.py --list >/dev/null
+
+doc-features: ## Compile each doc page's Rust blocks with only the features the page names (scripts/check-doc-features.py)
+	python3 scripts/check-doc-features.py
 
 # cargo-fuzz needs nightly-only compiler flags; RUSTC_BOOTSTRAP=1 lets the stable toolchain
 # accept them. No sanitizer (-s none): ASan needs its runtime rebuilt, and the crate has no

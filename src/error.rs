@@ -203,6 +203,30 @@ impl Error {
         false
     }
 
+    /// The same error (its kind, whether the store was silent) with `context` in front and
+    /// its whole chain of causes in its own message: `"{context}: {self:#}"`. For an error that
+    /// ends a start-up, where `{}` is what gets printed (a `main` returning it, a
+    /// `lambda_runtime` init error): PostgreSQL's `database "x" does not exist` belongs on the
+    /// line, not only under `{:#}`. The causes are in the message, so none is kept as the
+    /// `source` (a chain reporter would print each twice).
+    pub(crate) fn at_start_up(self, context: impl fmt::Display) -> Self {
+        let no_answer = self.is_no_answer();
+        let context = context.to_string();
+        let message = if context.is_empty() {
+            format!("{self:#}")
+        } else {
+            format!("{context}: {self:#}")
+        };
+        Error {
+            inner: Box::new(Inner {
+                kind: self.inner.kind,
+                message,
+                source: None,
+                no_answer,
+            }),
+        }
+    }
+
     pub(crate) fn lost_claim(key: &str) -> Self {
         Error::new(
             ErrorKind::LostClaim,

@@ -64,7 +64,8 @@ async fn init_then_check_ready() {
         err.to_string(),
         format!(
             "DynamoDB table {table} does not exist: create the tables with \
-             `sqs-claim init --store dynamodb:{table}`"
+             `sqs-claim init --store dynamodb:{table}`, or in code with StoreAdmin::init() \
+             on this store"
         )
     );
     conformance::run_admin(&store).await;

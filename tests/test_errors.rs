@@ -131,3 +131,66 @@ async fn a_handler_error_kind_survives_into_the_failure_and_the_report() {
         "{details:?}"
     );
 }
+
+/// A start-up error is printed once, with `{}` (a `main` returning it, a Lambda init error):
+/// that line names the store (password hidden), a server's `host:port`, and the whole chain
+/// of causes, down to the server's own words.
+#[cfg(all(feature = "settings", feature = "postgres", feature = "redis"))]
+mod start_up {
+    use std::time::Duration;
+
+    use sqs_claim::ErrorKind;
+    use sqs_claim::settings::StoreUrl;
+    use sqs_claim_testkit::local::pg_url;
+
+    async fn start_up_error(url: &str) -> sqs_claim::Error {
+        let url: StoreUrl = url.parse().expect("a store URL");
+        match url.open_checked(Duration::from_secs(20)).await {
+            Ok(_) => panic!("{url} started"),
+            Err(e) => e,
+        }
+    }
+
+    /// PostgreSQL answers that the database does not exist: its words are on the `{}` line.
+    #[tokio::test]
+    async fn a_database_that_does_not_exist_is_named_on_the_line() {
+        let base = pg_url();
+        let (server, _) = base.rsplit_once('/').expect("postgres://.../DB");
+        let err = start_up_error(&format!("{server}/sqs_claim_nosuchdb")).await;
+        let text = err.to_string();
+        assert!(
+            text.contains("database \"sqs_claim_nosuchdb\" does not exist"),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("cannot start on store postgres://"),
+            "{text}"
+        );
+        assert_eq!(format!("{err:#}"), text, "nothing more hides under {{:#}}");
+    }
+
+    /// Nothing listens: the line names the host and port tried, never the password.
+    #[tokio::test]
+    async fn an_unreachable_server_is_named_by_host_and_port() {
+        for (url, server) in [
+            ("redis://127.0.0.1:1/", "127.0.0.1:1"),
+            (
+                "postgres://postgres:hunter2@127.0.0.1:1/test",
+                "127.0.0.1:1",
+            ),
+        ] {
+            let err = start_up_error(url).await;
+            let text = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::StoreUnavailable, "{url}: {text}");
+            assert!(
+                text.contains(&format!("(server {server})")),
+                "{url}: {text}"
+            );
+            assert!(
+                text.to_lowercase().contains("refused"),
+                "{url}: the cause is on the line: {text}"
+            );
+            assert!(!text.contains("hunter2"), "{text}");
+        }
+    }
+}

@@ -273,6 +273,54 @@ async fn the_layer_serves_an_api_gateway_event_twice_with_one_charge() {
     );
 }
 
+/// A user's handler on [`ApiGatewayRequest`] (either payload format) that logs the request's
+/// method, path and whether its body came base64-encoded: the accessors it calls are public
+/// (they were crate-private for a while, which broke such a handler), and answer for both.
+#[tokio::test(start_paused = true)]
+async fn a_user_handler_logs_the_method_path_and_encoding_of_either_format() {
+    use sqs_claim::idempotency::ApiGatewayRequest;
+
+    async fn handler(event: LambdaEvent<ApiGatewayRequest>) -> Result<Value, BoxError> {
+        let request = &event.payload;
+        let (method, path, base64) = (
+            request.method(),
+            request.path().unwrap_or("/"),
+            request.is_base64_encoded(),
+        );
+        tracing::info!(method, path, base64, "request");
+        Ok(json!({"statusCode": 200, "body": format!("{method} {path} {base64}")}))
+    }
+
+    let http: ApiGatewayRequest = serde_json::from_value(json!({
+        "version": "2.0", "rawPath": "/payments/7", "rawQueryString": "",
+        "headers": {"idempotency-key": "k-http"},
+        "requestContext": {"http": {"method": "PUT", "path": "/payments/7"}},
+        "body": "e30=", "isBase64Encoded": true
+    }))
+    .unwrap();
+    let rest: ApiGatewayRequest = serde_json::from_value(json!({
+        "resource": "/payments", "path": "/payments", "httpMethod": "POST",
+        "headers": {"Idempotency-Key": "k-rest"}, "multiValueHeaders": {},
+        "requestContext": {"httpMethod": "POST"}, "body": "{}", "isBase64Encoded": false
+    }))
+    .unwrap();
+    let service = payments(MemoryStore::new()).service(tower::service_fn(handler));
+    for (request, want) in [
+        (http, "PUT /payments/7 true"),
+        (rest, "POST /payments false"),
+    ] {
+        let answer = service
+            .clone()
+            .oneshot(LambdaEvent::new(
+                request,
+                deadline_in(Duration::from_secs(30)),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(answer.parse::<Value>().unwrap()["body"], want);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Refusals
 

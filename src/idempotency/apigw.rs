@@ -165,24 +165,27 @@ impl ApiGatewayRequest {
         String::from_utf8(bytes).ok().map(std::borrow::Cow::Owned)
     }
 
-    /// Whether API Gateway base64-encoded the body.
-    pub(crate) fn is_base64_encoded(&self) -> bool {
+    /// Whether API Gateway base64-encoded the body (`isBase64Encoded`: binary media types,
+    /// some clients' JSON); [`body_text`](Self::body_text) decodes it.
+    pub fn is_base64_encoded(&self) -> bool {
         match self {
             ApiGatewayRequest::Rest(r) => r.is_base64_encoded,
             ApiGatewayRequest::Http(r) => r.is_base64_encoded,
         }
     }
 
-    /// The HTTP method (`POST`, ...).
-    pub(crate) fn method(&self) -> &str {
+    /// The HTTP method (`POST`, ...): `httpMethod` of a REST API event,
+    /// `requestContext.http.method` of an HTTP API event.
+    pub fn method(&self) -> &str {
         match self {
             ApiGatewayRequest::Rest(r) => r.http_method.as_str(),
             ApiGatewayRequest::Http(r) => r.request_context.http.method.as_str(),
         }
     }
 
-    /// The request path.
-    pub(crate) fn path(&self) -> Option<&str> {
+    /// The request path as requested (path parameters in it, no query): `path` of a REST API
+    /// event, `rawPath` of an HTTP API event; `None` when the event has none.
+    pub fn path(&self) -> Option<&str> {
         match self {
             ApiGatewayRequest::Rest(r) => r.path.as_deref(),
             ApiGatewayRequest::Http(r) => r.raw_path.as_deref(),

@@ -102,12 +102,9 @@ impl Settings {
         builder
     }
 
-    /// Whether any setting needs an SQS client: an output queue, a failure queue or the
-    /// per-message backoff.
+    /// Whether any setting needs an SQS client: a failure queue or the per-message backoff.
     pub fn needs_sqs(&self) -> bool {
-        self.output_queue_url.is_some()
-            || self.failure_queue_url.is_some()
-            || self.backoff.is_some()
+        self.failure_queue_url.is_some() || self.backoff.is_some()
     }
 
     /// [`configure`](Self::configure), then, when a failure queue or the backoff is set,

@@ -15,7 +15,8 @@
 //! |------|---------------|
 //! | `mod.rs` | [`Settings`] and its reader ([`Settings::from_lookup`]) |
 //! | `read.rs` | [`read`]: one variable, parsed with `FromStr`, one error naming it |
-//! | `variables.rs` | [`VARIABLES`]: every variable, its default and meaning |
+//! | `variables.rs` | [`VARIABLES`]: every variable, its default, meaning and the features it needs |
+//! | `unknown.rs` | [`unknown_variables`]: the `SQS_CLAIM_*` variables nobody reads, warned of |
 //! | `store_url.rs` | [`StoreUrl`], [`ServerUrl`] (passwords hidden) |
 //! | `open.rs` | [`StoreUrl::open`], [`StoreUrl::open_checked`], [`bounded_startup`] |
 //! | `configure.rs` | [`Settings::open_store`], [`Settings::configure`], the SQS steps |
@@ -32,9 +33,12 @@
 //! docs/configuration.md's table is checked against.
 //!
 //! Features: `settings` turns on `dynamodb` (the Lambda default store, `dynamodb:TABLE`, and
-//! the claims table's key layout). `SQS_CLAIM_DEAD_LETTER_AT_ONCE` needs `sqs` and the
-//! `SQS_CLAIM_POWERTOOLS_*` variables need `powertools`: without them, setting one is a
-//! startup error saying which feature it needs, never a setting silently ignored.
+//! the claims table's key layout). The failure queue and backoff settings need `sqs`, the
+//! large messages' `s3`, the publisher's offload `sqs` and `s3`, the `SQS_CLAIM_POWERTOOLS_*`
+//! variables `powertools` ([`Variable::features`]), and a store URL its store's feature
+//! ([`StoreUrl::missing_feature`]): in a build without it, setting one is a start-up error
+//! naming the variable and the feature, never a setting silently ignored. An `SQS_CLAIM_*`
+//! variable nothing reads is warned of with the nearest known name ([`unknown_variables`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -57,6 +61,7 @@ mod read;
 mod store_url;
 #[cfg(test)]
 mod tests;
+mod unknown;
 mod variables;
 
 pub use key_layout::{describe_key_layout, key_layout, key_layout_values};
@@ -65,6 +70,7 @@ pub use open::bounded_startup;
 pub use powertools::powertools;
 pub use read::read;
 pub use store_url::{ServerUrl, StoreUrl};
+pub use unknown::{READ_ELSEWHERE, UnknownVariable, unknown_variables};
 pub use variables::{VARIABLES, Variable, markdown_table};
 
 use read::{
@@ -82,18 +88,23 @@ pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 
 /// The variable that turns the Powertools interop on: the decorated record handler's
 /// `module.qualname`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_HANDLER_VAR: &str = "SQS_CLAIM_POWERTOOLS_HANDLER";
 
 /// The variable of the Lambda function name in Powertools' keys.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_FUNCTION_VAR: &str = "SQS_CLAIM_POWERTOOLS_FUNCTION";
 
 /// The variable of Powertools' `key_prefix`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_KEY_PREFIX_VAR: &str = "SQS_CLAIM_POWERTOOLS_KEY_PREFIX";
 
 /// The variable of Powertools' `hash_function`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_HASH_VAR: &str = "SQS_CLAIM_POWERTOOLS_HASH";
 
 /// The variable of Powertools' `payload_validation_jmespath`.
+#[cfg_attr(not(feature = "powertools"), allow(dead_code))] // the tests name them
 pub(crate) const POWERTOOLS_VALIDATION_VAR: &str = "SQS_CLAIM_POWERTOOLS_VALIDATION";
 
 /// How long opening the store and its start-up check may take by default
@@ -146,8 +157,6 @@ pub struct Settings {
     pub store_unavailable: StoreUnavailable,
     /// `SQS_CLAIM_DEADLINE_MARGIN_MS`.
     pub(crate) deadline_margin: Duration,
-    /// `SQS_CLAIM_OUTPUT_QUEUE_URL`.
-    pub output_queue_url: Option<String>,
     /// `SQS_CLAIM_STARTUP_TIMEOUT_MS`.
     pub startup_timeout: Duration,
     /// `SQS_CLAIM_ANSWER_RESERVE_MS`.
@@ -216,7 +225,6 @@ impl Default for Settings {
             fifo: FifoMode::PerGroup,
             store_unavailable: StoreUnavailable::FailClosed,
             deadline_margin: Duration::from_millis(2000),
-            output_queue_url: None,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             answer_reserve: Duration::from_millis(250),
             handler_timeout: None,
@@ -248,18 +256,53 @@ impl Default for Settings {
 
 impl Settings {
     /// Reads every `SQS_CLAIM_*` variable of the process environment. An empty value counts as
-    /// unset.
+    /// unset. A setting this build cannot honour (its feature, or its store's, is missing) is
+    /// an error naming the variable and the feature; an `SQS_CLAIM_*` variable nothing reads
+    /// (a misspelling) is logged as a warning with the nearest known name
+    /// ([`unknown_variables`]). An app with `SQS_CLAIM_*` variables of its own names them with
+    /// [`from_env_beside`](Self::from_env_beside).
     pub fn from_env() -> Result<Settings, Error> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_env_beside(&[])
+    }
+
+    /// [`from_env`](Self::from_env) for an app that reads `SQS_CLAIM_*` variables of its own
+    /// (`own`): those are not warned of as unknown.
+    ///
+    /// ```no_run
+    /// use sqs_claim::settings::{Settings, read};
+    ///
+    /// let settings = Settings::from_env_beside(&["SQS_CLAIM_ORDERS_TABLE"])?;
+    /// let env = |name: &str| std::env::var(name).ok();
+    /// let orders: Option<String> = read(&env, "SQS_CLAIM_ORDERS_TABLE")?;
+    /// # Ok::<(), sqs_claim::Error>(())
+    /// ```
+    pub fn from_env_beside(own: &[&str]) -> Result<Settings, Error> {
+        let settings = Self::from_lookup(|name| std::env::var(name).ok())?;
+        unknown::warn_unknown(own);
+        Ok(settings)
     }
 
     /// Reads the settings through `lookup` (a variable's value by name), for tests and for
     /// configuration that does not come from the process environment.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, Error> {
         let env: &dyn Fn(&str) -> Option<String> = &lookup;
+        refuse_missing_features(env)?;
         let mut s = Settings::default();
         let or = |value: Option<Duration>, default: Duration| value.unwrap_or(default);
         s.store = read::<StoreUrl>(env, "SQS_CLAIM_STORE")?;
+        if let Some(feature) = s.store.as_ref().and_then(StoreUrl::missing_feature) {
+            return Err(invalid(
+                "SQS_CLAIM_STORE",
+                format!(
+                    "store URL {} needs the `{feature}` feature of sqs-claim, which this build \
+                     lacks",
+                    s.store
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_default()
+                ),
+            ));
+        }
         s.table = read::<Text>(env, "SQS_CLAIM_TABLE")?.map(|t| t.0);
         s.dynamodb_keys = dynamodb_keys(env)?;
         s.key = read::<KeySource>(env, "SQS_CLAIM_KEY")?;
@@ -307,7 +350,6 @@ impl Settings {
             s.metrics_namespace = namespace.0;
         }
         let queue = |var| Ok::<_, Error>(read::<QueueUrl>(env, var)?.map(|q| q.0));
-        s.output_queue_url = queue("SQS_CLAIM_OUTPUT_QUEUE_URL")?;
         s.failure_queue_url = queue("SQS_CLAIM_FAILURE_QUEUE_URL")?;
         s.source_queue_url = queue("SQS_CLAIM_SOURCE_QUEUE_URL")?;
         s.max_receives = read::<Whole<Receives, 1>>(env, "SQS_CLAIM_MAX_RECEIVES")?
@@ -315,12 +357,15 @@ impl Settings {
             .transpose()
             .map_err(|e| invalid("SQS_CLAIM_MAX_RECEIVES", e))?
             .unwrap_or(s.max_receives);
+        #[cfg(feature = "sqs")]
         s.read_dead_letter_at_once(env)?;
         s.backoff = read::backoff(env)?;
         s.backoff_for = read::<BackoffFor>(env, "SQS_CLAIM_BACKOFF_FOR")?
             .unwrap_or_default()
             .0;
+        #[cfg(feature = "powertools")]
         s.read_powertools(env)?;
+        #[cfg(feature = "s3")]
         s.read_large_messages(env)?;
         Ok(s)
     }
@@ -364,24 +409,6 @@ impl Settings {
         Ok(())
     }
 
-    /// Without the `s3` feature, a set `SQS_CLAIM_LARGE_MESSAGE*` or `SQS_CLAIM_OFFLOAD_*`
-    /// stops the start: pointers would silently reach the handler as payloads.
-    #[cfg(not(feature = "s3"))]
-    fn read_large_messages(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
-        needs_feature(
-            env,
-            &[
-                "SQS_CLAIM_LARGE_MESSAGES",
-                "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
-                "SQS_CLAIM_LARGE_MESSAGE_DELETE",
-                "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
-                "SQS_CLAIM_OFFLOAD_BUCKET",
-                "SQS_CLAIM_OFFLOAD_OVER_BYTES",
-            ],
-            "s3",
-        )
-    }
-
     /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE`, which sends to the failure queue: it needs
     /// `SQS_CLAIM_FAILURE_QUEUE_URL` (read before it).
     #[cfg(feature = "sqs")]
@@ -402,39 +429,12 @@ impl Settings {
         Ok(())
     }
 
-    /// Without the `sqs` feature there is no failure queue to send to: a set
-    /// `SQS_CLAIM_DEAD_LETTER_AT_ONCE` stops the start.
-    #[cfg(not(feature = "sqs"))]
-    fn read_dead_letter_at_once(
-        &mut self,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<(), Error> {
-        needs_feature(env, &["SQS_CLAIM_DEAD_LETTER_AT_ONCE"], "sqs")
-    }
-
     /// The `SQS_CLAIM_POWERTOOLS_*` variables ([`powertools()`]).
     #[cfg(feature = "powertools")]
     fn read_powertools(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
         // The function name unfiltered: Powertools keeps an empty AWS_LAMBDA_FUNCTION_NAME.
         self.powertools = powertools(env, env("AWS_LAMBDA_FUNCTION_NAME"))?;
         Ok(())
-    }
-
-    /// Without the `powertools` feature, a set `SQS_CLAIM_POWERTOOLS_*` stops the start: the
-    /// keys would silently be sqs-claim's own, not the shared table's.
-    #[cfg(not(feature = "powertools"))]
-    fn read_powertools(&mut self, env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
-        needs_feature(
-            env,
-            &[
-                POWERTOOLS_HANDLER_VAR,
-                POWERTOOLS_FUNCTION_VAR,
-                POWERTOOLS_KEY_PREFIX_VAR,
-                POWERTOOLS_HASH_VAR,
-                POWERTOOLS_VALIDATION_VAR,
-            ],
-            "powertools",
-        )
     }
 
     /// The store the `sqs-claim` CLI uses: [`Settings::store`], else
@@ -488,20 +488,46 @@ fn dynamodb_keys(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<DynamoDb
     )
 }
 
-/// A `Config` error for the first of `vars` that is set, saying it needs `feature`.
-#[cfg(any(not(feature = "sqs"), not(feature = "powertools"), not(feature = "s3")))]
-fn needs_feature(
-    env: &dyn Fn(&str) -> Option<String>,
-    vars: &[&str],
-    feature: &str,
-) -> Result<(), Error> {
-    for var in vars {
-        if read::<Text>(env, var)?.is_some() {
+/// A `Config` error for the first variable of [`VARIABLES`] that is set (to anything but
+/// `off`) in a build lacking a feature it needs ([`Variable::missing_feature`]): a setting a
+/// build cannot honour stops the start (the failure queue unset would leave every poison
+/// message failing; Powertools' keys unset, another consumer's table misread).
+fn refuse_missing_features(env: &dyn Fn(&str) -> Option<String>) -> Result<(), Error> {
+    for variable in VARIABLES {
+        let Some(feature) = variable.missing_feature() else {
+            continue;
+        };
+        let Some(value) = read::<Text>(env, variable.name)? else {
+            continue;
+        };
+        if !value.0.eq_ignore_ascii_case("off") {
             return Err(invalid(
-                var,
-                format!("this build of sqs-claim has no `{feature}` feature to honour it"),
+                variable.name,
+                format!(
+                    "it needs the `{feature}` feature of sqs-claim, which this build lacks \
+                     (build with `--features {feature}`, or unset it)"
+                ),
             ));
         }
     }
     Ok(())
+}
+
+/// Whether this build of sqs-claim has `feature` (one of its Cargo features; a name it does
+/// not have is not enabled).
+pub(crate) fn feature_enabled(feature: &str) -> bool {
+    match feature {
+        "dynamodb" => cfg!(feature = "dynamodb"),
+        "sqs" => cfg!(feature = "sqs"),
+        "s3" => cfg!(feature = "s3"),
+        "sqlite" => cfg!(feature = "sqlite"),
+        "redis" => cfg!(feature = "redis"),
+        "postgres" => cfg!(feature = "postgres"),
+        "apigw" => cfg!(feature = "apigw"),
+        "logging" => cfg!(feature = "logging"),
+        "settings" => cfg!(feature = "settings"),
+        "streams" => cfg!(feature = "streams"),
+        "powertools" => cfg!(feature = "powertools"),
+        _ => false,
+    }
 }

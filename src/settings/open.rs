@@ -43,6 +43,10 @@ impl StoreUrl {
     /// `SQS_CLAIM_STARTUP_TIMEOUT_MS`). A store that does not answer in time (a partition, a
     /// port that accepts connections and never replies) fails with
     /// [`ErrorKind::StoreUnavailable`] naming the bound, instead of hanging.
+    ///
+    /// The error ends a start-up, so its `{}` says everything: the store (password hidden),
+    /// for a server its `host:port`, and the whole chain of causes (PostgreSQL's
+    /// `database "x" does not exist`, `Connection refused`), not only under `{:#}`.
     pub async fn open_checked(&self, startup: Duration) -> Result<BoxStore, Error> {
         bounded_startup(startup, async {
             let store = self.open().await?;
@@ -50,17 +54,38 @@ impl StoreUrl {
             Ok(store)
         })
         .await
+        .map_err(|e| e.at_start_up(format_args!("cannot start on store {}", self.target())))
+    }
+
+    /// The URL (password hidden) and, for a server, the `host:port` it connects to (the
+    /// scheme's default port when the URL gives none): what a start-up error names.
+    fn target(&self) -> String {
+        match self {
+            StoreUrl::Redis(server) | StoreUrl::Postgres(server) => {
+                format!("{self} (server {})", server.host_port())
+            }
+            StoreUrl::Tiered { cache, durable } => {
+                format!(
+                    "{self} (cache {}; durable {})",
+                    cache.host_port(),
+                    durable.target()
+                )
+            }
+            other => other.to_string(),
+        }
     }
 }
 
 /// Runs `ready` (opening a store and checking it) within `startup`, or fails with
-/// [`ErrorKind::StoreUnavailable`] saying which bound ran out and what to check.
+/// [`ErrorKind::StoreUnavailable`] saying which bound ran out and what to check. An error of
+/// `ready` keeps its kind, with its causes in its own message: `{}` shows the whole chain.
 pub async fn bounded_startup<T>(
     startup: Duration,
     ready: impl Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     match tokio::time::timeout(startup, ready).await {
-        Ok(result) => result,
+        // The whole chain in `{}`: a start-up error is printed once, with `{}`.
+        Ok(result) => result.map_err(|e| e.at_start_up("")),
         Err(_) => Err(Error::new(
             ErrorKind::StoreUnavailable,
             format!(

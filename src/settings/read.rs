@@ -41,18 +41,93 @@ pub(crate) fn invalid(var: &str, why: impl fmt::Display) -> Error {
 ///     "environment variable SQS_CLAIM_FIFO_MODE is invalid: \"strict\": expected per-group or whole-batch"
 /// );
 /// assert_eq!(read::<FifoMode>(&env, "SQS_CLAIM_UNSET").unwrap(), None);
+///
+/// // A team's own variable of a standard type: the value and the accepted forms too.
+/// let env = |name: &str| (name == "ORDERS_BATCH").then(|| "ten".to_owned());
+/// let err = read::<u32>(&env, "ORDERS_BATCH").unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "environment variable ORDERS_BATCH is invalid: \"ten\" is not a whole number from 0 to \
+///      4294967295 (u32) (invalid digit found in string)"
+/// );
 /// ```
+///
+/// The value and the forms: the standard library's types (whole numbers, `NonZero*`,
+/// floats, `bool`, `char`, IP and socket addresses) have them added to their parser's words;
+/// a type of your own says them in its `FromStr` error, as the library's do (and leaves out a
+/// value that can carry a secret).
 pub fn read<T>(lookup: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Option<T>, Error>
 where
-    T: FromStr,
+    T: FromStr + 'static,
     T::Err: fmt::Display,
 {
     match lookup(var) {
         Some(value) if !value.trim().is_empty() => {
-            value.trim().parse().map(Some).map_err(|e| invalid(var, e))
+            let value = value.trim();
+            value.parse().map(Some).map_err(|e| match std_forms::<T>() {
+                // std's words ("invalid digit found in string") name neither the value nor
+                // what would do: say both.
+                Some(forms) => invalid(var, format!("{value:?} is not {forms} ({e})")),
+                None => invalid(var, e),
+            })
         }
         _ => Ok(None),
     }
+}
+
+/// The accepted forms of a standard library type whose `FromStr` error says neither the value
+/// nor the forms (`u32`: "invalid digit found in string"), as `read`'s error names them; `None`
+/// for other types, whose parser speaks for itself (the library's own types name the value,
+/// unless it can carry a secret, and the forms).
+fn std_forms<T: 'static>() -> Option<String> {
+    use std::any::TypeId;
+    use std::num::{NonZeroU8, NonZeroU16, NonZeroU32, NonZeroU64, NonZeroUsize};
+    let id = TypeId::of::<T>();
+    macro_rules! whole {
+        ($($t:ty),*) => {$(
+            if id == TypeId::of::<$t>() {
+                return Some(format!(
+                    "a whole number from {} to {} ({})",
+                    <$t>::MIN,
+                    <$t>::MAX,
+                    stringify!($t)
+                ));
+            }
+        )*};
+    }
+    whole!(
+        u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
+    );
+    macro_rules! nonzero {
+        ($($t:ty => $inner:ty),*) => {$(
+            if id == TypeId::of::<$t>() {
+                return Some(format!(
+                    "a whole number from 1 to {} ({})",
+                    <$inner>::MAX,
+                    stringify!($t)
+                ));
+            }
+        )*};
+    }
+    nonzero!(NonZeroU8 => u8, NonZeroU16 => u16, NonZeroU32 => u32, NonZeroU64 => u64, NonZeroUsize => usize);
+    let forms = if id == TypeId::of::<f32>() || id == TypeId::of::<f64>() {
+        "a number (`1.5`, `-2`, `1e3`)"
+    } else if id == TypeId::of::<bool>() {
+        "`true` or `false`"
+    } else if id == TypeId::of::<char>() {
+        "one character"
+    } else if id == TypeId::of::<std::net::IpAddr>() {
+        "an IP address (`10.0.0.1`, `::1`)"
+    } else if id == TypeId::of::<std::net::Ipv4Addr>() {
+        "an IPv4 address (`10.0.0.1`)"
+    } else if id == TypeId::of::<std::net::Ipv6Addr>() {
+        "an IPv6 address (`::1`)"
+    } else if id == TypeId::of::<std::net::SocketAddr>() {
+        "an address and port (`10.0.0.1:8080`, `[::1]:8080`)"
+    } else {
+        return None;
+    };
+    Some(forms.to_owned())
 }
 
 /// The unit a [`Whole`] number counts, as its error names it.

@@ -61,6 +61,35 @@ impl ServerUrl {
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
+
+    /// The `host:port` the URL connects to, the scheme's default port (6379 for Redis, 5432
+    /// for PostgreSQL) when it gives none: what an unreachable server's error names. Never
+    /// the user or password.
+    pub fn host_port(&self) -> String {
+        // Read from the shown form, whose password is already `***`, so no odd character in
+        // a password can make part of it look like the host.
+        let shown = self.to_string();
+        let (scheme, rest) = shown.split_once("://").unwrap_or(("", &shown));
+        let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
+        let default_port = match scheme.to_ascii_lowercase().as_str() {
+            "redis" | "rediss" => "6379",
+            _ => "5432",
+        };
+        let host = if host.is_empty() { "localhost" } else { host };
+        // `[::1]` or `[::1]:6380`; `h` or `h:6380`.
+        let has_port = match host.rsplit_once(']') {
+            Some((_, after)) => after.starts_with(':'),
+            None => host.contains(':'),
+        };
+        if has_port {
+            host.to_owned()
+        } else {
+            format!("{host}:{default_port}")
+        }
+    }
 }
 
 impl fmt::Display for ServerUrl {
@@ -159,6 +188,24 @@ impl StoreUrl {
                 "unknown store URL scheme {scheme:?}: expected memory:, sqlite:PATH, \
                  dynamodb:TABLE, redis://, rediss://, postgres://, postgresql:// or tiered:"
             ))),
+        }
+    }
+
+    /// The Cargo feature of sqs-claim this build lacks to open the store this URL names
+    /// (`redis` for `redis://...` and for a `tiered:` cache, `sqlite`, `postgres`,
+    /// `dynamodb`), if any. [`Settings::from_env`](super::Settings::from_env) refuses such a
+    /// `SQS_CLAIM_STORE` at once, naming the variable; [`StoreUrl::open`] refuses it too.
+    pub fn missing_feature(&self) -> Option<&'static str> {
+        let needs = |feature: &'static str| (!super::feature_enabled(feature)).then_some(feature);
+        match self {
+            StoreUrl::Memory => None,
+            StoreUrl::Sqlite(_) => needs("sqlite"),
+            StoreUrl::DynamoDb { .. } => needs("dynamodb"),
+            StoreUrl::Redis(_) => needs("redis"),
+            StoreUrl::Postgres(_) => needs("postgres"),
+            StoreUrl::Tiered { durable, .. } => {
+                needs("redis").or_else(|| durable.missing_feature())
+            }
         }
     }
 

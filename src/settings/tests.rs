@@ -35,8 +35,8 @@ fn defaults() {
 
 #[test]
 fn every_variable_is_read() {
-    let s = settings(&[
-        ("SQS_CLAIM_STORE", "sqlite:/tmp/x.db"),
+    let mut vars = vec![
+        ("SQS_CLAIM_STORE", "memory:"),
         ("SQS_CLAIM_KEY", "message-id"),
         ("SQS_CLAIM_ENVELOPE", "eventbridge"),
         ("SQS_CLAIM_NAMESPACE", "ns"),
@@ -50,19 +50,20 @@ fn every_variable_is_read() {
         ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "1500"),
         ("SQS_CLAIM_ANSWER_RESERVE_MS", "400"),
         ("SQS_CLAIM_HANDLER_TIMEOUT_MS", "5000"),
-        (
-            "SQS_CLAIM_OUTPUT_QUEUE_URL",
-            "https://sqs.us-east-1.amazonaws.com/1/q.fifo",
-        ),
-        (
-            "SQS_CLAIM_FAILURE_QUEUE_URL",
-            "https://sqs.us-east-1.amazonaws.com/1/failures",
-        ),
-        ("SQS_CLAIM_MAX_RECEIVES", "3"),
         ("SQS_CLAIM_LEASE_AT_LEAST_SECS", "3600"),
-    ])
-    .expect("valid");
-    assert_eq!(s.store, Some(StoreUrl::Sqlite("/tmp/x.db".into())));
+    ];
+    // The failure queue's settings need the `sqs` feature (else they are refused).
+    if cfg!(feature = "sqs") {
+        vars.extend([
+            (
+                "SQS_CLAIM_FAILURE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/failures",
+            ),
+            ("SQS_CLAIM_MAX_RECEIVES", "3"),
+        ]);
+    }
+    let s = settings(&vars).expect("valid");
+    assert_eq!(s.store, Some(StoreUrl::Memory));
     assert_eq!(s.key, Some(KeySource::MessageId));
     assert_eq!(s.envelope, Envelope::EventBridge);
     assert_eq!(s.namespace.as_deref(), Some("ns"));
@@ -77,9 +78,10 @@ fn every_variable_is_read() {
     assert_eq!(s.startup_timeout, Duration::from_millis(1500));
     assert_eq!(s.answer_reserve, Duration::from_millis(400));
     assert_eq!(s.handler_timeout, Some(Duration::from_secs(5)));
-    assert!(s.output_queue_url.is_some());
-    assert!(s.failure_queue_url.is_some());
-    assert_eq!(s.max_receives, 3);
+    if cfg!(feature = "sqs") {
+        assert!(s.failure_queue_url.is_some());
+        assert_eq!(s.max_receives, 3);
+    }
     assert_eq!(s.backoff, None, "off unless asked");
     #[cfg(feature = "sqs")]
     assert!(s.dead_letter_at_once.is_none(), "off unless asked");
@@ -111,7 +113,6 @@ fn invalid_values_name_the_variable() {
         ("SQS_CLAIM_HANDLER_TIMEOUT_MS", "0"),
         ("SQS_CLAIM_ANSWER_RESERVE_MS", "-1"),
         ("SQS_CLAIM_STARTUP_TIMEOUT_MS", "5s"),
-        ("SQS_CLAIM_OUTPUT_QUEUE_URL", "my-queue"),
         ("SQS_CLAIM_FAILURE_QUEUE_URL", "failures"),
         ("SQS_CLAIM_MAX_RECEIVES", "0"),
         ("SQS_CLAIM_MAX_RECEIVES", "5x"),
@@ -174,31 +175,31 @@ fn the_key_layout_comes_from_its_two_variables() {
             "dynamodb:app (keys: pk=CLAIM#{key}, sk=CLAIM)"
         );
     }
+    // A tiered store needs the `redis` feature, an SQLite one `sqlite` (else refused).
+    if cfg!(feature = "redis") {
+        let s = settings(&[
+            ("SQS_CLAIM_STORE", "tiered:redis://h/|dynamodb:app"),
+            (PARTITION_KEY_VAR, "pk=CLAIM#{key}"),
+            (SORT_KEY_VAR, "sk=CLAIM"),
+        ])
+        .expect("valid");
+        let StoreUrl::Tiered { durable, .. } = s.lambda_store().expect("tiered") else {
+            panic!("not tiered");
+        };
+        assert!(
+            matches!(
+                *durable,
+                StoreUrl::DynamoDb { key_schema: Some(ref k), .. } if *k == single_table
+            ),
+            "{durable:?}"
+        );
+    }
     let s = settings(&[
-        ("SQS_CLAIM_STORE", "tiered:redis://h/|dynamodb:app"),
+        ("SQS_CLAIM_STORE", "memory:"),
         (PARTITION_KEY_VAR, "pk=CLAIM#{key}"),
-        (SORT_KEY_VAR, "sk=CLAIM"),
     ])
     .expect("valid");
-    let StoreUrl::Tiered { durable, .. } = s.lambda_store().expect("tiered") else {
-        panic!("not tiered");
-    };
-    assert!(
-        matches!(
-            *durable,
-            StoreUrl::DynamoDb { key_schema: Some(ref k), .. } if *k == single_table
-        ),
-        "{durable:?}"
-    );
-    let s = settings(&[
-        ("SQS_CLAIM_STORE", "sqlite:x.db"),
-        (PARTITION_KEY_VAR, "pk=CLAIM#{key}"),
-    ])
-    .expect("valid");
-    assert_eq!(
-        s.cli_store().expect("sqlite"),
-        StoreUrl::Sqlite("x.db".into())
-    );
+    assert_eq!(s.cli_store().expect("memory"), StoreUrl::Memory);
     // A partition key alone; a fixed partition with the key in the sort key.
     let s = settings(&[(PARTITION_KEY_VAR, "pk=CLAIM#{key}")]).expect("valid");
     assert_eq!(
@@ -552,10 +553,11 @@ fn backoff_and_dead_letter_at_once_settings() {
 fn the_reader_reads_the_table() {
     use std::cell::RefCell;
     let asked = RefCell::new(Vec::<String>::new());
-    // The interop on, so its variables are all asked for.
+    // The interop on (in a build that has it), so its variables are all asked for.
     Settings::from_lookup(|name| {
         asked.borrow_mut().push(name.to_owned());
-        (name == POWERTOOLS_HANDLER_VAR).then(|| "app.record_handler".to_owned())
+        (cfg!(feature = "powertools") && name == POWERTOOLS_HANDLER_VAR)
+            .then(|| "app.record_handler".to_owned())
     })
     .expect("valid");
     let asked = asked.into_inner();
@@ -568,6 +570,8 @@ fn the_reader_reads_the_table() {
     for v in VARIABLES
         .iter()
         .filter(|v| v.name.starts_with("SQS_CLAIM_") && v.name != "SQS_CLAIM_TLS_ROOTS")
+        // A variable this build cannot honour is only checked unset, not read.
+        .filter(|v| v.missing_feature().is_none())
     {
         assert!(
             asked.iter().any(|n| n == v.name),
@@ -599,8 +603,13 @@ fn one_error_names_the_variable_the_value_and_the_forms() {
             "whole number of seconds of at least 1",
         ),
         ("SQS_CLAIM_BACKOFF", "yes", "`on` or `off`"),
-        ("SQS_CLAIM_OUTPUT_QUEUE_URL", "my-queue", "a queue URL"),
-    ] {
+        ("SQS_CLAIM_FAILURE_QUEUE_URL", "my-queue", "a queue URL"),
+    ]
+    .into_iter()
+    // A variable this build lacks the feature of is refused as such (tested below).
+    .filter(|(var, _, _)| {
+        Variable::find(VARIABLES, var).is_some_and(|v| v.missing_feature().is_none())
+    }) {
         let err = settings(&[(var, value)]).expect_err(var);
         assert_eq!(err.kind(), ErrorKind::Config);
         let text = err.to_string();
@@ -664,5 +673,164 @@ fn large_message_settings() {
     assert!(
         e.to_string().contains("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES"),
         "{e}"
+    );
+}
+
+/// Which features each setting needs: the table says so, and the refusal below reads it.
+/// (Removing a `needs` from the table fails this test in every build, and the refusal test
+/// in each build lacking the feature.)
+#[test]
+fn each_setting_needs_the_features_that_honour_it() {
+    let sqs = [
+        "SQS_CLAIM_FAILURE_QUEUE_URL",
+        "SQS_CLAIM_MAX_RECEIVES",
+        "SQS_CLAIM_DEAD_LETTER_AT_ONCE",
+        "SQS_CLAIM_BACKOFF",
+        "SQS_CLAIM_BACKOFF_FIRST_SECS",
+        "SQS_CLAIM_BACKOFF_CAP_SECS",
+        "SQS_CLAIM_BACKOFF_FOR",
+        "SQS_CLAIM_SOURCE_QUEUE_URL",
+    ];
+    let s3 = [
+        "SQS_CLAIM_LARGE_MESSAGES",
+        "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
+        "SQS_CLAIM_LARGE_MESSAGE_DELETE",
+    ];
+    let offload = ["SQS_CLAIM_OFFLOAD_BUCKET", "SQS_CLAIM_OFFLOAD_OVER_BYTES"];
+    let powertools = [
+        POWERTOOLS_HANDLER_VAR,
+        POWERTOOLS_FUNCTION_VAR,
+        POWERTOOLS_KEY_PREFIX_VAR,
+        POWERTOOLS_HASH_VAR,
+        POWERTOOLS_VALIDATION_VAR,
+    ];
+    for (names, features) in [
+        (&sqs[..], &["sqs"][..]),
+        (&s3, &["s3"]),
+        (&offload, &["sqs", "s3"]),
+        (&powertools, &["powertools"]),
+    ] {
+        for name in names {
+            let v = Variable::find(VARIABLES, name).expect(name);
+            assert_eq!(v.features, features, "{name}");
+        }
+    }
+    for v in VARIABLES {
+        for feature in v.features {
+            assert!(
+                ["sqs", "s3", "powertools"].contains(feature),
+                "{}: {feature}",
+                v.name
+            );
+        }
+    }
+}
+
+/// In a build lacking a feature, a setting that needs it is a start-up error naming the
+/// variable and the feature, whatever its value but `off` (which asks for nothing); in a
+/// build with it, the setting is read. Run it per build:
+/// `cargo test -p sqs-claim --no-default-features --features settings[,sqs,s3,powertools] --lib settings`.
+#[test]
+fn a_setting_this_build_cannot_honour_is_refused_naming_its_feature() {
+    let mut refused = 0;
+    for v in VARIABLES
+        .iter()
+        .filter(|v| v.name.starts_with("SQS_CLAIM_"))
+    {
+        let Some(feature) = v.missing_feature() else {
+            continue;
+        };
+        refused += 1;
+        for value in [
+            "1",
+            "on",
+            "https://sqs.us-east-1.amazonaws.com/1/q",
+            "app.handler",
+        ] {
+            let err = settings(&[(v.name, value)]).expect_err(v.name);
+            assert_eq!(err.kind(), ErrorKind::Config, "{}", v.name);
+            let text = err.to_string();
+            assert!(
+                text.contains(v.name) && text.contains(&format!("`{feature}` feature")),
+                "{}={value}: {text}",
+                v.name
+            );
+        }
+        // Blank is unset; `off` asks for nothing the build lacks.
+        settings(&[(v.name, " ")]).expect("blank is unset");
+        if v.default == "`off`" {
+            settings(&[(v.name, "off")]).expect("off asks for nothing");
+        }
+    }
+    let lacking = ["sqs", "s3", "powertools"]
+        .iter()
+        .filter(|f| !feature_enabled(f))
+        .count();
+    assert_eq!(
+        refused > 0,
+        lacking > 0,
+        "a build lacking {lacking} of sqs, s3, powertools refuses {refused} settings"
+    );
+    // The cases, by name.
+    if !cfg!(feature = "sqs") {
+        for (var, value) in [
+            (
+                "SQS_CLAIM_FAILURE_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/1/f",
+            ),
+            ("SQS_CLAIM_BACKOFF", "on"),
+            ("SQS_CLAIM_DEAD_LETTER_AT_ONCE", "default"),
+        ] {
+            let err = settings(&[(var, value)]).expect_err(var);
+            assert!(err.to_string().contains("`sqs` feature"), "{err}");
+        }
+        settings(&[("SQS_CLAIM_BACKOFF", "off")]).expect("off");
+    }
+}
+
+/// A store URL whose store this build lacks is refused when the settings are read, naming
+/// `SQS_CLAIM_STORE` and the feature (never the password); one this build has is read.
+#[test]
+fn a_store_this_build_lacks_is_refused_naming_the_variable_and_the_feature() {
+    for (url, feature) in [
+        ("sqlite:claims.db", "sqlite"),
+        ("redis://127.0.0.1:6379/", "redis"),
+        ("rediss://u:hunter2@cache:6380/", "redis"),
+        ("postgres://u:hunter2@db:5432/x", "postgres"),
+        ("postgresql://db/x", "postgres"),
+        ("tiered:redis://h/|memory:", "redis"),
+        ("tiered:redis://h/|postgres://u:hunter2@db/x", "redis"),
+        ("dynamodb:claims", "dynamodb"),
+    ] {
+        let parsed: StoreUrl = url.parse().expect(url);
+        let missing = parsed.missing_feature();
+        let result = settings(&[("SQS_CLAIM_STORE", url)]);
+        if feature_enabled(feature) && missing.is_none() {
+            assert_eq!(result.expect(url).store, Some(parsed));
+            continue;
+        }
+        let err = result.expect_err(url);
+        assert_eq!(err.kind(), ErrorKind::Config);
+        let text = err.to_string();
+        let feature = missing.expect("a feature is missing");
+        assert!(
+            text.contains("SQS_CLAIM_STORE") && text.contains(&format!("`{feature}` feature")),
+            "{url}: {text}"
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+    assert_eq!(StoreUrl::Memory.missing_feature(), None);
+    let tiered: StoreUrl = "tiered:redis://h/|postgres://db/x".parse().expect("tiered");
+    let want = if !cfg!(feature = "redis") {
+        Some("redis")
+    } else if !cfg!(feature = "postgres") {
+        Some("postgres")
+    } else {
+        None
+    };
+    assert_eq!(
+        tiered.missing_feature(),
+        want,
+        "the cache's, then the durable store's"
     );
 }

@@ -13,6 +13,11 @@ pub struct Variable {
     pub default: &'static str,
     /// What the variable sets, and its accepted forms.
     pub meaning: &'static str,
+    /// The features of sqs-claim a build needs to honour the variable (`["sqs"]` for the
+    /// failure queue): in a build without one of them, setting the variable (to anything but
+    /// `off`) is a start-up error naming the feature ([`Variable::missing_feature`]), never a
+    /// setting silently ignored. Empty for a variable every build honours.
+    pub features: &'static [&'static str],
 }
 
 impl Variable {
@@ -23,7 +28,22 @@ impl Variable {
             name,
             default,
             meaning,
+            features: &[],
         }
+    }
+
+    /// The same variable, honoured only by a build with every one of `features`.
+    pub const fn needs(self, features: &'static [&'static str]) -> Self {
+        Variable { features, ..self }
+    }
+
+    /// The first of [`features`](Self::features) this build of sqs-claim lacks, if any: a
+    /// variable set in such a build is refused by [`Settings::from_env`](super::Settings::from_env).
+    pub fn missing_feature(&self) -> Option<&'static str> {
+        self.features
+            .iter()
+            .copied()
+            .find(|feature| !super::feature_enabled(feature))
     }
 
     /// The variable named `name` among `variables`.
@@ -38,8 +58,16 @@ pub fn markdown_table(variables: &[Variable]) -> String {
     let mut table =
         String::from("| variable | default | meaning |\n|----------|---------|---------|\n");
     for v in variables {
+        let needs = match v.features {
+            [] => String::new(),
+            features => {
+                let names: Vec<String> = features.iter().map(|f| format!("`{f}`")).collect();
+                let word = if names.len() == 1 { "feature" } else { "features" };
+                format!(" ({word} {})", names.join(" and "))
+            }
+        };
         table.push_str(&format!(
-            "| `{}` | {} | {} |\n",
+            "| `{}` | {} | {}{needs} |\n",
             v.name, v.default, v.meaning
         ));
     }
@@ -142,80 +170,89 @@ pub const VARIABLES: &[Variable] = &[
         "how long connecting to the store and checking its tables may take at start-up, in all (both binaries; the checks of several tables run at once). Each round trip is also bounded by the store's own timeout (no answer in 4-5 s), so a dark store fails sooner; a slow one, answering each round trip seconds late, still starts. A store that does not answer in time (down, partitioned, a port that accepts and never replies) stops the start with one error line and a non-zero exit, instead of hanging until Lambda's init timeout",
     ),
     Variable::new(
-        "SQS_CLAIM_OUTPUT_QUEUE_URL",
-        "none",
-        "also publish `{\"event\": \"credited\", \"order_id\", \"account\", \"amount_cents\"}` per credit to this SQS queue (message group = account on FIFO; deduplication id derived from the key), before the completion commits",
-    ),
-    Variable::new(
         "SQS_CLAIM_FAILURE_QUEUE_URL",
         "none",
         "a message that fails on its last allowed receive (its `ApproximateReceiveCount` at least `SQS_CLAIM_MAX_RECEIVES`) is sent to this SQS queue, body as the body, with its own message attributes and its failure as one more, `sqs-claim.failure` (JSON: `kind`, `error_kind`, `reason`, `receive_count`, `key`, `message_id`; left off, and logged, when the message already has the 10 attributes SQS allows), and reported handled (`dead_lettered`); if the send fails it is reported for retry as without the setting. FIFO queue: the group is kept, the deduplication id derives from the message id. See [operating.md](operating.md#poison-messages)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_MAX_RECEIVES",
         "`5`",
         "the receive count from which a failed message goes to `SQS_CLAIM_FAILURE_QUEUE_URL`: set it to the source queue's redrive `maxReceiveCount` (at least 1)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_DEAD_LETTER_AT_ONCE",
         "`off`",
         "failures sent to `SQS_CLAIM_FAILURE_QUEUE_URL` on any receive, their first included, as permanent (retrying cannot fix them): a comma-separated list of failure kinds (`missing_key`, `payload_mismatch`, any kind of the reports), error kinds (`bad_body`, ...), `permanent` (an error the handler marks with `Retry::permanent`), `default` (`bad_body,missing_key,payload_mismatch,permanent`), or `off`. Reported handled (`dead_lettered`, detail `sent to the failure destination at once`); if the send fails, reported for retry as without it. Needs `SQS_CLAIM_FAILURE_QUEUE_URL` (else a start-up error). See [retries.md](retries.md#poison-out-at-once)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_BACKOFF",
         "`off`",
         "`on`: after each batch, every message reported for retry gets its own visibility timeout (`ChangeMessageVisibilityBatch`, one call per 10): a backoff from its receive count, the delay its handler asked for, or just past the lease of the claim that holds it; the function's role needs `sqs:ChangeMessageVisibility` on the input queue. `off`: a reported message comes back after the queue's visibility timeout. A failed change loses nothing (the message comes back as with `off`). See [retries.md](retries.md)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_BACKOFF_FIRST_SECS",
         "`30`",
         "the delay after a first failed receive; doubled per receive, with jitter (from half the step to the step)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_BACKOFF_CAP_SECS",
         "`900`",
         "the longest delay (at least `SQS_CLAIM_BACKOFF_FIRST_SECS`, at most `43200`, SQS's 12 h); keep it well below the queue's retention (`sqs-claim doctor`: `backoff-retention`) and `maxReceiveCount` high enough to reach it (`backoff-receives`)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_BACKOFF_FOR",
         "none",
         "fixed delays per failure kind, replacing the backoff for that kind: `KIND=SECS,...` (`store_unavailable=10,contention=5`; at most 43200 each)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_SOURCE_QUEUE_URL",
         "none",
         "the input queue's URL, for the visibility changes; unset, it is found once per process with `GetQueueUrl` from the records' `eventSourceARN` (the role then needs `sqs:GetQueueUrl`)",
-    ),
+    )
+    .needs(&["sqs"]),
     Variable::new(
         "SQS_CLAIM_LARGE_MESSAGES",
         "`off`",
         "`on`: read the payloads the SQS and SNS extended clients offload to S3 (feature `s3`): a body that is their pointer (`[\"software.amazon.payloadoffloading.PayloadS3Pointer\",{\"s3BucketName\":…,\"s3Key\":…}]` with the attribute `ExtendedPayloadSize` or `SQSLargePayloadSize`; under `SQS_CLAIM_ENVELOPE=sns`, the attribute in the notification's `MessageAttributes`) has its object fetched, and the key, the payload check and the handler read the object. A missing object or one over the limit fails its message alone as a permanent `large_payload`; S3 not answering fails it for retry. The role needs `s3:GetObject` on the bucket ([large-messages.md](large-messages.md))",
-    ),
+    )
+    .needs(&["s3"]),
     Variable::new(
         "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
         "`33554432` (32 MiB)",
         "the largest payload fetched from S3 (at least 1); a larger one (by its attribute or by S3's answer) fails its message as a permanent `large_payload` without being read",
-    ),
+    )
+    .needs(&["s3"]),
     Variable::new(
         "SQS_CLAIM_LARGE_MESSAGE_DELETE",
         "`off`",
         "`on`: delete each object once its message's completion committed, or once its message was skipped as a duplicate (a producer's resend uploads an object of its own); never for a failed message, once per object; needs `SQS_CLAIM_LARGE_MESSAGES=on` and `s3:DeleteObject`. Key on something the record carries (`message-id`, `attribute:NAME`, `envelope-id`) so a redelivery finds its key done without its object",
-    ),
+    )
+    .needs(&["s3"]),
     Variable::new(
         "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
         "none (any bucket)",
         "the only buckets a pointer may name, separated by commas (`payments-large,payments-large-eu`); needs `SQS_CLAIM_LARGE_MESSAGES=on`. The sender chooses the bucket a pointer names: a pointer to another bucket is not fetched and fails its message as a permanent `large_payload` whose reason names the bucket. Unset, any bucket the role may read",
-    ),
+    )
+    .needs(&["s3"]),
     Variable::new(
         "SQS_CLAIM_OFFLOAD_BUCKET",
         "none",
         "the publisher's bucket for large outputs (feature `s3`): an output over `SQS_CLAIM_OFFLOAD_OVER_BYTES` goes to S3 and is sent as the extended clients' pointer with `ExtendedPayloadSize`; the role needs `s3:PutObject`",
-    ),
+    )
+    .needs(&["sqs", "s3"]),
     Variable::new(
         "SQS_CLAIM_OFFLOAD_OVER_BYTES",
         "`262144` (256 KiB)",
         "the size (body plus attributes) over which an output goes to `SQS_CLAIM_OFFLOAD_BUCKET`. Above 256 KiB it also raises the reference consumer's publisher limit to it: set it so only when the output queue takes that much (`template.yaml`'s takes 1 MiB and sets `1048576`); the default stays 256 KiB because SNS topics, and consumers a message may be forwarded to, stay at 256 KiB ([large-messages.md](large-messages.md))",
-    ),
+    )
+    .needs(&["sqs", "s3"]),
     Variable::new(
         "SQS_CLAIM_METRICS_NAMESPACE",
         "`sqs-claim`",
@@ -225,27 +262,32 @@ pub const VARIABLES: &[Variable] = &[
         "SQS_CLAIM_POWERTOOLS_HANDLER",
         "none",
         "share a table a Powertools-Python consumer writes ([below](#a-table-powertools-writes)): the `module.qualname` of its `@idempotent_function` record handler, e.g. `app.record_handler` (`record_handler` in `app.py`). Setting it (or `SQS_CLAIM_POWERTOOLS_KEY_PREFIX`) turns the interop on",
-    ),
+    )
+    .needs(&["powertools"]),
     Variable::new(
         "SQS_CLAIM_POWERTOOLS_FUNCTION",
         "`$AWS_LAMBDA_FUNCTION_NAME`, else `test-func`",
         "the Lambda function name in Powertools' keys, defaulted as Powertools defaults it (an empty `AWS_LAMBDA_FUNCTION_NAME` is kept). Set it to the Powertools function's name when this consumer is a new function beside it",
-    ),
+    )
+    .needs(&["powertools"]),
     Variable::new(
         "SQS_CLAIM_POWERTOOLS_KEY_PREFIX",
         "none",
         "Powertools 3.x `key_prefix`: the keys are `{prefix}#{hash}`, without function or handler",
-    ),
+    )
+    .needs(&["powertools"]),
     Variable::new(
         "SQS_CLAIM_POWERTOOLS_HASH",
         "`md5`",
         "Powertools' `hash_function`: `md5` or `sha256`",
-    ),
+    )
+    .needs(&["powertools"]),
     Variable::new(
         "SQS_CLAIM_POWERTOOLS_VALIDATION",
         "none",
         "Powertools' `payload_validation_jmespath`: `body`, or `json:/pointer` for `powertools_json(body).a.b` (`json:/a/b`; `json:` for the whole body). Unset: no payload check, as Powertools without it",
-    ),
+    )
+    .needs(&["powertools"]),
     Variable::new(
         "SQS_CLAIM_TLS_ROOTS",
         "the bundled Mozilla roots",

@@ -385,14 +385,30 @@ impl BoxStore {
     /// The store inside, if it is an `S`: for code that chose the store and needs its own
     /// methods back (a ledger's queries on the same connection, a cache's hit count).
     ///
+    /// A warm cache in front of a boxed store (`CachedStore<BoxStore>`, what
+    /// [`Settings::open_store`](crate::settings::Settings::open_store) gives with
+    /// `SQS_CLAIM_WARM_CACHE`) is seen through: asked for the store's type, this gives the
+    /// store behind the cache (asked for `CachedStore<BoxStore>`, the cache). A tiered store is
+    /// not: it is two stores, and `TieredStore::get_ref` (feature `redis`) gives
+    /// its durable one.
+    ///
     /// ```
-    /// use sqs_claim::store::{BoxStore, MemoryStore};
+    /// use sqs_claim::store::{BoxStore, CachedStore, MemoryStore};
     ///
     /// let store = BoxStore::new(MemoryStore::new());
     /// assert!(store.downcast_ref::<MemoryStore>().is_some());
+    /// let cached = BoxStore::new(CachedStore::new(store));
+    /// assert!(cached.downcast_ref::<MemoryStore>().is_some());
+    /// assert!(cached.downcast_ref::<CachedStore<BoxStore>>().is_some());
     /// ```
     pub fn downcast_ref<S: 'static>(&self) -> Option<&S> {
-        self.inner.as_any().downcast_ref::<S>()
+        let inner = self.inner.as_any();
+        if let Some(store) = inner.downcast_ref::<S>() {
+            return Some(store);
+        }
+        inner
+            .downcast_ref::<super::CachedStore<BoxStore>>()
+            .and_then(|cached| cached.get_ref().downcast_ref::<S>())
     }
 }
 

@@ -1,6 +1,6 @@
 //! The example consumer's settings: the `SQS_CLAIM_*` variables every consumer reads
 //! ([`sqs_claim::settings`], the table of them), this app's defaults for the key and the
-//! namespace, and the one setting of its own, the DynamoDB accounts table ([`VARIABLES`],
+//! namespace, and the settings of its own, the DynamoDB accounts table and the output queue ([`VARIABLES`],
 //! read the library's way, [`read`]). Parsing only.
 //!
 //! | variable | default | meaning |
@@ -9,6 +9,7 @@
 //! | `SQS_CLAIM_ENVELOPE` | `none` | the envelope around each payment (`sns`, `eventbridge`, `s3`, `none`): the key and the payment are read from the payload inside |
 //! | `SQS_CLAIM_NAMESPACE` | `payments` | the key namespace |
 //! | `SQS_CLAIM_ACCOUNTS_TABLE` | `<claims table>-accounts` | the DynamoDB accounts table |
+//! | `SQS_CLAIM_OUTPUT_QUEUE_URL` | none | the queue the credit notices go to |
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -27,13 +28,23 @@ pub const DEFAULT_NAMESPACE: &str = "payments";
 /// The variable of the DynamoDB accounts table.
 pub const ACCOUNTS_TABLE_VAR: &str = "SQS_CLAIM_ACCOUNTS_TABLE";
 
+/// The variable of the queue the credit notices are published to.
+pub const OUTPUT_QUEUE_URL_VAR: &str = "SQS_CLAIM_OUTPUT_QUEUE_URL";
+
 /// The app's own variables, beside every consumer's ([`sqs_claim::settings::VARIABLES`]):
 /// docs/configuration.md shows them in a table of their own, checked against this one.
-pub const VARIABLES: &[Variable] = &[Variable::new(
-    ACCOUNTS_TABLE_VAR,
-    "`<claims table>-accounts`",
-    "DynamoDB accounts table (`--accounts-table` overrides it in the CLI)",
-)];
+pub const VARIABLES: &[Variable] = &[
+    Variable::new(
+        ACCOUNTS_TABLE_VAR,
+        "`<claims table>-accounts`",
+        "DynamoDB accounts table (`--accounts-table` overrides it in the CLI)",
+    ),
+    Variable::new(
+        OUTPUT_QUEUE_URL_VAR,
+        "none",
+        "also publish `{\"event\": \"credited\", \"order_id\", \"account\", \"amount_cents\"}` per credit to this SQS queue (message group = account on FIFO; deduplication id derived from the key), before the completion commits",
+    ),
+];
 
 /// The example consumer's settings: every consumer's ([`sqs_claim::settings::Settings`], reached
 /// through `Deref`) plus the accounts table.
@@ -44,6 +55,8 @@ pub struct Settings {
     pub consumer: sqs_claim::settings::Settings,
     /// `SQS_CLAIM_ACCOUNTS_TABLE`.
     pub accounts_table: Option<String>,
+    /// `SQS_CLAIM_OUTPUT_QUEUE_URL`.
+    pub output_queue_url: Option<String>,
 }
 
 impl Deref for Settings {
@@ -63,17 +76,38 @@ impl DerefMut for Settings {
 impl Settings {
     /// Reads every `SQS_CLAIM_*` variable of the process environment. An empty value counts as
     /// unset.
+    /// The app's own variables are named beside the library's, so they are not warned of as
+    /// unknown ([`sqs_claim::settings::Settings::from_env_beside`]).
     pub fn from_env() -> Result<Settings, Error> {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        let own: Vec<&str> = VARIABLES.iter().map(|v| v.name).collect();
+        let consumer = sqs_claim::settings::Settings::from_env_beside(&own)?;
+        Self::own(consumer, |name| std::env::var(name).ok())
     }
 
     /// Reads the settings through `lookup` (a variable's value by name).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, Error> {
+        let consumer = sqs_claim::settings::Settings::from_lookup(&lookup)?;
+        Self::own(consumer, lookup)
+    }
+
+    /// `consumer` with the app's own settings, read through `lookup`.
+    fn own(
+        consumer: sqs_claim::settings::Settings,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, Error> {
         let accounts_table = read::<String>(&lookup, ACCOUNTS_TABLE_VAR)?;
+        let output_queue_url = read::<QueueUrl>(&lookup, OUTPUT_QUEUE_URL_VAR)?.map(|q| q.0);
         Ok(Settings {
-            consumer: sqs_claim::settings::Settings::from_lookup(lookup)?,
+            consumer,
             accounts_table,
+            output_queue_url,
         })
+    }
+
+    /// Whether a setting needs an SQS client: the output queue, a failure queue or the
+    /// per-message backoff.
+    pub fn needs_sqs(&self) -> bool {
+        self.output_queue_url.is_some() || self.consumer.needs_sqs()
     }
 
     /// `SQS_CLAIM_KEY`, else the order id (`json:/order_id`): a producer that sends one order
@@ -109,6 +143,25 @@ impl Settings {
         AppStore {
             claims,
             accounts_table: self.accounts_table.clone(),
+        }
+    }
+}
+
+/// An SQS queue URL (`https://sqs.REGION.amazonaws.com/ACCOUNT/NAME`, or `http://` for a
+/// local endpoint). Only the scheme is checked: a queue's name where its URL belongs is the
+/// usual mistake.
+struct QueueUrl(String);
+
+impl std::str::FromStr for QueueUrl {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.starts_with("https://") || s.starts_with("http://") {
+            Ok(QueueUrl(s.to_owned()))
+        } else {
+            Err(format!(
+                "{s:?}: expected a queue URL (https://sqs.REGION.amazonaws.com/ACCOUNT/NAME)"
+            ))
         }
     }
 }

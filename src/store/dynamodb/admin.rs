@@ -18,7 +18,8 @@ impl StoreAdmin for DynamoDbStore {
 
     /// One `DescribeTable`: the table exists, is ACTIVE, and its primary key is the configured
     /// layout's (a partition key of type S, and the sort key of type S if the layout has one).
-    /// A missing table names the `sqs-claim init` command that creates it.
+    /// A missing table names the `sqs-claim init` command that creates it, and
+    /// [`StoreAdmin::init`], which does the same from code (no operator CLI needed).
     async fn check_ready(&self) -> Result<(), Error> {
         let description = describe_table(&self.client, &self.table).await?;
         if let Some(description) = &description {
@@ -29,7 +30,8 @@ impl StoreAdmin for DynamoDbStore {
             None => Err(Error::new(
                 ErrorKind::StoreRejected,
                 format!(
-                    "DynamoDB table {} does not exist: create the tables with `{}`",
+                    "DynamoDB table {} does not exist: create the tables with `{}`, or in \
+                     code with StoreAdmin::init() on this store",
                     self.table,
                     self.init_command()
                 ),
