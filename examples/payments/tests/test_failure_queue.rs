@@ -117,7 +117,8 @@ async fn a_poison_payment_keeps_its_reason_in_the_failure_queue() {
         .and_then(|v| serde_json::from_str(v).ok())
         .unwrap_or_default();
     assert_eq!(
-        failure["message_id"], "m-poison",
+        failure["message_id"],
+        "m-poison",
         "{failure}: {:?}",
         messages[0].message_attributes()
     );
