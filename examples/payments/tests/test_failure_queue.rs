@@ -116,7 +116,12 @@ async fn a_poison_payment_keeps_its_reason_in_the_failure_queue() {
         .and_then(|v| v.string_value())
         .and_then(|v| serde_json::from_str(v).ok())
         .unwrap_or_default();
-    assert_eq!(failure["message_id"], "m-poison", "{failure}");
+    assert_eq!(
+        failure["message_id"],
+        "m-poison",
+        "{failure}: {:?}",
+        messages[0].message_attributes()
+    );
     assert_eq!(failure["key"], json!(format!("{ns}#o-1")), "{failure}");
     assert_eq!(failure["receive_count"], 5, "{failure}");
     assert_eq!(failure["kind"], "handler_error", "{failure}");
