@@ -482,7 +482,9 @@ def count_completed_claims(ddb, table: str, prefix: str) -> int:
 
 
 def wait_balances(ddb, table: str, want: dict, wait: float, what: str) -> None:
-    """Waits until the balances are `want`, then checks they stay so (nothing credited twice)."""
+    """Waits until the balances are `want` (each feed ends with a fresh payment after the
+    records it checks, on the same shard, so reaching `want` means those were delivered), then
+    checks they stay so (a credit applied twice would show within a few polls)."""
     t0 = time.monotonic()
     while True:
         balances = scan_balances(ddb, table)
@@ -492,10 +494,8 @@ def wait_balances(ddb, table: str, want: dict, wait: float, what: str) -> None:
             raise CheckFailed(f"{what}: balances {json.dumps(balances, sort_keys=True)}, want "
                               f"{json.dumps(want, sort_keys=True)} (after {time.monotonic() - t0:.1f} s)")
         time.sleep(0.5)
-    log(f"{what}: balances reached after {time.monotonic() - t0:.1f} s")
-    # The mapping may still hold a batch in flight (a producer's duplicate, a replay): a credit
-    # applied twice would show within a few polls.
-    time.sleep(4)
+    log(f"{what}: delivered in {time.monotonic() - t0:.1f} s")
+    time.sleep(2)
     balances = scan_balances(ddb, table)
     check(balances == want, f"{what}: each record credited once, and it stays so: "
                             f"{json.dumps(want, sort_keys=True)}")
@@ -535,40 +535,50 @@ def streams_check(c: dict, outputs: dict, wait: float) -> None:
         return {"order_id": f"st-{run}-{order}", "account": account, "amount_cents": cents}
 
     # Kinesis: six payments, two of them written twice by the producer (records of their own,
-    # the same order), in two calls.
+    # the same order), in two calls. One partition key: one shard, in order, so the last
+    # payment's credit says the records before it were delivered.
     k = [pay("k1", "acct-alice", 1250), pay("k2", "acct-bob", 700), pay("k3", "acct-alice", 300),
          pay("k4", "acct-carol", 5), pay("k5", "acct-bob", 45), pay("k6", "acct-alice", 1)]
     want = {"acct-alice": 1250 + 300 + 1, "acct-bob": 700 + 45, "acct-carol": 5}
 
     def put(payments: list[dict]) -> None:
         out = kinesis.put_records(StreamName=stream, Records=[
-            {"Data": json.dumps(p).encode(), "PartitionKey": p["account"]} for p in payments])
+            {"Data": json.dumps(p).encode(), "PartitionKey": run} for p in payments])
         check(not out.get("FailedRecordCount"), f"PutRecords took {len(payments)} records")
 
     put(k[:4] + [k[0]])
-    put(k[4:] + [k[2]])
+    put([k[2], k[4], k[5]])
     wait_balances(ddb, accounts, want, wait,
                   "Kinesis: 6 payments, 2 of them written twice by the producer")
-    # The same payments again, later: a producer resending, or a stream read again.
-    put(k)
-    wait_balances(ddb, accounts, want, wait, "Kinesis: the 6 payments written again later")
-    check(count_completed_claims(ddb, claims, "orders-kinesis") == len(k),
-          f"{len(k)} claims completed in namespace orders-kinesis (one per order)")
+    # The same payments again, later (a producer resending, a stream read again), then a new one.
+    put(k + [pay("k7", "acct-frank", 70)])
+    want["acct-frank"] = 70
+    wait_balances(ddb, accounts, want, wait, "Kinesis: the 6 payments written again later, then a 7th")
+    check(count_completed_claims(ddb, claims, "orders-kinesis") == len(k) + 1,
+          f"{len(k) + 1} claims completed in namespace orders-kinesis (one per order)")
 
-    # DynamoDB Streams: four new orders (INSERTs), then an update of one and a delete of another.
+    # DynamoDB Streams: four new orders (INSERTs), then an update of one and a delete of another,
+    # then a fifth order.
     d = [pay("d1", "acct-dave", 400), pay("d2", "acct-erin", 30), pay("d3", "acct-dave", 2),
-         pay("d4", "acct-erin", 9)]
-    for i, p in enumerate(d):
+         pay("d4", "acct-erin", 9), pay("d5", "acct-gina", 8)]
+
+    def insert(i: int) -> None:
+        p = d[i]
         ddb.put_item(TableName=orders, Item={
             "id": {"S": f"{run}-{i}"}, "order_id": {"S": p["order_id"]},
             "account": {"S": p["account"]}, "amount_cents": {"N": str(p["amount_cents"])}})
+
+    for i in range(4):
+        insert(i)
     want.update({"acct-dave": 400 + 2, "acct-erin": 30 + 9})
     wait_balances(ddb, accounts, want, wait, "DynamoDB Streams: 4 new orders (INSERT)")
     ddb.update_item(TableName=orders, Key={"id": {"S": f"{run}-0"}},
                     UpdateExpression="SET amount_cents = :a", ExpressionAttributeValues={":a": {"N": "999"}})
     ddb.delete_item(TableName=orders, Key={"id": {"S": f"{run}-1"}})
-    wait_balances(ddb, accounts, want, wait,
-                  "DynamoDB Streams: an order updated (MODIFY) and one deleted (REMOVE) credit nothing")
+    insert(4)
+    want["acct-gina"] = 8
+    wait_balances(ddb, accounts, want, wait, "DynamoDB Streams: an order updated (MODIFY) and one "
+                                             "deleted (REMOVE) credit nothing; a 5th order is credited")
     check(count_completed_claims(ddb, claims, "orders-table-stream") == len(d),
           f"{len(d)} claims completed in namespace orders-table-stream (one per order)")
     note("its Kinesis and DynamoDB Streams mappings go on past every batch whatever the partial "
@@ -634,6 +644,15 @@ def clean_up(c: dict, stack: str, buckets: list[str], template: dict, created: b
                      f"{function} with DeleteFunction first, which stops it")
             except Exception as e:  # noqa: BLE001
                 log(f"clean-up: DeleteFunction {function}: {e}")
+            # A function without a log group of the template's writes to the one Lambda makes,
+            # /aws/lambda/<function>: the stack does not own it (on AWS either); delete it.
+            group = f"/aws/lambda/{function}"
+            try:
+                if c["logs"].describe_log_groups(logGroupNamePrefix=group).get("logGroups"):
+                    c["logs"].delete_log_group(logGroupName=group)
+                    log(f"deleted log group {group} (Lambda's own: DeleteStack keeps it, as on AWS)")
+            except Exception as e:  # noqa: BLE001
+                log(f"clean-up: log group {group}: {e}")
         try:
             c["cfn"].delete_stack(StackName=stack)
             wait_stack(c["cfn"], stack, "DELETE_COMPLETE", 120)
