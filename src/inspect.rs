@@ -1,18 +1,56 @@
 //! The keys of a captured batch, for an operator's tool (`sqs-claim inspect --event`):
-//! [`ProcessorBuilder::record_keys`]. Above both the processor and the stream consumers, as it
-//! reads a batch of either.
+//! [`ProcessorBuilder::record_keys`], and with each key the payload fingerprint and the verdict
+//! a stored record would get: [`ProcessorBuilder::record_claims`], [`RecordClaim`]. Above both
+//! the processor and the stream consumers, as it reads a batch of either.
 
 use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 
+use crate::claim::PayloadVerdict;
 use crate::processor::ProcessorBuilder;
-use crate::{Error, ErrorKind};
+use crate::{Error, ErrorKind, PayloadCheck};
+
+/// One record of a captured batch as the processor (or stream consumer) would claim it
+/// ([`ProcessorBuilder::record_claims`]): its stored key, its payload fingerprint, and whether
+/// it is a later copy of a key an earlier record of the batch carries.
+///
+/// [`judge`](Self::judge) says what the processor would do with it when its key is found done:
+/// the verdict of the processor's own [`PayloadCheck`], on the fingerprint the processor itself
+/// would store and compare (for a stream record, the payload its source names: a DynamoDB
+/// Streams record's image, see docs/streams.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordClaim {
+    /// The stored key (namespace included), as the processor claims it.
+    pub key: String,
+    /// The payload fingerprint the processor stores with the claim and compares with a stored
+    /// one; `None` when the [`PayloadCheck`] is off or the key format fingerprints nothing.
+    pub fingerprint: Option<String>,
+    /// The index (in batch order) of the batch's first record with the same key, when this
+    /// record is a later copy of it: it does not claim, it follows that record's outcome and is
+    /// judged against its fingerprint.
+    pub copy_of: Option<usize>,
+    pub(crate) check: PayloadCheck,
+}
+
+impl RecordClaim {
+    /// What the processor does with this record when its key is found done with the payload
+    /// fingerprint `theirs` (a completed claim's
+    /// [`ClaimRecord::fingerprint`](crate::store::ClaimRecord::fingerprint), or, for a later
+    /// copy, the [`fingerprint`](Self::fingerprint) of the record it copies): skips it as a
+    /// duplicate ([`PayloadVerdict::Same`], [`PayloadVerdict::Tolerated`]) or fails it
+    /// ([`PayloadVerdict::Refused`]), under the builder's [`PayloadCheck`].
+    pub fn judge(&self, theirs: Option<&str>) -> PayloadVerdict {
+        self.check.judge(self.fingerprint.as_deref(), theirs)
+    }
+}
 
 impl<S, H> ProcessorBuilder<S, H> {
     /// The stored key of each record of a captured `event`, in batch order, as the processor
     /// (or stream consumer) this builder makes would claim it: its key source, envelope,
     /// namespace and key format. For an operator's tool (`sqs-claim inspect --event`): nothing
-    /// is claimed or run.
+    /// is claimed or run. [`record_claims`](Self::record_claims) gives each key's payload
+    /// fingerprint too.
     ///
     /// `event` is an SQS event, or (feature `streams`) a Kinesis, DynamoDB Streams or Kafka one,
     /// told apart by its `eventSource` and read as the `stream` consumers read them. Each
@@ -26,18 +64,40 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// record the consumer itself would fail the invocation for (no message id, no sequence
     /// number).
     pub fn record_keys(&self, event: &Value) -> Result<Vec<Result<Option<String>, Error>>, Error> {
-        Ok(self.keys_of(&records(event)?))
+        Ok(self
+            .record_claims(event)?
+            .into_iter()
+            .map(|claim| claim.map(|c| c.map(|c| c.key)))
+            .collect())
+    }
+
+    /// Each record of a captured `event` as the processor (or stream consumer) this builder
+    /// makes would claim it: [`record_keys`](Self::record_keys)' keys, each with the payload
+    /// fingerprint the processor would store and compare, and the earlier record of the batch
+    /// it copies, if any. [`RecordClaim::judge`] then gives the processor's verdict on a
+    /// stored record's fingerprint. Fails as [`record_keys`](Self::record_keys) does.
+    pub fn record_claims(
+        &self,
+        event: &Value,
+    ) -> Result<Vec<Result<Option<RecordClaim>, Error>>, Error> {
+        #[cfg(feature = "streams")]
+        if let Some(records) = crate::stream::as_sqs_records(event) {
+            let (source, records) = records?;
+            return Ok(self.claims_of(&records, Some(source)));
+        }
+        let records = records(event)?;
+        Ok(self.claims_of(
+            &records,
+            #[cfg(feature = "streams")]
+            None,
+        ))
     }
 }
 
-/// The records of a captured SQS, Kinesis, DynamoDB Streams or Kafka event, as the processor
-/// takes them.
+/// The records of a captured SQS event, as the processor takes them (a stream's are read by
+/// `stream::as_sqs_records` first).
 fn records(event: &Value) -> Result<Vec<SqsMessage>, Error> {
     let invalid = |why: String| Error::new(ErrorKind::InvalidEvent, why);
-    #[cfg(feature = "streams")]
-    if let Some(records) = crate::stream::as_sqs_records(event) {
-        return records;
-    }
     let Some(records) = event.get("Records").and_then(Value::as_array) else {
         return Err(invalid(
             "the event has no Records list (an SQS, Kinesis or DynamoDB Streams batch) and is \

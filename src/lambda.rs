@@ -379,6 +379,11 @@ where
 /// once with the event in `--event FILE` and prints its response as one line of JSON (see the
 /// [module docs](self)). What [`run`] is for an SQS processor, for every other handler.
 ///
+/// A stream consumer (`stream::Kinesis`, `stream::DynamoDbStreams`, `stream::Kafka`, feature
+/// `streams`) served locally prints its partial batch response on stdout and, on stderr, its
+/// batch's [`summary`] (the counts, then each record that did not succeed with why), as
+/// [`run`] does for an SQS batch.
+///
 /// Under Lambda it serves with `lambda_runtime::run`, or `run_concurrent` when
 /// `AWS_LAMBDA_MAX_CONCURRENCY` is set. Returns the process's exit status.
 ///
@@ -438,11 +443,29 @@ where
         Ok(response) => response,
         Err(e) => return fail(1, &one_line(e.as_ref())),
     };
-    match serde_json::to_string(&response) {
-        Ok(text) => println!("{text}"),
+    match local_output(&response) {
+        Ok((stdout, stderr)) => {
+            println!("{stdout}");
+            eprint!("{stderr}");
+        }
         Err(e) => return fail(1, &format!("cannot print the response: {e}")),
     }
     ExitCode::SUCCESS
+}
+
+/// What [`serve`] prints outside Lambda for `response`: its JSON on one line (stdout), and
+/// for a stream consumer's [`Answer`](crate::stream::Answer) its batch's [`summary`], each
+/// record that did not succeed with why (stderr), as [`run`] prints an SQS batch's; nothing on
+/// stderr for any other response.
+fn local_output<R: Serialize + 'static>(
+    response: &R,
+) -> Result<(String, String), serde_json::Error> {
+    let stdout = serde_json::to_string(response)?;
+    #[cfg(feature = "streams")]
+    if let Some(report) = crate::stream::report_of(response) {
+        return Ok((stdout, summary(report)));
+    }
+    Ok((stdout, String::new()))
 }
 
 /// Reads the event in `path` as a `T` and calls `service` with it once, as one invocation
@@ -736,6 +759,61 @@ mod tests {
         let a = parse(&["--timeout=0", "--event=e.json", "--report", "json"]).unwrap();
         assert_eq!(a.timeout, Duration::ZERO);
         assert!(a.json_report);
+    }
+
+    /// `serve` run locally prints a stream consumer's failed records with why on stderr.
+    #[cfg(feature = "streams")]
+    #[tokio::test]
+    async fn serve_prints_a_stream_batch_s_failures_on_stderr() {
+        use base64::Engine as _;
+        let handler = tower::service_fn(|msg: Message| async move {
+            let _: serde_json::Value = msg.json()?;
+            Ok::<(), Error>(())
+        });
+        let consumer = crate::stream::Kinesis::new(
+            Processor::builder(crate::MemoryStore::new(), handler).namespace("t"),
+        )
+        .unwrap();
+        let data = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+        let record = |seq: &str, text: &str| {
+            serde_json::json!({
+                "eventSource": "aws:kinesis",
+                "eventID": format!("shardId-000000000000:{seq}"),
+                "kinesis": {"sequenceNumber": seq, "data": data(text)}
+            })
+        };
+        let event = serde_json::json!({"Records": [
+            record("1", r#"{"n":1}"#),
+            record("2", "not json"),
+            record("3", r#"{"n":3}"#),
+        ]});
+        let answer = consumer
+            .oneshot(LambdaEvent::new(event, Context::default()))
+            .await
+            .unwrap();
+        let (stdout, stderr) = local_output(&answer).unwrap();
+        assert_eq!(stdout, r#"{"batchItemFailures":[{"itemIdentifier":"2"}]}"#);
+        assert!(
+            stderr.starts_with(
+                "3 messages: 1 processed, 0 duplicate, 0 held elsewhere, 1 failed, 1 not started"
+            ),
+            "{stderr}"
+        );
+        let failed = stderr
+            .lines()
+            .find(|l| l.contains("shardId-000000000000:2"))
+            .unwrap_or_else(|| panic!("the failed record named: {stderr}"));
+        assert!(
+            failed.contains("failed") && failed.contains("not valid JSON"),
+            "{failed}"
+        );
+        assert!(
+            !stderr.contains("not json"),
+            "no payload on stderr: {stderr}"
+        );
+        // Any other response: nothing on stderr.
+        let (stdout, stderr) = local_output(&serde_json::json!({"ok": true})).unwrap();
+        assert_eq!((stdout.as_str(), stderr.as_str()), (r#"{"ok":true}"#, ""));
     }
 
     #[test]

@@ -197,6 +197,30 @@ impl Message {
         self.attribute("MessageGroupId")
     }
 
+    /// Where a stream record sits in its shard (feature `streams`): a Kinesis or DynamoDB
+    /// Streams record's sequence number, a Kafka record's topic-partition and offset, as the
+    /// partial batch response names the record and the mapping checkpoints. `None` for an SQS
+    /// message (a FIFO message's `SequenceNumber` attribute orders its group, not a stream).
+    ///
+    /// ```
+    /// use sqs_claim::Message;
+    /// use sqs_claim::stream::Position;
+    ///
+    /// # fn record(msg: &Message) {
+    /// match msg.position() {
+    ///     Some(Position::SequenceNumber(n)) => println!("Kinesis or DynamoDB Streams: {n}"),
+    ///     Some(Position::Offset { partition, offset }) => println!("Kafka: {partition} @ {offset}"),
+    ///     Some(other) => println!("{other}"),
+    ///     None => println!("an SQS message"),
+    /// }
+    /// # }
+    /// ```
+    #[cfg(feature = "streams")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
+    pub fn position(&self) -> Option<crate::stream::Position> {
+        crate::stream::position(&self.inner)
+    }
+
     /// Whether the message came from a FIFO queue (its source ARN ends in `.fifo`).
     pub fn is_fifo(&self) -> bool {
         self.fifo

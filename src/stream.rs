@@ -25,6 +25,15 @@
 //!   `/dynamodb/NewImage/order_id/S`); for DynamoDB Streams,
 //!   `KeySource::MessageAttribute("dynamodb:keys".into())` is the item's keys with the
 //!   sequence number (`{"pk":{"S":"a"}}@4000…`, keys in sorted order).
+//! * **Payload fingerprints.** A key found completed is judged by the builder's
+//!   [`PayloadCheck`](crate::PayloadCheck) against the fingerprint of the record's **payload**,
+//!   never of the record around it (whose `eventID`, sequence number and times differ between
+//!   any two records): Kinesis' decoded `data`; Kafka's decoded `value` (not its key, headers
+//!   or timestamp); for DynamoDB Streams the item's image: `NewImage` (for a `REMOVE`,
+//!   `OldImage`) without the item's key attributes, else the `Keys`, as canonical JSON, a
+//!   `REMOVE` told from an `INSERT` or `MODIFY`. So a producer that writes the same event twice
+//!   (under another table key, say), keyed by a pointer into the payload, is a duplicate and
+//!   skipped; the same key with another payload fails under the default `PayloadCheck::Fail`.
 //! * **Decoding.** A record whose `data` is not base64 of UTF-8 text (Kinesis) or that is not
 //!   a stream record (DynamoDB Streams) fails alone, never the batch: as the first failure of
 //!   its shard it stops the shard, so it is retried (and at last given up on by the mapping)
@@ -63,7 +72,13 @@
 //! comes from one shard), [`Message::body`] the payload above, and
 //! [`Message::sqs`] the record's metadata as attributes
 //! (`SequenceNumber`, `PartitionKey` and `ApproximateArrivalTimestamp` for Kinesis,
-//! `SequenceNumber` and `eventName` for DynamoDB Streams).
+//! `SequenceNumber` and `eventName` for DynamoDB Streams). [`Message::position`] gives the
+//! record's [`Position`]: its sequence number (Kafka: its topic-partition and offset).
+//!
+//! [`Kinesis::process`] (and each consumer's `Service::Response`) is an [`Answer`]: it
+//! serializes as the source's partial batch response and carries the batch's report, which
+//! [`lambda::serve`](crate::lambda::serve) prints on stderr when run locally (each failed
+//! record with why).
 //!
 //! ```no_run
 //! use sqs_claim::stream::Kinesis;
@@ -86,6 +101,7 @@
 //! See docs/streams.md for the event source mapping's settings (`ReportBatchItemFailures`,
 //! `BisectBatchOnFunctionError`, an on-failure destination) and the claims' TTL.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
@@ -95,10 +111,12 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
 use aws_lambda_events::streams::{DynamoDbEventResponse, KinesisEventResponse};
 use base64::Engine as _;
 use lambda_runtime::LambdaEvent;
+use serde::Serialize;
 use serde_json::{Value, json};
 use tower::Service;
 
 use crate::message::Message;
+use crate::outcome::BatchReport;
 use crate::processor::{Processor, ProcessorBuilder, STREAM_UNDECODABLE};
 use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error, ErrorKind};
@@ -106,6 +124,125 @@ use crate::{BoxError, Error, ErrorKind};
 /// The message attribute holding a DynamoDB Streams record's item keys with its sequence
 /// number, for `KeySource::MessageAttribute`.
 const ITEM_KEYS: &str = "dynamodb:keys";
+
+/// Which stream a consumer reads: it decides what of a record is its payload, the part the
+/// payload fingerprint covers ([`PayloadCheck`](crate::PayloadCheck)), so that a producer's
+/// second write of the same event is a duplicate and not "another payload":
+///
+/// * Kinesis: the record's `data` (decoded: the body);
+/// * Kafka: the record's `value` (decoded: the body), not its key, headers or timestamp;
+/// * DynamoDB Streams: the item's image, not the record around it (whose `eventID`,
+///   `SequenceNumber` and times differ between any two records): `NewImage`, or, for a
+///   `REMOVE`, `OldImage`, without the item's key attributes (two writes of one event under
+///   two keys, a producer's retry that made a new id, are one payload); with neither image
+///   (a `KEYS_ONLY` stream, a `REMOVE` seen without its old image), the `Keys`. A `REMOVE`
+///   never has the payload of an `INSERT` or `MODIFY` of the same image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Amazon Kinesis Data Streams.
+    Kinesis,
+    /// Amazon DynamoDB Streams.
+    DynamoDbStreams,
+    /// Amazon MSK or self-managed Apache Kafka.
+    Kafka,
+}
+
+impl Source {
+    /// The source's name, as errors name it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Source::Kinesis => "Kinesis",
+            Source::DynamoDbStreams => "DynamoDB Streams",
+            Source::Kafka => "Kafka",
+        }
+    }
+
+    /// What the payload fingerprint of a record covers, given the body this module made of it
+    /// (see the [type's docs](Source)).
+    pub(crate) fn fingerprinted(self, body: &str) -> Cow<'_, str> {
+        match self {
+            Source::Kinesis | Source::Kafka => Cow::Borrowed(body),
+            // The body is the record's JSON, as `dynamodb_record` wrote it.
+            Source::DynamoDbStreams => match dynamodb_payload(body) {
+                Some(payload) => Cow::Owned(payload),
+                None => Cow::Borrowed(body),
+            },
+        }
+    }
+}
+
+/// A DynamoDB Streams record's payload ([`Source::fingerprinted`]), as canonical JSON:
+/// `{"image":{…},"removed":false}` (the image without the key attributes), or
+/// `{"keys":{…},"removed":…}` without an image. `None` for a body that is not a stream record.
+fn dynamodb_payload(body: &str) -> Option<String> {
+    let record: Value = serde_json::from_str(body).ok()?;
+    let ddb = record.get("dynamodb")?;
+    let removed = record.get("eventName").and_then(Value::as_str) == Some("REMOVE");
+    let image = ddb.get(if removed { "OldImage" } else { "NewImage" });
+    let keys = ddb.get("Keys");
+    let payload = match image.and_then(Value::as_object) {
+        Some(image) => {
+            let mut image = image.clone();
+            for name in keys
+                .and_then(Value::as_object)
+                .into_iter()
+                .flat_map(|k| k.keys())
+            {
+                image.remove(name);
+            }
+            json!({"image": image, "removed": removed})
+        }
+        None => json!({"keys": keys, "removed": removed}),
+    };
+    Some(canonical(&payload))
+}
+
+/// Where a stream record sits in its shard ([`Message::position`]): what the partial batch
+/// response names it by, and what the mapping checkpoints at.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Position {
+    /// Kinesis and DynamoDB Streams: the record's sequence number, as sent (decimal digits;
+    /// numbers of one shard increase, but are not all of one length: compare them as numbers).
+    SequenceNumber(String),
+    /// Kafka: the record's topic-partition (`TOPIC-PARTITION`, as the response names it:
+    /// `orders-eu-3`) and offset.
+    Offset {
+        /// `TOPIC-PARTITION`.
+        partition: String,
+        /// The offset in that partition.
+        offset: i64,
+    },
+}
+
+/// The sequence number as is; Kafka's `TOPIC-PARTITION@OFFSET`, as [`Message::id`] is.
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::SequenceNumber(n) => f.write_str(n),
+            Position::Offset { partition, offset } => write!(f, "{partition}@{offset}"),
+        }
+    }
+}
+
+/// The position of a record this module made ([`Message::position`]): read back from the
+/// attributes `kinesis_record`, `dynamodb_record` and `kafka_record` write; `None` for an
+/// SQS message (a FIFO message's `SequenceNumber` is no position in a stream).
+pub(crate) fn position(record: &SqsMessage) -> Option<Position> {
+    match record.event_source.as_deref() {
+        Some("aws:kinesis" | "aws:dynamodb") => record
+            .attributes
+            .get("SequenceNumber")
+            .map(|n| Position::SequenceNumber(n.clone())),
+        Some("aws:sqs") => None,
+        // Kafka (`aws:kafka`, `SelfManagedKafka`, or an event that names no source): only a
+        // Kafka record has an `Offset`.
+        _ => Some(Position::Offset {
+            partition: record.attributes.get("MessageGroupId")?.clone(),
+            offset: record.attributes.get("Offset")?.parse().ok()?,
+        }),
+    }
+}
 
 /// A Kinesis Data Streams consumer: a `tower::Service` for Lambda (serve it with
 /// [`lambda::serve`](crate::lambda::serve)) answering `{"batchItemFailures":
@@ -130,7 +267,7 @@ pub struct DynamoDbStreams<S, H> {
 }
 
 macro_rules! consumer {
-    ($name:ident, $source:literal, $read:path, $response:ty, $respond:path) => {
+    ($name:ident, $source:expr, $read:path, $response:ty, $respond:path) => {
         impl<S, H> Clone for $name<S, H> {
             fn clone(&self) -> Self {
                 $name {
@@ -173,9 +310,20 @@ macro_rules! consumer {
             ///
             /// Fails as a whole (Lambda retries the batch) only when the event has no list
             /// of records or a record cannot be named (no sequence number; Kafka: no offset).
-            pub async fn process(&self, event: LambdaEvent<Value>) -> Result<$response, Error> {
-                let failed = run(&self.processor, event, $read).await?;
-                Ok($respond(failed))
+            ///
+            /// The [`Answer`] serializes as the response Lambda gets
+            /// ([`Answer::into_response`] gives it) and carries the batch's report, each
+            /// record's outcome and why it failed ([`Answer::report`]), which
+            /// [`lambda::serve`](crate::lambda::serve) prints on stderr when run locally.
+            pub async fn process(
+                &self,
+                event: LambdaEvent<Value>,
+            ) -> Result<Answer<$response>, Error> {
+                let (failed, report) = run(&self.processor, event, $read).await?;
+                Ok(Answer {
+                    response: $respond(failed),
+                    report,
+                })
             }
         }
 
@@ -187,10 +335,11 @@ macro_rules! consumer {
             H::Response: Into<Effects<S::Effect>>,
             H::Error: Into<BoxError>,
         {
-            type Response = $response;
+            type Response = Answer<$response>;
             type Error = lambda_runtime::Error;
-            type Future =
-                Pin<Box<dyn Future<Output = Result<$response, lambda_runtime::Error>> + Send>>;
+            type Future = Pin<
+                Box<dyn Future<Output = Result<Answer<$response>, lambda_runtime::Error>> + Send>,
+            >;
 
             fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Self::Error>> {
                 Poll::Ready(Ok(()))
@@ -206,19 +355,75 @@ macro_rules! consumer {
 
 consumer!(
     Kinesis,
-    "Kinesis",
+    Source::Kinesis,
     kinesis_records,
     KinesisEventResponse,
     kinesis_response
 );
 consumer!(
     DynamoDbStreams,
-    "DynamoDB Streams",
+    Source::DynamoDbStreams,
     dynamodb_records,
     DynamoDbEventResponse,
     dynamodb_response
 );
-consumer!(Kafka, "Kafka", kafka_records, Value, kafka_response);
+consumer!(Kafka, Source::Kafka, kafka_records, Value, kafka_response);
+
+/// A stream consumer's answer to one invocation ([`Kinesis::process`], the consumers'
+/// `Service::Response`): the partial batch response Lambda gets, with the batch's report.
+///
+/// It serializes as the response alone (`{"batchItemFailures": [...]}`), so Lambda, and
+/// `serde_json::to_value(answer)`, see exactly the source's response;
+/// [`into_response`](Self::into_response) gives that response as its type
+/// ([`KinesisEventResponse`], [`DynamoDbEventResponse`], Kafka's `serde_json::Value`). The
+/// [`report`](Self::report) says what happened to each record and why a record failed:
+/// [`lambda::serve`](crate::lambda::serve) prints it on stderr when run locally, as
+/// [`lambda::run`](crate::lambda::run) prints an SQS batch's ([`summary`](crate::lambda::summary)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer<R> {
+    response: R,
+    report: BatchReport,
+}
+
+impl<R> Answer<R> {
+    /// The partial batch response, as Lambda gets it.
+    pub fn response(&self) -> &R {
+        &self.response
+    }
+
+    /// The partial batch response, as Lambda gets it.
+    pub fn into_response(self) -> R {
+        self.response
+    }
+
+    /// Every record's outcome, in the order the consumer ran them through the processor
+    /// (Kafka: partition by partition, each in offset order), each named by its
+    /// [`Message::id`] (the `eventID`; Kafka's `TOPIC-PARTITION@OFFSET`). A record after its
+    /// shard's first failure is `NotStarted`.
+    pub fn report(&self) -> &BatchReport {
+        &self.report
+    }
+}
+
+/// The response alone: what Lambda gets.
+impl<R: Serialize> Serialize for Answer<R> {
+    fn serialize<Se: serde::Serializer>(&self, serializer: Se) -> Result<Se::Ok, Se::Error> {
+        self.response.serialize(serializer)
+    }
+}
+
+/// The report of a stream consumer's answer, when `response` is one ([`Answer`] of any of
+/// the three consumers): what [`lambda::serve`](crate::lambda::serve) prints locally.
+pub(crate) fn report_of<R: 'static>(response: &R) -> Option<&BatchReport> {
+    let any = response as &dyn std::any::Any;
+    if let Some(a) = any.downcast_ref::<Answer<KinesisEventResponse>>() {
+        return Some(&a.report);
+    }
+    if let Some(a) = any.downcast_ref::<Answer<DynamoDbEventResponse>>() {
+        return Some(&a.report);
+    }
+    any.downcast_ref::<Answer<Value>>().map(|a| &a.report)
+}
 
 fn kinesis_response(ids: Vec<String>) -> KinesisEventResponse {
     let mut response = KinesisEventResponse::default();
@@ -283,12 +488,13 @@ fn dynamodb_records(payload: Value) -> Result<Vec<Record<String>>, Error> {
 }
 
 /// Reads the event's records, runs them through the processor (ordered lanes per shard) and
-/// returns how the response names each shard's first record that did not succeed.
+/// returns how the response names each shard's first record that did not succeed, with the
+/// batch's report.
 async fn run<S, H, T>(
     processor: &Processor<S, H>,
     event: LambdaEvent<Value>,
     read: fn(Value) -> Result<Vec<Record<T>>, Error>,
-) -> Result<Vec<T>, Error>
+) -> Result<(Vec<T>, BatchReport), Error>
 where
     S: ClaimStore,
     H: Service<Message> + Clone + Send + Sync + 'static,
@@ -325,7 +531,7 @@ where
             failed.push(id);
         }
     }
-    Ok(failed)
+    Ok((failed, report))
 }
 
 fn invalid(what: &str) -> Error {
@@ -620,18 +826,19 @@ fn decode_text(data: &str) -> Result<String, &'static str> {
 }
 
 /// The records of a captured stream batch (Kinesis, DynamoDB Streams or Kafka, told apart by
-/// `eventSource`), as the consumers hand them to the processor; `None` for an event that is
-/// not one of these streams (`ProcessorBuilder::record_keys`, `inspect.rs`).
-pub(crate) fn as_sqs_records(event: &Value) -> Option<Result<Vec<SqsMessage>, Error>> {
+/// `eventSource`), as the consumers hand them to the processor, with their source; `None` for
+/// an event that is not one of these streams (`ProcessorBuilder::record_claims`, `inspect.rs`).
+pub(crate) fn as_sqs_records(event: &Value) -> Option<Result<(Source, Vec<SqsMessage>), Error>> {
     fn messages<T>(
+        source: Source,
         records: Result<Vec<Record<T>>, Error>,
-    ) -> Option<Result<Vec<SqsMessage>, Error>> {
-        Some(records.map(|records| records.into_iter().map(|r| r.message).collect()))
+    ) -> Option<Result<(Source, Vec<SqsMessage>), Error>> {
+        Some(records.map(|records| (source, records.into_iter().map(|r| r.message).collect())))
     }
     if let Some(source) = event.get("eventSource").and_then(Value::as_str)
         && matches!(source, "aws:kafka" | "SelfManagedKafka")
     {
-        return messages(kafka_records(event.clone()));
+        return messages(Source::Kafka, kafka_records(event.clone()));
     }
     let source = event
         .get("Records")?
@@ -640,8 +847,8 @@ pub(crate) fn as_sqs_records(event: &Value) -> Option<Result<Vec<SqsMessage>, Er
         .get("eventSource")?
         .as_str()?;
     match source {
-        "aws:kinesis" => messages(kinesis_records(event.clone())),
-        "aws:dynamodb" => messages(dynamodb_records(event.clone())),
+        "aws:kinesis" => messages(Source::Kinesis, kinesis_records(event.clone())),
+        "aws:dynamodb" => messages(Source::DynamoDbStreams, dynamodb_records(event.clone())),
         _ => None,
     }
 }
@@ -669,6 +876,49 @@ fn canonical(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A DynamoDB Streams record's payload: its image without the key attributes, a `REMOVE`
+    /// told apart, the `Keys` without an image; never the record's own ids and times.
+    #[test]
+    fn a_dynamodb_record_s_payload_is_its_image() {
+        let record = |name: &str, id: &str, seq: &str, ddb: Value| {
+            let mut ddb = ddb;
+            ddb["Keys"] = json!({"pk": {"S": id}});
+            ddb["SequenceNumber"] = json!(seq);
+            json!({"eventID": format!("e-{seq}"), "eventName": name, "dynamodb": ddb}).to_string()
+        };
+        let image = |id: &str, amount: &str| json!({"pk": {"S": id}, "order_id": {"S": "o-1"}, "amount": {"N": amount}});
+        let payload = |body: &str| Source::DynamoDbStreams.fingerprinted(body).into_owned();
+        let first = record("INSERT", "a", "1", json!({"NewImage": image("a", "5")}));
+        let again = record("INSERT", "b", "2", json!({"NewImage": image("b", "5")}));
+        let modify = record("MODIFY", "c", "3", json!({"NewImage": image("c", "5")}));
+        let other = record("INSERT", "d", "4", json!({"NewImage": image("d", "6")}));
+        let removed = record("REMOVE", "e", "5", json!({"OldImage": image("e", "5")}));
+        assert_eq!(
+            payload(&first),
+            r#"{"image":{"amount":{"N":"5"},"order_id":{"S":"o-1"}},"removed":false}"#
+        );
+        assert_eq!(
+            payload(&first),
+            payload(&again),
+            "another item id, one event"
+        );
+        assert_eq!(payload(&first), payload(&modify));
+        assert_ne!(payload(&first), payload(&other), "another amount");
+        assert_ne!(
+            payload(&first),
+            payload(&removed),
+            "a REMOVE is not a write"
+        );
+        let keys_only = record("INSERT", "a", "6", json!({}));
+        assert_eq!(
+            payload(&keys_only),
+            r#"{"keys":{"pk":{"S":"a"}},"removed":false}"#
+        );
+        // Kinesis and Kafka: the body (the decoded `data`, `value`) as it is.
+        assert_eq!(Source::Kinesis.fingerprinted(&first), first);
+        assert_eq!(Source::Kafka.fingerprinted("v"), "v");
+    }
 
     #[test]
     fn item_keys_are_canonical() {

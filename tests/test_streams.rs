@@ -117,7 +117,8 @@ async fn replay<S: ClaimStore>(
                 (_, _, Some(f)) => Ok(f
                     .process(LambdaEvent::new(event, context))
                     .await
-                    .map_err(|e| e.to_string())?),
+                    .map_err(|e| e.to_string())?
+                    .into_response()),
                 _ => unreachable!(),
             }
             .unwrap();
@@ -523,7 +524,8 @@ async fn the_sample_kafka_event_answers_as_documented() {
     let response = kafka
         .process(LambdaEvent::new(event, Context::default()))
         .await
-        .unwrap();
+        .unwrap()
+        .into_response();
     assert_eq!(
         response,
         json!({"batchItemFailures": [
@@ -582,7 +584,8 @@ async fn one_shot_writes_of_different_partitions_are_packed_and_each_stays_in_or
                     let r = kafka
                         .process(LambdaEvent::new(event, Context::default()))
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| e.to_string())?
+                        .into_response();
                     responses.lock().unwrap().push(r.clone());
                     Ok(r)
                 }
@@ -792,5 +795,280 @@ async fn the_captured_events_answer_as_documented() {
             "d#6c3b1e44-825e-4d3f-ac5b-54bc33c3fb0c",
             "d#71ea6128-2485-4d54-9f32-7445cf1592d0"
         ]
+    );
+}
+
+/// Drives `stream` through `mapping` into the consumer of `builder` for `source`; returns how
+/// the mapping went, every response, and every batch's report (`stream::Answer::report`).
+async fn drain_with<H>(
+    builder: sqs_claim::ProcessorBuilder<MemoryStore, H>,
+    source: Source,
+    stream: &Stream,
+    mapping: &Mapping,
+) -> (Drained, Vec<Value>, Vec<sqs_claim::BatchReport>)
+where
+    H: tower::Service<Message, Response = ()> + Clone + Send + Sync + 'static,
+    H::Future: Send + 'static,
+    H::Error: Into<BoxError>,
+{
+    let answers: Arc<Mutex<Vec<(Value, sqs_claim::BatchReport)>>> = Arc::default();
+    let (kinesis, ddb, kafka) = match source {
+        Source::Kinesis => (Some(Kinesis::new(builder).unwrap()), None, None),
+        Source::DynamoDb => (None, Some(DynamoDbStreams::new(builder).unwrap()), None),
+        Source::Kafka => (None, None, Some(Kafka::new(builder).unwrap())),
+    };
+    let drained = mapping
+        .drain(stream, |event| {
+            let (kinesis, ddb, kafka) = (kinesis.clone(), ddb.clone(), kafka.clone());
+            let answers = Arc::clone(&answers);
+            async move {
+                let event = LambdaEvent::new(event, Context::default());
+                let (response, report) = match (kinesis, ddb, kafka) {
+                    (Some(k), _, _) => {
+                        let a = k.process(event).await.map_err(|e| e.to_string())?;
+                        (serde_json::to_value(&a).unwrap(), a.report().clone())
+                    }
+                    (_, Some(d), _) => {
+                        let a = d.process(event).await.map_err(|e| e.to_string())?;
+                        (serde_json::to_value(&a).unwrap(), a.report().clone())
+                    }
+                    (_, _, Some(f)) => {
+                        let a = f.process(event).await.map_err(|e| e.to_string())?;
+                        (serde_json::to_value(&a).unwrap(), a.report().clone())
+                    }
+                    _ => unreachable!(),
+                };
+                answers.lock().unwrap().push((response.clone(), report));
+                Ok(response)
+            }
+        })
+        .await;
+    assert!(
+        !drained.stopped_early,
+        "the mapping did not drain the stream"
+    );
+    let (responses, reports) = answers.lock().unwrap().drain(..).unzip();
+    (drained, responses, reports)
+}
+
+/// One stream of `source` with one shard, and the pointer that keys its records by
+/// `order_id`: Kinesis and Kafka into the decoded payload, DynamoDB Streams into the record's
+/// `NewImage` (each record a new item: its own `id` key attribute, as a producer's retry that
+/// made a new id writes it).
+fn orders(source: Source) -> (Stream, String, &'static str) {
+    match source {
+        Source::Kinesis => (
+            Stream::kinesis("orders"),
+            "shardId-000000000000".to_owned(),
+            "/order_id",
+        ),
+        Source::DynamoDb => {
+            let stream = Stream::dynamodb("orders");
+            let arn = stream.arn();
+            (stream, arn, "/dynamodb/NewImage/order_id/S")
+        }
+        Source::Kafka => (Stream::kafka("orders"), "orders-0".to_owned(), "/order_id"),
+    }
+}
+
+/// An order event as `source` carries it (DynamoDB: an item's attributes).
+fn order(source: Source, id: &str, amount: u32) -> Value {
+    match source {
+        Source::DynamoDb => json!({"order_id": {"S": id}, "amount": {"N": amount.to_string()}}),
+        _ => json!({"order_id": id, "amount": amount}),
+    }
+}
+
+/// A handler that records each order it applies (its `order_id`, read through the pointer).
+fn applying(
+    pointer: &'static str,
+    applied: Arc<Mutex<Vec<String>>>,
+) -> impl tower::Service<Message, Response = (), Error = BoxError, Future: Send + 'static>
++ Clone
++ Send
++ Sync
++ 'static {
+    tower::service_fn(move |msg: Message| {
+        let applied = Arc::clone(&applied);
+        async move {
+            let payload: Value = msg.json()?;
+            let id = payload
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("?");
+            applied.lock().unwrap().push(id.to_owned());
+            Ok::<(), BoxError>(())
+        }
+    })
+}
+
+/// On each source, a producer writes the same event twice, keyed by a pointer into the
+/// payload: the second copy is a duplicate, skipped, and the shard goes on. In batches of 2
+/// the copy comes in a later batch than its first (judged against the completed claim's
+/// fingerprint); in batches of 100 in the same batch (judged against its first copy's).
+#[tokio::test]
+async fn a_producer_duplicate_keyed_by_a_pointer_is_skipped_on_every_source() {
+    common::init_logs();
+    for source in [Source::Kinesis, Source::DynamoDb, Source::Kafka] {
+        for batch_size in [2, 100] {
+            let (mut stream, shard, pointer) = orders(source);
+            let mut seqs = Vec::new();
+            for (id, amount) in [
+                ("o-1", 10),
+                ("o-2", 20),
+                ("o-2", 20),
+                ("o-3", 30),
+                ("o-3", 30),
+                ("o-4", 40),
+            ] {
+                seqs.push(stream.put(&shard, &order(source, id, amount)));
+            }
+            let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+            let builder =
+                Processor::builder(MemoryStore::new(), applying(pointer, Arc::clone(&applied)))
+                    .namespace("orders")
+                    .key(sqs_claim::KeySource::JsonPointer(pointer.into()));
+            let mapping = Mapping {
+                batch_size,
+                max_retry_attempts: Some(2),
+                ..Mapping::default()
+            };
+            let (drained, responses, reports) =
+                drain_with(builder, source, &stream, &mapping).await;
+            let what = format!("{source:?}, batches of {batch_size}");
+            for response in &responses {
+                assert_eq!(
+                    response,
+                    &json!({"batchItemFailures": []}),
+                    "{what}: no record fails"
+                );
+            }
+            assert!(
+                drained.on_failure.is_empty(),
+                "{what}: {:?}",
+                drained.on_failure
+            );
+            assert_eq!(
+                *applied.lock().unwrap(),
+                ["o-1", "o-2", "o-3", "o-4"],
+                "{what}: each order applied once, in order"
+            );
+            let duplicates: usize = reports.iter().map(|r| r.counts().duplicate).sum();
+            assert_eq!(duplicates, 2, "{what}: the second copies were skipped");
+            assert_eq!(
+                drained.invocations,
+                6_usize.div_ceil(batch_size),
+                "{what}: the shard went on without a retry"
+            );
+        }
+    }
+}
+
+/// The same key with another payload (a producer that reused an order id) still fails under
+/// the default `PayloadCheck::Fail`, on every source: reported as its shard's failure, it
+/// stops the shard until the mapping gives the batch up.
+#[tokio::test]
+async fn the_same_key_with_another_payload_still_fails_on_every_source() {
+    common::init_logs();
+    for source in [Source::Kinesis, Source::DynamoDb, Source::Kafka] {
+        let (mut stream, shard, pointer) = orders(source);
+        let seqs: Vec<String> = [("o-1", 10), ("o-2", 20), ("o-2", 25), ("o-3", 30)]
+            .into_iter()
+            .map(|(id, amount)| stream.put(&shard, &order(source, id, amount)))
+            .collect();
+        let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+        let builder =
+            Processor::builder(MemoryStore::new(), applying(pointer, Arc::clone(&applied)))
+                .namespace("orders")
+                .key(sqs_claim::KeySource::JsonPointer(pointer.into()));
+        let mapping = Mapping {
+            batch_size: 100,
+            max_retry_attempts: Some(1),
+            ..Mapping::default()
+        };
+        let (drained, responses, reports) = drain_with(builder, source, &stream, &mapping).await;
+        let what = format!("{source:?}");
+        let named = match source {
+            Source::Kafka => json!({"partition": shard, "offset": seqs[2].parse::<i64>().unwrap()}),
+            _ => json!(seqs[2]),
+        };
+        assert_eq!(
+            responses[0],
+            json!({"batchItemFailures": [{"itemIdentifier": named}]}),
+            "{what}: the mismatch is its shard's failure"
+        );
+        let failed = reports[0]
+            .items()
+            .iter()
+            .find(|i| !i.outcome.is_success())
+            .unwrap();
+        assert!(
+            matches!(&failed.outcome, sqs_claim::Outcome::Failed(f)
+                if f.kind == sqs_claim::FailureKind::PayloadMismatch),
+            "{what}: {:?}",
+            failed.outcome
+        );
+        assert_eq!(
+            drained.on_failure.len(),
+            1,
+            "{what}: {:?}",
+            drained.on_failure
+        );
+        assert_eq!(
+            drained.on_failure[0].start_sequence_number, seqs[2],
+            "{what}"
+        );
+        assert_eq!(*applied.lock().unwrap(), ["o-1", "o-2"], "{what}");
+    }
+}
+
+/// `Message::position`: the sequence number (Kinesis, DynamoDB Streams), the topic-partition
+/// and offset (Kafka), as the partial batch response names the record.
+#[tokio::test]
+async fn a_record_s_position_is_its_sequence_number_or_partition_and_offset() {
+    use sqs_claim::stream::Position;
+    for source in [Source::Kinesis, Source::DynamoDb, Source::Kafka] {
+        let (mut stream, shard, _) = orders(source);
+        let seqs: Vec<String> = (0..3)
+            .map(|i| stream.put(&shard, &order(source, &format!("o-{i}"), i)))
+            .collect();
+        let seen: Arc<Mutex<Vec<Option<Position>>>> = Arc::default();
+        let handler = {
+            let seen = Arc::clone(&seen);
+            tower::service_fn(move |msg: Message| {
+                seen.lock().unwrap().push(msg.position());
+                async { Ok::<(), BoxError>(()) }
+            })
+        };
+        let builder = Processor::builder(MemoryStore::new(), handler).namespace("p");
+        drain_with(builder, source, &stream, &Mapping::default()).await;
+        let expected: Vec<Option<Position>> = seqs
+            .iter()
+            .map(|seq| {
+                Some(match source {
+                    Source::Kafka => Position::Offset {
+                        partition: shard.clone(),
+                        offset: seq.parse().unwrap(),
+                    },
+                    _ => Position::SequenceNumber(seq.clone()),
+                })
+            })
+            .collect();
+        assert_eq!(*seen.lock().unwrap(), expected, "{source:?}");
+        if source == Source::Kafka {
+            let shown = expected[0].as_ref().unwrap().to_string();
+            assert_eq!(shown, format!("orders-0@{}", seqs[0]));
+        }
+    }
+    // An SQS message, a FIFO one with its own `SequenceNumber` too, has none.
+    let mut sqs = sqs_claim::events::SqsMessage::default();
+    sqs.event_source = Some("aws:sqs".into());
+    sqs.attributes
+        .insert("SequenceNumber".into(), "18849496460467696128".into());
+    sqs.attributes.insert("MessageGroupId".into(), "g".into());
+    assert_eq!(Message::new(sqs, None).position(), None);
+    assert_eq!(
+        Message::new(sqs_claim::events::SqsMessage::default(), None).position(),
+        None
     );
 }

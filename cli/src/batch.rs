@@ -2,7 +2,7 @@
 //! Streams), its key as the consumer derives it, and its claim's state; for a stream or a FIFO
 //! queue, each shard's (group's) first record that is not completed, where a retry starts.
 //!
-//! The keys come from the library ([`ProcessorBuilder::record_keys`]) under the consumer's
+//! The keys come from the library ([`ProcessorBuilder::record_claims`]) under the consumer's
 //! settings ([`Settings::configure`]), so they are the keys the consumer claims, byte for byte:
 //! the key source, envelope, namespace and Powertools key format. A record's claim is then
 //! freed or forgotten with `sqs-claim release KEY` or `forget KEY`, the key as printed here.
@@ -12,7 +12,9 @@ use std::time::SystemTime;
 
 use futures::StreamExt;
 use serde_json::Value;
-use sqs_claim::store::{BoxStore, Inspected, StoreAdmin};
+use sqs_claim::claim::PayloadVerdict;
+use sqs_claim::processor::RecordClaim;
+use sqs_claim::store::{BoxStore, Inspected, Status, StoreAdmin};
 use sqs_claim::{MemoryStore, Message, Processor};
 
 use crate::Settings;
@@ -37,6 +39,56 @@ struct Row {
     key: Result<String, String>,
     /// Its claim record, when it has a key and one.
     found: Option<Inspected>,
+    /// How the consumer would claim it (key, payload fingerprint, the record it copies).
+    claim: Option<RecordClaim>,
+    /// The consumer's verdict on its payload, when its key is done: by a completed claim, or
+    /// by an earlier record of this batch with the same key.
+    judged: Option<Judged>,
+}
+
+/// The consumer's verdict on a record whose key is done ([`RecordClaim::judge`]: the
+/// processor's own `PayloadCheck` on the fingerprint it would compare).
+struct Judged {
+    verdict: PayloadVerdict,
+    /// The earlier record of the batch it copies (its index and id), or `None` when it is
+    /// judged against the completed claim.
+    copy_of: Option<(usize, String)>,
+}
+
+impl Judged {
+    /// `duplicate`, `payload_mismatch` or `tolerated_mismatch`.
+    fn word(&self) -> &'static str {
+        match self.verdict {
+            PayloadVerdict::Same => "duplicate",
+            PayloadVerdict::Refused => "payload_mismatch",
+            _ => "tolerated_mismatch",
+        }
+    }
+
+    fn refused(&self) -> bool {
+        self.verdict == PayloadVerdict::Refused
+    }
+
+    /// What the consumer does with the record, in words.
+    fn words(&self) -> String {
+        let first = match &self.copy_of {
+            Some((i, id)) => format!("#{i} ({id}) of this batch"),
+            None => "the completed claim's record".to_owned(),
+        };
+        match self.verdict {
+            PayloadVerdict::Same => {
+                format!("this record is a copy of {first}: duplicate, skipped")
+            }
+            PayloadVerdict::Refused => format!(
+                "this record has the key of {first} with another payload: payload mismatch, \
+                 it fails (PayloadCheck::Fail) and its shard or group waits behind it"
+            ),
+            _ => format!(
+                "this record has the key of {first} with another payload: skipped as a \
+                 duplicate with a warning (PayloadCheck::Warn)"
+            ),
+        }
+    }
 }
 
 impl Row {
@@ -46,6 +98,19 @@ impl Row {
             (Err(_), _) => "no_key",
             (Ok(_), None) => "absent",
             (Ok(_), Some(found)) => state_word(found, now),
+        }
+    }
+
+    /// Whether a retry gets past it: a completed key whose payload the consumer accepts.
+    fn passes(&self, now: SystemTime) -> bool {
+        self.state(now) == "completed" && !self.judged.as_ref().is_some_and(Judged::refused)
+    }
+
+    /// The state, or `payload_mismatch` for a completed key whose payload the consumer refuses.
+    fn progress_word(&self, now: SystemTime) -> &'static str {
+        match &self.judged {
+            Some(j) if j.refused() => "payload_mismatch",
+            _ => self.state(now),
         }
     }
 
@@ -61,6 +126,21 @@ impl Row {
             map.insert("group".into(), self.group.clone().into());
             map.insert("id".into(), self.id.clone().into());
             map.insert("state".into(), self.state(now).into());
+            map.insert(
+                "fingerprint".into(),
+                self.claim
+                    .as_ref()
+                    .and_then(|c| c.fingerprint.clone())
+                    .into(),
+            );
+            map.insert(
+                "copy_of".into(),
+                self.claim.as_ref().and_then(|c| c.copy_of).into(),
+            );
+            map.insert(
+                "verdict".into(),
+                self.judged.as_ref().map(Judged::word).into(),
+            );
         }
         value
     }
@@ -78,7 +158,14 @@ impl Row {
             ),
             (Ok(key), Some(found)) => format!("{key}: {}", state_line(found, now)),
         };
-        format!("#{index} {}{group} {}: {what}\n", self.source, self.id)
+        let judged = self
+            .judged
+            .as_ref()
+            .map_or_else(String::new, |j| format!("; {}", j.words()));
+        format!(
+            "#{index} {}{group} {}: {what}{judged}\n",
+            self.source, self.id
+        )
     }
 }
 
@@ -98,14 +185,14 @@ pub(crate) async fn inspect(
     let event: Value = serde_json::from_str(&text)
         .map_err(|e| Failure::failed(format!("{shown} is not JSON: {e}")))?;
     let builder = consumer_builder(namespace, settings)?;
-    let keys = builder
-        .record_keys(&event)
+    let read = builder
+        .record_claims(&event)
         .map_err(|e| Failure::failed(format!("{shown}: {e}")))?;
     let records = batch_records(&event);
-    let rows: Vec<Row> = futures::stream::iter(records.iter().zip(keys))
-        .map(|(record, key)| async move {
-            let key = match key {
-                Ok(Some(key)) => Ok(key),
+    let mut rows: Vec<Row> = futures::stream::iter(records.iter().zip(read))
+        .map(|(record, claim)| async move {
+            let key = match &claim {
+                Ok(Some(claim)) => Ok(claim.key.clone()),
                 Ok(None) => Err("the record has none (the consumer runs it without \
                                  deduplication: SQS_CLAIM_MISSING_KEY)"
                     .to_owned()),
@@ -125,6 +212,8 @@ pub(crate) async fn inspect(
                 id,
                 key,
                 found,
+                claim: claim.ok().flatten(),
+                judged: None,
             })
         })
         .buffered(READS_AT_ONCE)
@@ -133,6 +222,7 @@ pub(crate) async fn inspect(
         .into_iter()
         .collect::<Result<_, _>>()?;
     let now = SystemTime::now();
+    judge(&mut rows, now);
     match report {
         Some(InspectReport::Json) => {
             let all: Vec<Value> = rows
@@ -155,6 +245,32 @@ pub(crate) async fn inspect(
     }
     eprintln!("{}", summary(&rows, now));
     Ok(())
+}
+
+/// Each record whose key is done, judged as the consumer would judge it: a later copy of a key
+/// of this batch against that earlier record's payload (the consumer makes it follow that
+/// record), any other against its completed claim's (`RecordClaim::judge`).
+fn judge(rows: &mut [Row], now: SystemTime) {
+    for i in 0..rows.len() {
+        let Some(claim) = &rows[i].claim else {
+            continue;
+        };
+        let judged = match claim.copy_of {
+            Some(j) => rows.get(j).map(|first| Judged {
+                verdict: claim.judge(first.claim.as_ref().and_then(|c| c.fingerprint.as_deref())),
+                copy_of: Some((j, first.id.clone())),
+            }),
+            None => rows[i]
+                .found
+                .as_ref()
+                .filter(|f| f.record.status == Status::Completed && f.record.expires_at > now)
+                .map(|f| Judged {
+                    verdict: claim.judge(f.record.fingerprint.as_deref()),
+                    copy_of: None,
+                }),
+        };
+        rows[i].judged = judged;
+    }
 }
 
 /// The consumer's processor settings (key, envelope, namespace, key format), with
@@ -213,7 +329,7 @@ impl tower::Service<Message> for Noop {
 
 /// A record's source, shard or group, and id (its sequence number for a stream), read from
 /// the event as the consumers read them.
-/// The batch's records in the order [`sqs_claim::ProcessorBuilder::record_keys`] answers for them: an
+/// The batch's records in the order [`sqs_claim::ProcessorBuilder::record_claims`] answers for them: an
 /// SQS, Kinesis or DynamoDB Streams event's `Records`; a Kafka event's partitions in turn, each
 /// in offset order, every record given the event's `eventSource` and its `topicPartition`.
 fn batch_records(event: &Value) -> Vec<Value> {
@@ -298,10 +414,7 @@ fn where_each_group_stands(rows: &[Row], now: SystemTime) -> Vec<String> {
                 .enumerate()
                 .filter(|(_, r)| r.group.as_deref() == Some(g))
                 .collect();
-            let done = members
-                .iter()
-                .take_while(|(_, r)| r.state(now) == "completed")
-                .count();
+            let done = members.iter().take_while(|(_, r)| r.passes(now)).count();
             match members.get(done) {
                 None => format!(
                     "{g}: all {} records completed: a retry of this batch skips them all",
@@ -312,7 +425,7 @@ fn where_each_group_stands(rows: &[Row], now: SystemTime) -> Vec<String> {
                      not ({}): a retry runs it and the records after it",
                     members.len(),
                     r.id,
-                    r.state(now)
+                    r.progress_word(now)
                 ),
             }
         })
@@ -343,6 +456,17 @@ fn summary(rows: &[Row], now: SystemTime) -> String {
         line.push_str(
             "\nrelease a stuck claim (held by a worker that is gone) with `sqs-claim release KEY`",
         );
+    }
+    let refused = rows
+        .iter()
+        .filter(|r| r.judged.as_ref().is_some_and(Judged::refused))
+        .count();
+    if refused > 0 {
+        line.push_str(&format!(
+            "\n{refused} record{} would fail as payload_mismatch: its key is done with another \
+             payload (a producer that reused a key, or a fingerprint stored by an older build)",
+            if refused == 1 { "" } else { "s" }
+        ));
     }
     if rows.iter().any(|r| r.state(now) == "completed") {
         line.push_str(

@@ -114,7 +114,11 @@ async fn a_kinesis_batch_shows_each_record_s_claim_and_where_its_shard_stands() 
     let builder =
         Processor::builder(store.clone(), tower::service_fn(wants_json)).namespace("orders-k");
     let consumer = Kinesis::new(builder).expect("a Kinesis consumer");
-    let response = consumer.process(event(&batch)).await.expect("processed");
+    let response = consumer
+        .process(event(&batch))
+        .await
+        .expect("processed")
+        .into_response();
     assert_eq!(response.batch_item_failures.len(), 1, "{response:?}");
 
     let run = sqs_claim(
@@ -229,7 +233,11 @@ async fn a_dynamodb_streams_batch_uses_the_consumer_s_key_source() {
         .namespace("orders-d")
         .key(key);
     let consumer = DynamoDbStreams::new(builder).expect("a DynamoDB Streams consumer");
-    let response = consumer.process(event(&read(&path))).await.expect("ok");
+    let response = consumer
+        .process(event(&read(&path)))
+        .await
+        .expect("ok")
+        .into_response();
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
 
     let env = [
@@ -274,7 +282,8 @@ async fn a_kafka_batch_shows_each_partition_where_it_stands() {
     let response = consumer
         .process(event(&read(&path)))
         .await
-        .expect("processed");
+        .expect("processed")
+        .into_response();
     let failures = response["batchItemFailures"].as_array().expect("failures");
     assert_eq!(failures.len(), 2, "{response}");
 
@@ -351,4 +360,123 @@ fn an_sqs_batch_and_bad_input() {
     // The key form is unchanged.
     let run = sqs_claim(&db, &["inspect", "payments#nothing"], &[]).fails(1, "no record");
     assert!(run.stderr.contains("no claim record"), "{}", run.stderr);
+}
+
+/// A DynamoDB Streams record as a table of orders writes it: an `INSERT` of item `pk`.
+fn order_record(seq: &str, pk: &str, order: &str, amount: u32) -> Value {
+    serde_json::json!({
+        "eventID": format!("event-{seq}"),
+        "eventName": "INSERT",
+        "eventVersion": "1.1",
+        "eventSource": "aws:dynamodb",
+        "awsRegion": "us-east-1",
+        "dynamodb": {
+            "ApproximateCreationDateTime": 1796318333,
+            "Keys": {"pk": {"S": pk}},
+            "NewImage": {
+                "pk": {"S": pk},
+                "order_id": {"S": order},
+                "amount": {"N": amount.to_string()}
+            },
+            "SequenceNumber": seq,
+            "SizeBytes": 40,
+            "StreamViewType": "NEW_AND_OLD_IMAGES"
+        },
+        "eventSourceARN": "arn:aws:dynamodb:us-east-1:000000000000:table/orders/stream/2026-12-05T00:00:00.000"
+    })
+}
+
+/// Keyed by a pointer into the image, a producer's second write of an order (another item,
+/// the same event) is shown as a duplicate that is skipped, and the same order with another
+/// amount as a payload mismatch that stops the shard: what the consumer then does with the
+/// batch, through the same rule (`RecordClaim::judge`).
+#[tokio::test]
+async fn inspect_shows_each_record_s_verdict_as_the_consumer_judges_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let db = dir.path().join("claims.db");
+    sqs_claim(&db, &["init"], &[]).ok("init");
+    let pointer = "/dynamodb/NewImage/order_id/S";
+    let store = SqliteStore::open(&db).expect("open");
+    let builder = Processor::builder(store, tower::service_fn(wants_json))
+        .namespace("orders-p")
+        .key(KeySource::JsonPointer(pointer.into()));
+    let consumer = DynamoDbStreams::new(builder).expect("a DynamoDB Streams consumer");
+    let first = serde_json::json!({"Records": [
+        order_record("100", "a", "o-1", 10),
+        order_record("101", "b", "o-2", 20),
+    ]});
+    let answer = consumer.process(event(&first)).await.expect("processed");
+    assert_eq!(answer.report().counts().processed, 2);
+
+    let second = serde_json::json!({"Records": [
+        order_record("102", "c", "o-2", 20), // o-2 again: a duplicate
+        order_record("103", "d", "o-1", 15), // o-1 with another amount: a mismatch
+        order_record("104", "e", "o-3", 30),
+        order_record("105", "f", "o-3", 30), // a copy of #2 in this batch
+    ]});
+    let path = dir.path().join("second.json");
+    std::fs::write(&path, second.to_string()).expect("write the batch");
+    let file = path.to_str().expect("a path");
+    let env = [
+        ("SQS_CLAIM_NAMESPACE", "orders-p"),
+        ("SQS_CLAIM_KEY", "json:/dynamodb/NewImage/order_id/S"),
+    ];
+    let json = sqs_claim(&db, &["inspect", "--event", file, "--report", "json"], &env)
+        .ok("inspect --event");
+    let all: Value = serde_json::from_str(&json.stdout).expect("JSON");
+    let verdicts: Vec<Value> = all
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["verdict"].clone())
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            Value::from("duplicate"),
+            Value::from("payload_mismatch"),
+            Value::Null,
+            Value::from("duplicate")
+        ],
+        "{}",
+        json.stdout
+    );
+    assert_eq!(all[3]["copy_of"], 2);
+    assert!(all[0]["fingerprint"].is_string());
+    let run = sqs_claim(&db, &["inspect", "--event", file], &env).ok("plain");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].contains("duplicate, skipped"), "{}", run.stdout);
+    assert!(lines[1].contains("payload mismatch"), "{}", run.stdout);
+    assert!(
+        lines[3].contains("a copy of #2 (104) of this batch: duplicate"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "1 of 4 records completed before #1 (103), the first that is not (payload_mismatch)"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr
+            .contains("1 record would fail as payload_mismatch"),
+        "{}",
+        run.stderr
+    );
+
+    // The consumer does what inspect said: #0 skipped, #1 fails and stops the shard.
+    let answer = consumer.process(event(&second)).await.expect("processed");
+    let counts = answer.report().counts();
+    assert_eq!(
+        (counts.duplicate, counts.failed, counts.not_started),
+        (1, 1, 2)
+    );
+    let response = answer.into_response();
+    assert_eq!(response.batch_item_failures.len(), 1);
+    assert_eq!(
+        response.batch_item_failures[0].item_identifier.as_deref(),
+        Some("103")
+    );
 }

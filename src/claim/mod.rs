@@ -48,10 +48,10 @@ mod policy;
 
 pub use format::{KeyFormat, NativeFormat};
 pub use lease::Lease;
-pub use policy::{MissingKey, PayloadCheck};
+pub use policy::{MissingKey, PayloadCheck, PayloadVerdict};
 
 pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, OneShotSink, Recorded, Terms, guarded};
 pub(crate) use format::text;
 pub(crate) use liveness::Liveness;
 pub(crate) use locks::ItemLocks;
-pub(crate) use policy::{Namespace, PayloadVerdict, differs};
+pub(crate) use policy::{Namespace, differs};

@@ -25,15 +25,19 @@ pub enum PayloadCheck {
 }
 
 /// What a key found done means for a payload, under the [`PayloadCheck`]: the one place the
-/// policy is applied.
+/// policy is applied, by both front doors and by an operator's tool
+/// ([`RecordClaim::judge`](crate::processor::RecordClaim::judge), `sqs-claim inspect --event`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PayloadVerdict {
-    /// The same payload, or no fingerprint to compare: a duplicate.
+#[non_exhaustive]
+pub enum PayloadVerdict {
+    /// The same payload, or no fingerprint to compare: a duplicate (the processor skips the
+    /// message, the layer replays the stored response).
     Same,
-    /// Another payload, and the policy refuses it.
+    /// Another payload, and the policy refuses it ([`PayloadCheck::Fail`]): the processor
+    /// fails the message (`payload_mismatch`), the layer answers "another request".
     Refused,
     /// Another payload, and the policy lets it pass as a duplicate, with a warning the front
-    /// door writes.
+    /// door writes ([`PayloadCheck::Warn`]).
     Tolerated,
 }
 

@@ -104,6 +104,14 @@ pub(crate) struct Config {
     /// (the record's `MessageGroupId` is its shard), and a record the consumer could not
     /// decode fails at once.
     pub(super) stream: bool,
+    /// The stream a consumer reads (set with `stream`): what of a record its payload
+    /// fingerprint covers ([`crate::stream::Source`]).
+    #[cfg(feature = "streams")]
+    pub(super) source: Option<crate::stream::Source>,
+    /// Whether the key format selects what of a record it fingerprints itself
+    /// (`PowertoolsFormat`'s validation pointer): the stream source's rule is then not applied.
+    #[cfg(feature = "streams")]
+    pub(super) format_selects_payload: bool,
     /// Payloads offloaded to S3 ([`ProcessorBuilder::large_messages`]).
     #[cfg(feature = "s3")]
     pub(super) large: Option<crate::large::LargeMessages>,
@@ -248,6 +256,16 @@ impl Config {
         if !self.terms.payload_check.fingerprints() {
             return None;
         }
+        // A stream record's payload is what its source says (a DynamoDB Streams record's
+        // image, not the record around it): the one rule for the consumer and for `inspect`.
+        #[cfg(feature = "streams")]
+        if let Some(source) = self.source
+            && !self.format_selects_payload
+        {
+            return self
+                .format
+                .record_fingerprint(record, &source.fingerprinted(payload));
+        }
         self.format.record_fingerprint(record, payload)
     }
 }
@@ -285,6 +303,10 @@ impl Default for Config {
             metrics: None,
             one_shot: false,
             stream: false,
+            #[cfg(feature = "streams")]
+            source: None,
+            #[cfg(feature = "streams")]
+            format_selects_payload: false,
             #[cfg(feature = "s3")]
             large: None,
         }
@@ -340,24 +362,53 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// The stored key of each of `records` as the processor this builder makes would claim
-    /// it, for [`ProcessorBuilder::record_keys`](crate::ProcessorBuilder::record_keys)
-    /// (`inspect.rs`): a stream record the consumer could not decode has none, and why.
-    pub(crate) fn keys_of(
+    /// Each of `records` as the processor this builder makes would claim it, for
+    /// [`ProcessorBuilder::record_claims`](crate::ProcessorBuilder::record_claims)
+    /// (`inspect.rs`): its key and payload fingerprint read as [`Config::read`] reads them for
+    /// the plan (a stream record's under its `source`'s rule), and the first record of the
+    /// batch with the same key, as the plan makes a later copy follow it. A stream record the
+    /// consumer could not decode has no key, and why.
+    pub(crate) fn claims_of(
         &self,
         records: &[aws_lambda_events::sqs::SqsMessage],
-    ) -> Vec<Result<Option<String>, crate::Error>> {
-        let namespace = self.config.namespace.clone().read_env();
+        #[cfg(feature = "streams")] source: Option<crate::stream::Source>,
+    ) -> Vec<Result<Option<super::RecordClaim>, crate::Error>> {
+        #[cfg(feature = "streams")]
+        let config = {
+            let mut config = self.config.clone();
+            if let Some(source) = source {
+                config.stream = true;
+                config.source = Some(source);
+            }
+            config
+        };
+        #[cfg(not(feature = "streams"))]
+        let config = &self.config;
+        let namespace = config.namespace.clone().read_env();
         let context = lambda_runtime::Context::default();
         let namespace = namespace.resolve(&context);
+        let mut first: std::collections::HashMap<String, usize> = Default::default();
         records
             .iter()
-            .map(
-                |record| match record.attributes.get(super::STREAM_UNDECODABLE) {
-                    Some(why) => Err(crate::Error::new(crate::ErrorKind::BadBody, why.clone())),
-                    None => self.config.read(record, &namespace, None).key,
-                },
-            )
+            .enumerate()
+            .map(|(i, record)| {
+                if let Some(why) = record.attributes.get(super::STREAM_UNDECODABLE) {
+                    return Err(crate::Error::new(crate::ErrorKind::BadBody, why.clone()));
+                }
+                let read = config.read(record, &namespace, None);
+                Ok(read.key?.map(|key| {
+                    let copy_of = first.get(&key).copied();
+                    if copy_of.is_none() {
+                        first.insert(key.clone(), i);
+                    }
+                    super::RecordClaim {
+                        key,
+                        fingerprint: read.fingerprint,
+                        copy_of,
+                        check: config.terms.payload_check,
+                    }
+                }))
+            })
             .collect()
     }
 
@@ -398,6 +449,14 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// # }
     /// ```
     pub fn key_format(mut self, format: impl KeyFormat) -> Self {
+        // Powertools' validation names the part of the record it hashes itself (a pointer into
+        // the record, as Powertools' `payload_validation_jmespath` is): a stream consumer hands
+        // it the record as is, so both sides of a shared table hash the same value.
+        #[cfg(all(feature = "streams", feature = "powertools"))]
+        {
+            self.config.format_selects_payload =
+                (&format as &dyn std::any::Any).is::<crate::powertools::PowertoolsFormat>();
+        }
         self.config.format = Arc::new(format);
         self
     }
@@ -615,20 +674,25 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// redelivery delays (a stream's retries are its event source mapping's: retry attempts,
     /// record age, bisection, its on-failure destination).
     #[cfg(feature = "streams")]
-    pub(crate) fn build_stream(mut self, source: &str) -> Result<Processor<S, H>, crate::Error> {
+    pub(crate) fn build_stream(
+        mut self,
+        source: crate::stream::Source,
+    ) -> Result<Processor<S, H>, crate::Error> {
         if self.config.after.divert.is_some() || self.config.after.settle.is_some() {
             return Err(crate::Error::new(
                 crate::ErrorKind::Config,
                 format!(
-                    "a {source} consumer cannot have a failure destination or a redelivery: a \
+                    "a {} consumer cannot have a failure destination or a redelivery: a \
                      stream has no visibility timeout and no per-record delete; its retries \
                      are the event source mapping's (MaximumRetryAttempts, \
                      MaximumRecordAgeInSeconds, BisectBatchOnFunctionError) and what it gives \
-                     up on goes to the mapping's on-failure destination"
+                     up on goes to the mapping's on-failure destination",
+                    source.name()
                 ),
             ));
         }
         self.config.stream = true;
+        self.config.source = Some(source);
         self.config.fifo = FifoMode::PerGroup;
         Ok(self.build())
     }

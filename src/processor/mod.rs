@@ -54,6 +54,7 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::{Instrument, field, info};
 
+pub use crate::inspect::RecordClaim;
 pub use after::{AfterBatch, Finished, Received};
 pub(crate) use config::Config;
 pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};

@@ -122,8 +122,11 @@ impl Stream {
 
     /// Appends a record with `payload` to `shard`; returns its sequence number (increasing
     /// across the stream, all of one width, so they compare as text). Kinesis: the payload's
-    /// JSON text, base64-encoded, is the `data`; DynamoDB: the payload (DynamoDB JSON, e.g.
-    /// `{"amount": {"N": "5"}}`) is the `NewImage`, under the key `{"id": {"S": "<seq>"}}`;
+    /// JSON text, base64-encoded, is the `data`; DynamoDB: an `INSERT` of the item whose
+    /// attributes are the payload (DynamoDB JSON, e.g. `{"amount": {"N": "5"}}`) under the key
+    /// `{"id": {"S": "<seq>"}}` (each record a new item, as a producer's second write of one
+    /// event under a new id is): the `NewImage` is the payload with that key attribute added
+    /// (a payload with an `id` of its own is keyed by it);
     /// Kafka: `shard` is `TOPIC-PARTITION`, the payload's JSON text, base64-encoded, is the
     /// `value`, the key `key-<offset>`, one header `source: testkit`, and the sequence number
     /// is the offset, in decimal (offsets increase within a partition, with gaps as on a
@@ -156,6 +159,12 @@ impl Stream {
             }
             Source::DynamoDb => {
                 let seq = format!("{n:021}");
+                // An image holds the item's key attributes, as DynamoDB's do.
+                let mut image = payload.clone();
+                let mut key = json!({"S": seq});
+                if let Value::Object(attributes) = &mut image {
+                    key = attributes.entry("id").or_insert(key).clone();
+                }
                 json!({
                     "eventID": format!("{:032x}", u128::from(n) * 0x9e37_79b9_7f4a_7c15),
                     "eventName": "INSERT",
@@ -164,8 +173,8 @@ impl Stream {
                     "awsRegion": "us-east-1",
                     "dynamodb": {
                         "ApproximateCreationDateTime": arrival,
-                        "Keys": {"id": {"S": seq}},
-                        "NewImage": payload,
+                        "Keys": {"id": key},
+                        "NewImage": image,
                         "SequenceNumber": seq,
                         "SizeBytes": 26,
                         "StreamViewType": "NEW_AND_OLD_IMAGES",

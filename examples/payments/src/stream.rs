@@ -444,6 +444,39 @@ mod tests {
         }
     }
 
+    /// A producer that writes the same payment twice (two records, one order): the second is
+    /// a duplicate, skipped, and its shard goes on; nothing is given up.
+    #[tokio::test]
+    async fn a_payment_the_producer_wrote_twice_is_credited_once_and_the_shard_goes_on() {
+        for source in SOURCES {
+            let ledger = MemoryLedger::new();
+            let stream = stream_of(
+                source,
+                &shards(source)[..1],
+                &[
+                    ("o-1", "acct-a", 100),
+                    ("o-2", "acct-b", 20),
+                    ("o-1", "acct-a", 100),
+                    ("o-3", "acct-a", 3),
+                    ("o-2", "acct-b", 20),
+                ],
+            );
+            let mapping = Mapping {
+                batch_size: 10,
+                max_retry_attempts: Some(2),
+                ..Mapping::default()
+            };
+            let drained = drain(source, &ledger, &stream, &mapping).await;
+            assert!(drained.on_failure.is_empty(), "{source}: nothing given up");
+            assert_eq!(drained.invocations, 1, "{source}: one batch, no retry");
+            assert_eq!(
+                ledger.balances().await.expect("balances"),
+                vec![("acct-a".to_owned(), 103), ("acct-b".to_owned(), 20)],
+                "{source}: each order credited once"
+            );
+        }
+    }
+
     /// A record whose payment does not parse stops its shard (the records after it wait), and
     /// credits nothing; the mapping gives the batch up after its retries.
     #[tokio::test]
