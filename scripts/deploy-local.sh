@@ -57,6 +57,12 @@ WAIT="${SQS_CLAIM_DEPLOY_WAIT:-120}"
 [[ "$STACK" =~ ^[A-Za-z][A-Za-z0-9-]{0,100}$ ]] || die "SQS_CLAIM_DEPLOY_STACK '$STACK' is not a stack name"
 [[ "$WAIT" =~ ^[0-9]+$ ]] || die "SQS_CLAIM_DEPLOY_WAIT must be a number of seconds, got '$WAIT'"
 
+STREAMS="${SQS_CLAIM_DEPLOY_STREAMS:-on}"
+case "$STREAMS" in
+    on | off) ;;
+    *) die "SQS_CLAIM_DEPLOY_STREAMS must be on or off, got '$STREAMS'" ;;
+esac
+
 # ------------------------------------------------------------------------------- ministack
 if [[ -n "${SQS_CLAIM_DEPLOY_ENDPOINT:-}" ]]; then
     ENDPOINT="$SQS_CLAIM_DEPLOY_ENDPOINT"
@@ -106,12 +112,6 @@ on_term() {
 }
 trap cleanup EXIT
 trap on_term TERM INT
-
-STREAMS="${SQS_CLAIM_DEPLOY_STREAMS:-on}"
-case "$STREAMS" in
-    on | off) ;;
-    *) die "SQS_CLAIM_DEPLOY_STREAMS must be on or off, got '$STREAMS'" ;;
-esac
 
 # binary NAME VAR: the binary NAME, from $VAR when it names one, else built; stripped into
 # $tmp/NAME/bootstrap.
