@@ -1072,3 +1072,41 @@ async fn a_record_s_position_is_its_sequence_number_or_partition_and_offset() {
         None
     );
 }
+
+/// A `PowertoolsFormat` with a validation pointer hashes what that pointer selects from the
+/// record as Powertools sees it (`dynamodb.NewImage.amount`), not the consumer's image rule:
+/// the same amount under another item id is a duplicate, another amount a mismatch.
+#[cfg(feature = "powertools")]
+#[tokio::test]
+async fn a_powertools_validation_pointer_reads_the_dynamodb_record_as_powertools_does() {
+    use sqs_claim::powertools::{PowertoolsFormat, RecordPayload};
+    let (mut stream, shard, pointer) = orders(Source::DynamoDb);
+    let seqs: Vec<String> = [("o-1", 10), ("o-1", 10), ("o-1", 11)]
+        .into_iter()
+        .map(|(id, amount)| stream.put(&shard, &order(Source::DynamoDb, id, amount)))
+        .collect();
+    let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let format = PowertoolsFormat::new("orders-fn", "app.record_handler")
+        .with_record_validation(RecordPayload::BodyJson("/dynamodb/NewImage/amount".into()));
+    let builder = Processor::builder(MemoryStore::new(), applying(pointer, Arc::clone(&applied)))
+        .key(sqs_claim::KeySource::JsonPointer(pointer.into()))
+        .key_format(format);
+    let mapping = Mapping {
+        batch_size: 1,
+        max_retry_attempts: Some(0),
+        ..Mapping::default()
+    };
+    let (drained, responses, _) = drain_with(builder, Source::DynamoDb, &stream, &mapping).await;
+    assert_eq!(
+        responses[1],
+        json!({"batchItemFailures": []}),
+        "the same amount"
+    );
+    assert_eq!(
+        responses[2],
+        json!({"batchItemFailures": [{"itemIdentifier": seqs[2]}]}),
+        "another amount"
+    );
+    assert_eq!(drained.given_up(&stream), [seqs[2].clone()]);
+    assert_eq!(*applied.lock().unwrap(), ["o-1"]);
+}

@@ -71,21 +71,25 @@ impl Judged {
 
     /// What the consumer does with the record, in words.
     fn words(&self) -> String {
-        let first = match &self.copy_of {
-            Some((i, id)) => format!("#{i} ({id}) of this batch"),
-            None => "the completed claim's record".to_owned(),
+        let (same, other) = match &self.copy_of {
+            Some((i, id)) => (
+                format!("a copy of #{i} ({id}) of this batch"),
+                format!("the key of #{i} ({id}) of this batch with another payload"),
+            ),
+            None => (
+                "the completed claim's payload".to_owned(),
+                "the completed claim's key with another payload".to_owned(),
+            ),
         };
         match self.verdict {
-            PayloadVerdict::Same => {
-                format!("this record is a copy of {first}: duplicate, skipped")
-            }
+            PayloadVerdict::Same => format!("this record: {same}: duplicate, skipped"),
             PayloadVerdict::Refused => format!(
-                "this record has the key of {first} with another payload: payload mismatch, \
-                 it fails (PayloadCheck::Fail) and its shard or group waits behind it"
+                "this record: {other}: payload mismatch, it fails (PayloadCheck::Fail) and its \
+                 shard or group waits behind it"
             ),
             _ => format!(
-                "this record has the key of {first} with another payload: skipped as a \
-                 duplicate with a warning (PayloadCheck::Warn)"
+                "this record: {other}: skipped as a duplicate with a warning \
+                 (PayloadCheck::Warn)"
             ),
         }
     }

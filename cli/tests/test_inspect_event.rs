@@ -446,7 +446,16 @@ async fn inspect_shows_each_record_s_verdict_as_the_consumer_judges_it() {
     let run = sqs_claim(&db, &["inspect", "--event", file], &env).ok("plain");
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert!(lines[0].contains("duplicate, skipped"), "{}", run.stdout);
-    assert!(lines[1].contains("payload mismatch"), "{}", run.stdout);
+    assert!(
+        lines[0].contains("this record: the completed claim's payload: duplicate, skipped"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        lines[1].contains("payload mismatch, it fails"),
+        "{}",
+        run.stdout
+    );
     assert!(
         lines[3].contains("a copy of #2 (104) of this batch: duplicate"),
         "{}",
