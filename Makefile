@@ -131,9 +131,11 @@ watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke co
 
 # make deploy-local: template.yaml deployed onto the stand-ins' ministack as a CloudFormation stack
 # (its parameters' defaults; SQS_CLAIM_DEPLOY_PARAMS="Key=Value ..." overrides), fed payments with
-# duplicates and a body that does not parse, checked (balances, the DLQ and its reason), deleted.
+# duplicates and a body that does not parse, checked (balances, the DLQ and its reason), deleted;
+# then examples/streams/template.yaml (the stream-consumer on Kinesis and DynamoDB Streams; each
+# record credited once), unless SQS_CLAIM_DEPLOY_STREAMS=off.
 # SQS_CLAIM_DEPLOY_ENDPOINT=http://127.0.0.1:PORT uses another ministack (docs/deploy.md).
-deploy-local: ## Deploy template.yaml onto ministack (no AWS account), feed it, check balances and DLQ, delete it
+deploy-local: ## Deploy template.yaml and the streams template onto ministack (no AWS account), feed them, check, delete them
 	CARGO="$(CARGO)" scripts/deploy-local.sh
 
 deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time; docs/deploy.md)

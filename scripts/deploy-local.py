@@ -24,6 +24,15 @@ script a Python with boto3 and PyYAML. What it does, in order:
  7. deletes the stack, what the template retains on deletion, and the buckets, whatever happened,
     and checks that nothing named after the stack is left.
 
+With --streams it deploys examples/streams/template.yaml instead (the `stream-consumer` binary,
+one function per source), and in place of steps 4 to 6: puts payments on the stack's Kinesis
+stream (two of them written twice by the producer, later the whole lot again) and new orders
+into its orders table (INSERTs, then an update and a delete of one of them), waits until the
+accounts table holds the expected balances, and checks that they stay so (each record credited
+once, each order's claim completed; updates and deletes credit nothing). ministack's stream
+mappings ignore partial batch responses (they go on past every batch) and it has no Kafka
+poller: what is checked is what they deliver, each record once.
+
 Where ministack differs from CloudFormation it says so (lines starting "ministack:") and works
 around it without changing what the template means:
  * its YAML reader refuses `!Contains`: the template is sent as JSON with `Fn::` long forms
@@ -239,7 +248,7 @@ def strings_in(mapping: dict) -> dict:
 def fix_event_source_mappings(lam, function: str) -> None:
     """ministack keeps the mapping's numbers as strings; send them again, same values, as numbers."""
     mappings = raw_mappings(lam, function)
-    check(len(mappings) >= 1, f"the function has its SQS event source mapping ({len(mappings)})")
+    check(len(mappings) >= 1, f"function {function} has its event source mapping ({len(mappings)})")
     for m in mappings:
         found = strings_in(m)
         if not found:
@@ -464,6 +473,128 @@ def large_message_check(c: dict, outputs: dict, bucket: str, deletes: bool, expe
     check(not dead, f"nothing of it went to the dead-letter queue (holds {len(dead)})")
 
 
+# ----------------------------------------------------------------------------------- streams
+
+def count_completed_claims(ddb, table: str, prefix: str) -> int:
+    """Claims of the namespace `prefix` whose status is COMPLETED."""
+    n = 0
+    kwargs = {"TableName": table, "ConsistentRead": True}
+    while True:
+        out = ddb.scan(**kwargs)
+        n += sum(1 for i in out.get("Items", [])
+                 if i.get("id", {}).get("S", "").startswith(prefix + "#")
+                 and i.get("status", {}).get("S") == "COMPLETED")
+        if "LastEvaluatedKey" not in out:
+            return n
+        kwargs["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def wait_balances(ddb, table: str, want: dict, wait: float, what: str) -> None:
+    """Waits until the balances are `want` (each feed ends with a fresh payment after the
+    records it checks, on the same shard, so reaching `want` means those were delivered), then
+    checks they stay so (a credit applied twice would show within a few polls)."""
+    t0 = time.monotonic()
+    while True:
+        balances = scan_balances(ddb, table)
+        if balances == want:
+            break
+        if any(balances.get(a, 0) > v for a, v in want.items()) or time.monotonic() - t0 > wait:
+            raise CheckFailed(f"{what}: balances {json.dumps(balances, sort_keys=True)}, want "
+                              f"{json.dumps(want, sort_keys=True)} (after {time.monotonic() - t0:.1f} s)")
+        time.sleep(0.5)
+    log(f"{what}: delivered in {time.monotonic() - t0:.1f} s")
+    time.sleep(2)
+    balances = scan_balances(ddb, table)
+    check(balances == want, f"{what}: each record credited once, and it stays so: "
+                            f"{json.dumps(want, sort_keys=True)}")
+
+
+def streams_stack_check(c: dict, outputs: dict, wait: float) -> None:
+    """The stream functions as deployed, their mappings, then the feed (streams_check)."""
+    missing = [k for k in ("ClaimsTableName", "AccountsTableName", "KinesisStreamName", "OrdersTableName",
+                           "KinesisConsumerName", "DynamoDbConsumerName") if k not in outputs]
+    check(not missing, "the stack's outputs name the tables, the stream and the two functions"
+                       + (f" (missing {missing})" if missing else ""))
+    for output, source in (("KinesisConsumerName", "kinesis"), ("DynamoDbConsumerName", "dynamodb")):
+        fn = c["lam"].get_function_configuration(FunctionName=outputs[output])
+        env = (fn.get("Environment") or {}).get("Variables", {})
+        check(fn.get("Runtime") == "provided.al2023" and fn.get("Handler") == "bootstrap"
+              and env.get("STREAM_SOURCE") == source
+              and env.get("CLAIMS_TABLE") == outputs["ClaimsTableName"]
+              and env.get("ACCOUNTS_TABLE") == outputs["AccountsTableName"],
+              f"function {fn['FunctionName']}: {fn.get('Runtime')}, STREAM_SOURCE={source}, the "
+              f"stack's claims and accounts tables, NAMESPACE={env.get('NAMESPACE')}")
+        fix_event_source_mappings(c["lam"], outputs[output])
+        for m in c["lam"].list_event_source_mappings(FunctionName=outputs[output])["EventSourceMappings"]:
+            log(f"  mapping {m['UUID']}: {m.get('EventSourceArn')}, StartingPosition "
+                f"{m.get('StartingPosition')}, FunctionResponseTypes {m.get('FunctionResponseTypes')}, "
+                f"FilterCriteria {json.dumps(m.get('FilterCriteria'))}")
+    streams_check(c, outputs, wait)
+
+
+def streams_check(c: dict, outputs: dict, wait: float) -> None:
+    """Feeds the Kinesis stream and the orders table through ministack's stream mappings."""
+    ddb, kinesis = c["ddb"], c["kinesis"]
+    accounts, claims = outputs["AccountsTableName"], outputs["ClaimsTableName"]
+    stream, orders = outputs["KinesisStreamName"], outputs["OrdersTableName"]
+    run = uuid.uuid4().hex[:6]
+
+    def pay(order: str, account: str, cents: int) -> dict:
+        return {"order_id": f"st-{run}-{order}", "account": account, "amount_cents": cents}
+
+    # Kinesis: six payments, two of them written twice by the producer (records of their own,
+    # the same order), in two calls. One partition key: one shard, in order, so the last
+    # payment's credit says the records before it were delivered.
+    k = [pay("k1", "acct-alice", 1250), pay("k2", "acct-bob", 700), pay("k3", "acct-alice", 300),
+         pay("k4", "acct-carol", 5), pay("k5", "acct-bob", 45), pay("k6", "acct-alice", 1)]
+    want = {"acct-alice": 1250 + 300 + 1, "acct-bob": 700 + 45, "acct-carol": 5}
+
+    def put(payments: list[dict]) -> None:
+        out = kinesis.put_records(StreamName=stream, Records=[
+            {"Data": json.dumps(p).encode(), "PartitionKey": run} for p in payments])
+        check(not out.get("FailedRecordCount"), f"PutRecords took {len(payments)} records")
+
+    put(k[:4] + [k[0]])
+    put([k[2], k[4], k[5]])
+    wait_balances(ddb, accounts, want, wait,
+                  "Kinesis: 6 payments, 2 of them written twice by the producer")
+    # The same payments again, later (a producer resending, a stream read again), then a new one.
+    put(k + [pay("k7", "acct-frank", 70)])
+    want["acct-frank"] = 70
+    wait_balances(ddb, accounts, want, wait, "Kinesis: the 6 payments written again later, then a 7th")
+    check(count_completed_claims(ddb, claims, "orders-kinesis") == len(k) + 1,
+          f"{len(k) + 1} claims completed in namespace orders-kinesis (one per order)")
+
+    # DynamoDB Streams: four new orders (INSERTs), then an update of one and a delete of another,
+    # then a fifth order.
+    d = [pay("d1", "acct-dave", 400), pay("d2", "acct-erin", 30), pay("d3", "acct-dave", 2),
+         pay("d4", "acct-erin", 9), pay("d5", "acct-gina", 8)]
+
+    def insert(i: int) -> None:
+        p = d[i]
+        ddb.put_item(TableName=orders, Item={
+            "id": {"S": f"{run}-{i}"}, "order_id": {"S": p["order_id"]},
+            "account": {"S": p["account"]}, "amount_cents": {"N": str(p["amount_cents"])}})
+
+    for i in range(4):
+        insert(i)
+    want.update({"acct-dave": 400 + 2, "acct-erin": 30 + 9})
+    wait_balances(ddb, accounts, want, wait, "DynamoDB Streams: 4 new orders (INSERT)")
+    ddb.update_item(TableName=orders, Key={"id": {"S": f"{run}-0"}},
+                    UpdateExpression="SET amount_cents = :a", ExpressionAttributeValues={":a": {"N": "999"}})
+    ddb.delete_item(TableName=orders, Key={"id": {"S": f"{run}-1"}})
+    insert(4)
+    want["acct-gina"] = 8
+    wait_balances(ddb, accounts, want, wait, "DynamoDB Streams: an order updated (MODIFY) and one "
+                                             "deleted (REMOVE) credit nothing; a 5th order is credited")
+    check(count_completed_claims(ddb, claims, "orders-table-stream") == len(d),
+          f"{len(d)} claims completed in namespace orders-table-stream (one per order)")
+    note("its Kinesis and DynamoDB Streams mappings go on past every batch whatever the partial "
+         "batch response says, and it has no Kafka poller: checked is what they deliver, each "
+         "record credited once (the checkpoint rules are tests/test_streams.rs's, on the test "
+         "kit's stand-in)")
+
+
 # ------------------------------------------------------------------------------ the clean-up
 
 def leftovers(session_clients: dict, stack: str, buckets: list[str]) -> list[str]:
@@ -478,6 +609,9 @@ def leftovers(session_clients: dict, stack: str, buckets: list[str]) -> list[str
              if b["Name"] in buckets or b["Name"].startswith(stack.lower())]
     left += [f"log group {g['logGroupName']}" for g in
              logs.describe_log_groups().get("logGroups", []) if stack in g["logGroupName"]]
+    if "kinesis" in session_clients:
+        left += [f"stream {n}" for n in
+                 session_clients["kinesis"].list_streams().get("StreamNames", []) if n.startswith(stack)]
     left += [f"stack {s['StackName']} ({s['StackStatus']})" for s in
              cfn.list_stacks().get("StackSummaries", [])
              if s["StackName"] == stack and s["StackStatus"] != "DELETE_COMPLETE"]
@@ -518,6 +652,15 @@ def clean_up(c: dict, stack: str, buckets: list[str], template: dict, created: b
                      f"{function} with DeleteFunction first, which stops it")
             except Exception as e:  # noqa: BLE001
                 log(f"clean-up: DeleteFunction {function}: {e}")
+            # A function without a log group of the template's writes to the one Lambda makes,
+            # /aws/lambda/<function>: the stack does not own it (on AWS either); delete it.
+            group = f"/aws/lambda/{function}"
+            try:
+                if c["logs"].describe_log_groups(logGroupNamePrefix=group).get("logGroups"):
+                    c["logs"].delete_log_group(logGroupName=group)
+                    log(f"deleted log group {group} (Lambda's own: DeleteStack keeps it, as on AWS)")
+            except Exception as e:  # noqa: BLE001
+                log(f"clean-up: log group {group}: {e}")
         try:
             c["cfn"].delete_stack(StackName=stack)
             wait_stack(c["cfn"], stack, "DELETE_COMPLETE", 120)
@@ -577,6 +720,8 @@ def main() -> int:
     ap.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
                     help="a parameter override (by default only LargePayloadBucket and DeleteLargePayloads are set)")
     ap.add_argument("--wait", type=float, default=120, help="seconds to wait for the queue to empty")
+    ap.add_argument("--streams", action="store_true",
+                    help="the template is examples/streams/template.yaml: feed its stream and table")
     args = ap.parse_args()
 
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, through the clean-up below.
@@ -590,7 +735,8 @@ def main() -> int:
         return session.client(name, endpoint_url=args.endpoint, config=cfg)
 
     c = {"sqs": client("sqs"), "ddb": client("dynamodb"), "lam": client("lambda"),
-         "s3": client("s3"), "cfn": client("cloudformation"), "logs": client("logs")}
+         "s3": client("s3"), "cfn": client("cloudformation"), "logs": client("logs"),
+         "kinesis": client("kinesis")}
     stack = args.stack
     bucket = f"{stack}-code"
     # The large payloads' bucket, of its own (the template's LargePayloadBucket pattern: lower case).
@@ -611,7 +757,7 @@ def main() -> int:
         params["LargePayloadBucket"] = payloads
         if "DeleteLargePayloads" in (template.get("Parameters") or {}):
             params.setdefault("DeleteLargePayloads", "true")
-    else:
+    elif not args.streams:
         log("large messages: not checked (LargePayloadBucket given as a parameter, or not in the template)")
     deletes = params.get("DeleteLargePayloads") == "true"
     unknown = sorted(set(params) - set(template.get("Parameters") or {}))
@@ -654,24 +800,27 @@ def main() -> int:
         log(f"created in {time.monotonic() - t0:.1f} s; outputs: {json.dumps(outputs, sort_keys=True)}")
         resources = c["cfn"].list_stack_resources(StackName=stack)["StackResourceSummaries"]
         log("resources: " + ", ".join(f"{r['LogicalResourceId']} ({r['ResourceType']})" for r in resources))
-        missing = [k for k in ("InputQueueUrl", "DeadLetterQueueUrl", "AccountsTableName",
-                               "ConsumerFunctionName") if k not in outputs]
-        check(not missing, f"the stack's outputs name the input queue, DLQ, accounts table and function"
-                           + (f" (missing {missing})" if missing else ""))
-        fn = c["lam"].get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
-        env = (fn.get("Environment") or {}).get("Variables", {})
-        check(fn.get("Runtime") == "provided.al2023" and fn.get("Handler") == "bootstrap",
-              f"function {fn['FunctionName']}: {fn.get('Runtime')}, handler {fn.get('Handler')}, "
-              f"timeout {fn.get('Timeout')} s, memory {fn.get('MemorySize')} MB")
-        check(env.get("SQS_CLAIM_FAILURE_QUEUE_URL") == outputs["DeadLetterQueueUrl"]
-              and env.get("SQS_CLAIM_ACCOUNTS_TABLE") == outputs["AccountsTableName"],
-              "its environment names the stack's DLQ as failure queue and the stack's accounts table")
-        fix_event_source_mappings(c["lam"], outputs["ConsumerFunctionName"])
-        expected = feed_and_check(c["sqs"], c["ddb"], outputs, args.wait)
-        if large:
-            log(f"large messages: function environment "
-                + json.dumps({k: v for k, v in env.items() if "LARGE" in k or "OFFLOAD" in k}, sort_keys=True))
-            large_message_check(c, outputs, payloads, deletes, expected, args.wait)
+        if args.streams:
+            streams_stack_check(c, outputs, args.wait)
+        else:
+            missing = [k for k in ("InputQueueUrl", "DeadLetterQueueUrl", "AccountsTableName",
+                                   "ConsumerFunctionName") if k not in outputs]
+            check(not missing, f"the stack's outputs name the input queue, DLQ, accounts table and function"
+                               + (f" (missing {missing})" if missing else ""))
+            fn = c["lam"].get_function_configuration(FunctionName=outputs["ConsumerFunctionName"])
+            env = (fn.get("Environment") or {}).get("Variables", {})
+            check(fn.get("Runtime") == "provided.al2023" and fn.get("Handler") == "bootstrap",
+                  f"function {fn['FunctionName']}: {fn.get('Runtime')}, handler {fn.get('Handler')}, "
+                  f"timeout {fn.get('Timeout')} s, memory {fn.get('MemorySize')} MB")
+            check(env.get("SQS_CLAIM_FAILURE_QUEUE_URL") == outputs["DeadLetterQueueUrl"]
+                  and env.get("SQS_CLAIM_ACCOUNTS_TABLE") == outputs["AccountsTableName"],
+                  "its environment names the stack's DLQ as failure queue and the stack's accounts table")
+            fix_event_source_mappings(c["lam"], outputs["ConsumerFunctionName"])
+            expected = feed_and_check(c["sqs"], c["ddb"], outputs, args.wait)
+            if large:
+                log(f"large messages: function environment "
+                    + json.dumps({k: v for k, v in env.items() if "LARGE" in k or "OFFLOAD" in k}, sort_keys=True))
+                large_message_check(c, outputs, payloads, deletes, expected, args.wait)
         ok = True
     except CheckFailed as e:
         log(f"FAILED: {e}")

@@ -3,7 +3,9 @@
 # expanded by ministack), feed it payments with duplicates and a body that does not parse, check
 # the balances and the dead-letter queue, then a payment too large for SQS offloaded to S3 as the
 # extended clients do (LargePayloadBucket, DeleteLargePayloads=true), delete the stack and the
-# buckets. No AWS account; nothing left behind.
+# buckets. Then the same for examples/streams/template.yaml (the `stream-consumer` binary): its
+# Kinesis stream and its orders table's DynamoDB stream fed through ministack's stream mappings,
+# each record credited once. No AWS account; nothing left behind.
 #
 #   1. builds the `consumer` binary for this host (ministack runs a `provided.al2023` function's
 #      `bootstrap` as a local process) and strips a copy into a temp dir;
@@ -33,6 +35,9 @@
 #   SQS_CLAIM_DEPLOY_BINARY    a consumer binary already built for this host: no build (CI
 #                              passes the one `make test` built, which has other features
 #                              unified and would otherwise be built again)
+#   SQS_CLAIM_DEPLOY_STREAMS   `off`: deploy template.yaml only, not examples/streams/template.yaml
+#   SQS_CLAIM_DEPLOY_STREAM_BINARY  a stream-consumer binary already built for this host: no
+#                              build (as SQS_CLAIM_DEPLOY_BINARY for the consumer)
 #   SQS_CLAIM_CACHE            cache dir for the venv (default ~/.cache/sqs-claim)
 #   SQS_CLAIM_PYTHON           python used to make the venv (default python3)
 #   CARGO                      cargo (default cargo)
@@ -51,6 +56,12 @@ STACK="${SQS_CLAIM_DEPLOY_STACK:-sqs-claim-local-$(od -An -N4 -tx4 /dev/urandom 
 WAIT="${SQS_CLAIM_DEPLOY_WAIT:-120}"
 [[ "$STACK" =~ ^[A-Za-z][A-Za-z0-9-]{0,100}$ ]] || die "SQS_CLAIM_DEPLOY_STACK '$STACK' is not a stack name"
 [[ "$WAIT" =~ ^[0-9]+$ ]] || die "SQS_CLAIM_DEPLOY_WAIT must be a number of seconds, got '$WAIT'"
+
+STREAMS="${SQS_CLAIM_DEPLOY_STREAMS:-on}"
+case "$STREAMS" in
+    on | off) ;;
+    *) die "SQS_CLAIM_DEPLOY_STREAMS must be on or off, got '$STREAMS'" ;;
+esac
 
 # ------------------------------------------------------------------------------- ministack
 if [[ -n "${SQS_CLAIM_DEPLOY_ENDPOINT:-}" ]]; then
@@ -102,31 +113,57 @@ on_term() {
 trap cleanup EXIT
 trap on_term TERM INT
 
-if [[ -n "${SQS_CLAIM_DEPLOY_BINARY:-}" ]]; then
-    [[ -x "$SQS_CLAIM_DEPLOY_BINARY" ]] || die "SQS_CLAIM_DEPLOY_BINARY=$SQS_CLAIM_DEPLOY_BINARY is not an executable"
-    log "the consumer: $SQS_CLAIM_DEPLOY_BINARY (SQS_CLAIM_DEPLOY_BINARY; not built)"
-    cp "$SQS_CLAIM_DEPLOY_BINARY" "$tmp/bootstrap"
-else
-    # The same features as `make build`.
-    log "building the consumer ($CARGO build --workspace --all-features --bin consumer)"
-    "$CARGO" build --workspace --all-features --bin consumer >&2
-    target_dir="$("$CARGO" metadata --format-version 1 --no-deps |
-        "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
-    [[ -x "$target_dir/debug/consumer" ]] || die "no $target_dir/debug/consumer after the build"
-    cp "$target_dir/debug/consumer" "$tmp/bootstrap"
-fi
-strip "$tmp/bootstrap" 2>/dev/null || log "strip failed or is missing: uploading the binary unstripped"
+# binary NAME VAR: the binary NAME, from $VAR when it names one, else built; stripped into
+# $tmp/NAME/bootstrap.
+binary() {
+    local name=$1 var=$2 given="${!2:-}"
+    mkdir -p "$tmp/$name"
+    if [[ -n "$given" ]]; then
+        [[ -x "$given" ]] || die "$var=$given is not an executable"
+        log "the $name binary: $given ($var; not built)"
+        cp "$given" "$tmp/$name/bootstrap"
+    else
+        # The same features as `make build`.
+        log "building $name ($CARGO build --workspace --all-features --bin $name)"
+        "$CARGO" build --workspace --all-features --bin "$name" >&2
+        local target_dir
+        target_dir="$("$CARGO" metadata --format-version 1 --no-deps |
+            "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')"
+        [[ -x "$target_dir/debug/$name" ]] || die "no $target_dir/debug/$name after the build"
+        cp "$target_dir/debug/$name" "$tmp/$name/bootstrap"
+    fi
+    strip "$tmp/$name/bootstrap" 2>/dev/null || log "strip failed or is missing: uploading $name unstripped"
+}
+binary consumer SQS_CLAIM_DEPLOY_BINARY
+[[ "$STREAMS" == off ]] || binary stream-consumer SQS_CLAIM_DEPLOY_STREAM_BINARY
 
 # ---------------------------------------------------------------------------------- the run
-args=(--endpoint "$ENDPOINT" --template template.yaml --binary "$tmp/bootstrap" --stack "$STACK" --wait "$WAIT")
+# run ARGS...: scripts/deploy-local.py with ARGS, in the background so a TERM reaches it.
+run() {
+    local rc
+    set +e
+    "$VENV/bin/python" scripts/deploy-local.py "$@" &
+    child=$!
+    wait "$child"
+    rc=$?
+    child=""
+    set -e
+    return "$rc"
+}
+
+args=(--endpoint "$ENDPOINT" --template template.yaml --binary "$tmp/consumer/bootstrap" --stack "$STACK" --wait "$WAIT")
 read -r -a overrides <<<"${SQS_CLAIM_DEPLOY_PARAMS:-}"
 for p in "${overrides[@]}"; do args+=(--parameter "$p"); done
 log "stack $STACK on $ENDPOINT"
-set +e
-"$VENV/bin/python" scripts/deploy-local.py "${args[@]}" &
-child=$!
-wait "$child"
-rc=$?
-set -e
+rc=0
+run "${args[@]}" || rc=$?
+if [[ "$STREAMS" == off ]]; then
+    log "examples/streams/template.yaml: not deployed (SQS_CLAIM_DEPLOY_STREAMS=off)"
+else
+    log "stack $STACK-streams on $ENDPOINT (examples/streams/template.yaml)"
+    run --endpoint "$ENDPOINT" --template examples/streams/template.yaml --streams \
+        --binary "$tmp/stream-consumer/bootstrap" --binary-name stream-consumer \
+        --stack "$STACK-streams" --wait "$WAIT" || rc=$?
+fi
 log "$( ((rc == 0)) && echo passed || echo FAILED) in $((SECONDS - started)) s in all (build included)"
 exit "$rc"

@@ -27,6 +27,7 @@
 //! | the body, and its validation | [`Payment`] |
 //! | the handler | [`PaymentHandler`] |
 //! | settings from the environment (every consumer's, from [`sqs_claim::settings`], and the accounts table) | [`config`] |
+//! | the same credits from Kinesis, DynamoDB Streams or Kafka (the `stream-consumer` binary) | [`stream`] |
 //!
 //! The operator's commands (`doctor`, `inspect`, `release`, `forget`, `prune`) are
 //! `sqs-claim`'s (the `sqs-claim-cli` crate); the `payments` binary offers them on the app's store too.
@@ -50,6 +51,7 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod sqlite;
+pub mod stream;
 
 pub use config::{AppStore, Settings, StoreUrl};
 pub use dynamodb::DynamoDbLedger;

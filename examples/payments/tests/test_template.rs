@@ -1387,3 +1387,281 @@ fn the_yaml_reader_keeps_cloudformation_short_tags() {
         json!({"Fn::If": ["H", {"Ref": "I"}, {"Ref": "AWS::NoValue"}]})
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// examples/streams/template.yaml: the stream consumers, deployable as written
+
+fn streams_template_text() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../streams/template.yaml");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The `[[bin]]` names of the app's Cargo.toml.
+fn app_binaries() -> Vec<String> {
+    let cargo = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .expect("the app's Cargo.toml");
+    let mut bins = Vec::new();
+    let mut in_bin = false;
+    for line in cargo.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if in_bin && let Some(name) = line.strip_prefix("name = ") {
+            bins.push(name.trim_matches('"').to_owned());
+        }
+    }
+    bins
+}
+
+/// What each stream function must have: built by cargo-lambda from the app's
+/// `stream-consumer` binary at the workspace root, the settings `payments::stream` reads (and
+/// no other), the tables' permissions (no more), and the DynamoDB mapping filtered to INSERTs.
+fn streams_problems(text: &str) -> Vec<String> {
+    let t = match parse(text) {
+        Ok(t) => t,
+        Err(e) => return vec![e],
+    };
+    let mut problems = Vec::new();
+    let bins = app_binaries();
+    let known: Vec<&str> = payments::stream::VARIABLES.iter().map(|v| v.name).collect();
+    let source_of = |f: &Value, id: &str| -> Option<&'static str> {
+        let events: Vec<&str> = f["Properties"]["Events"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, e)| e["Type"].as_str())
+            .collect();
+        match events.as_slice() {
+            ["Kinesis"] => Some("kinesis"),
+            ["DynamoDB"] => Some("dynamodb"),
+            // The Kafka mapping is a resource of its own (AWS::Lambda::EventSourceMapping).
+            [] if resources_of(&t, "AWS::Lambda::EventSourceMapping")
+                .any(|(_, m)| target(&m["Properties"]["FunctionName"]) == Some(id)) =>
+            {
+                Some("kafka")
+            }
+            _ => None,
+        }
+    };
+    let functions: Vec<_> = resources_of(&t, "AWS::Serverless::Function").collect();
+    if functions.len() < 3 {
+        problems.push(format!("{} stream functions, want 3", functions.len()));
+    }
+    let mut namespaces = Vec::new();
+    for (id, f) in functions {
+        let build = &f["Metadata"];
+        if build["BuildMethod"] != "rust-cargolambda" {
+            problems.push(format!("{id}: BuildMethod is not rust-cargolambda"));
+        }
+        match build["BuildProperties"]["Binary"].as_str() {
+            Some(b) if b == "stream-consumer" && bins.iter().any(|x| x == b) => {}
+            other => problems.push(format!(
+                "{id}: Binary {other:?} is not the app's stream-consumer (binaries: {bins:?})"
+            )),
+        }
+        // CodeUri is relative to the template: the workspace root, where cargo-lambda finds
+        // every member's binaries.
+        let code = f["Properties"]["CodeUri"].as_str().unwrap_or("");
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../streams")
+            .join(code);
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
+        if !manifest.contains("[workspace]") || !manifest.contains("examples/payments") {
+            problems.push(format!(
+                "{id}: CodeUri {code:?} is not the workspace holding examples/payments"
+            ));
+        }
+        let env = &f["Properties"]["Environment"]["Variables"];
+        let Some(vars) = env.as_object() else {
+            problems.push(format!("{id}: no Environment"));
+            continue;
+        };
+        for name in vars.keys() {
+            if !known.contains(&name.as_str()) {
+                problems.push(format!("{id}: {name} is not read by payments::stream"));
+            }
+        }
+        let want = source_of(f, id);
+        if want.is_none() || env["STREAM_SOURCE"].as_str() != want {
+            problems.push(format!(
+                "{id}: STREAM_SOURCE {} for its events' source {want:?}",
+                env["STREAM_SOURCE"]
+            ));
+        }
+        for (var, table) in [
+            ("CLAIMS_TABLE", "ClaimsTable"),
+            ("ACCOUNTS_TABLE", "AccountsTable"),
+        ] {
+            if target(&env[var]) != Some(table) || env[var].get("Ref").is_none() {
+                problems.push(format!("{id}: {var} is not !Ref {table}"));
+            }
+        }
+        if target(&env["CLAIM_TTL_SECS"]) != Some("IdempotencyTtlSeconds") {
+            problems.push(format!(
+                "{id}: CLAIM_TTL_SECS is not !Ref IdempotencyTtlSeconds"
+            ));
+        }
+        match env["NAMESPACE"].as_str() {
+            Some(ns) if !namespaces.contains(&ns) => namespaces.push(ns),
+            other => problems.push(format!("{id}: NAMESPACE {other:?} is not its own")),
+        }
+        // Each function may do what a one-shot credit needs, on each table.
+        let granted = |table: &str| -> Vec<String> {
+            statements(&t)
+                .into_iter()
+                .filter(|(w, s)| w == id && s["Effect"] == "Allow")
+                .filter(|(_, s)| {
+                    list(&s["Resource"])
+                        .iter()
+                        .any(|r| target(r) == Some(table))
+                })
+                .flat_map(|(_, s)| list(&s["Action"]))
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect()
+        };
+        for (table, needs) in [
+            (
+                "ClaimsTable",
+                &[
+                    "dynamodb:PutItem",
+                    "dynamodb:UpdateItem",
+                    "dynamodb:DeleteItem",
+                    "dynamodb:DescribeTable",
+                ][..],
+            ),
+            (
+                "AccountsTable",
+                &["dynamodb:UpdateItem", "dynamodb:DescribeTable"][..],
+            ),
+        ] {
+            let has = granted(table);
+            for action in needs {
+                if !has.iter().any(|a| a == action) {
+                    problems.push(format!("{id}: no {action} on {table}"));
+                }
+            }
+        }
+        if want == Some("dynamodb") {
+            let events = f["Properties"]["Events"].as_object().into_iter().flatten();
+            for (name, e) in events {
+                let patterns: Vec<Value> = list(&e["Properties"]["FilterCriteria"]["Filters"])
+                    .iter()
+                    .filter_map(|f| f["Pattern"].as_str())
+                    .filter_map(|p| serde_json::from_str(p).ok())
+                    .collect();
+                if patterns != [json!({"eventName": ["INSERT"]})] {
+                    problems.push(format!(
+                        "{id}.{name}: the mapping is not filtered to INSERT records (the \
+                         consumer credits only those; a MODIFY would fail and stop its shard)"
+                    ));
+                }
+            }
+        }
+    }
+    // IAM names its resources, as in template.yaml.
+    problems.extend(check_iam(&t));
+    let accounts = &t["Resources"]["AccountsTable"];
+    if accounts["Type"] != "AWS::DynamoDB::Table"
+        || accounts["Properties"]["KeySchema"][0]["AttributeName"] != "account"
+    {
+        problems.push("AccountsTable: not a DynamoDB table keyed by `account`".into());
+    }
+    let (key, ttl) = store_attributes();
+    let claims = &t["Resources"]["ClaimsTable"]["Properties"];
+    if claims["KeySchema"][0]["AttributeName"] != json!(key)
+        || claims["TimeToLiveSpecification"]["AttributeName"] != json!(ttl)
+        || claims["TimeToLiveSpecification"]["Enabled"] != true
+    {
+        problems.push(format!(
+            "ClaimsTable: not keyed by {key:?} with TTL on {ttl:?}, as the store writes"
+        ));
+    }
+    for output in [
+        "ClaimsTableName",
+        "AccountsTableName",
+        "KinesisStreamName",
+        "OrdersTableName",
+        "KinesisConsumerName",
+        "DynamoDbConsumerName",
+        "StreamFailuresQueueUrl",
+    ] {
+        if t["Outputs"].get(output).is_none() {
+            problems.push(format!("output {output} missing"));
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_streams_template_builds_the_app_s_stream_consumer_and_wires_it() {
+    let problems = streams_problems(&streams_template_text());
+    assert!(
+        problems.is_empty(),
+        "examples/streams/template.yaml breaks rules:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn every_streams_check_rejects_a_template_that_breaks_its_rule() {
+    let text = streams_template_text();
+    for (from, to, want) in [
+        (
+            "Binary: stream-consumer",
+            "Binary: streams-consumer",
+            "is not the app's stream-consumer",
+        ),
+        ("CodeUri: ../..", "CodeUri: .", "is not the workspace"),
+        (
+            "STREAM_SOURCE: dynamodb",
+            "STREAM_SOURCE: kinesis",
+            "STREAM_SOURCE",
+        ),
+        (
+            "ACCOUNTS_TABLE: !Ref AccountsTable",
+            "ACCOUNTS_TABLE: !Ref ClaimsTable",
+            "ACCOUNTS_TABLE is not !Ref AccountsTable",
+        ),
+        (
+            "NAMESPACE: orders-kafka",
+            "NAMESPACE: orders-kinesis",
+            "is not its own",
+        ),
+        (
+            "          NAMESPACE: orders-kinesis\n",
+            "          NAMESPACE: orders-kinesis\n          CLAIMS_TABEL: x\n",
+            "CLAIMS_TABEL is not read",
+        ),
+        (
+            "'{\"eventName\": [\"INSERT\"]}'",
+            "'{\"eventName\": [\"INSERT\", \"MODIFY\"]}'",
+            "not filtered to INSERT",
+        ),
+        (
+            "                - dynamodb:UpdateItem\n                - dynamodb:ConditionCheckItem\n                - dynamodb:DescribeTable\n              Resource: !GetAtt AccountsTable.Arn",
+            "                - dynamodb:ConditionCheckItem\n                - dynamodb:DescribeTable\n              Resource: !GetAtt AccountsTable.Arn",
+            "no dynamodb:UpdateItem on AccountsTable",
+        ),
+        (
+            "Resource: !GetAtt AccountsTable.Arn",
+            "Resource: \"*\"",
+            "must name its resource",
+        ),
+        (
+            "        AttributeName: expiration\n        Enabled: true",
+            "        AttributeName: expires\n        Enabled: true",
+            "ClaimsTable: not keyed",
+        ),
+        (
+            "  AccountsTableName:\n",
+            "  AccountsTableNames:\n",
+            "output AccountsTableName missing",
+        ),
+    ] {
+        assert!(text.contains(from), "the template has {from:?}");
+        let problems = streams_problems(&text.replacen(from, to, 1));
+        assert!(
+            problems.iter().any(|p| p.contains(want)),
+            "{from:?} -> {to:?} should be caught ({want}); problems: {problems:?}"
+        );
+    }
+}
