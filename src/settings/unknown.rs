@@ -23,7 +23,8 @@ pub const READ_ELSEWHERE: &[&str] = &[
     "SQS_CLAIM_ACCOUNTS_TABLE",
     "SQS_CLAIM_OUTPUT_QUEUE_URL",
     // The stand-ins and the local deployment (scripts/standins.sh, services.sh, deploy-local.sh,
-    // pytool.sh, powertools/venv.sh; .standins/env).
+    // pytool.sh, sam.sh, check-sam-build.sh, public-items.py, powertools/venv.sh; .standins/env).
+    "SQS_CLAIM_API_BASE",
     "SQS_CLAIM_CACHE",
     "SQS_CLAIM_DDB_JAVA_OPTS",
     "SQS_CLAIM_DDB_NPM_VERSION",
@@ -32,6 +33,8 @@ pub const READ_ELSEWHERE: &[&str] = &[
     "SQS_CLAIM_DEPLOY_ENDPOINT",
     "SQS_CLAIM_DEPLOY_PARAMS",
     "SQS_CLAIM_DEPLOY_STACK",
+    "SQS_CLAIM_DEPLOY_STREAM_BINARY",
+    "SQS_CLAIM_DEPLOY_STREAMS",
     "SQS_CLAIM_DEPLOY_WAIT",
     "SQS_CLAIM_DYNAMODB_ENDPOINT",
     "SQS_CLAIM_MINISTACK_SERVICES",
@@ -41,6 +44,7 @@ pub const READ_ELSEWHERE: &[&str] = &[
     "SQS_CLAIM_PYTHON",
     "SQS_CLAIM_REDIS_URL",
     "SQS_CLAIM_RUN",
+    "SQS_CLAIM_SAM_TARGET_DIR",
     "SQS_CLAIM_SAM_TRANSLATOR_VERSION",
     "SQS_CLAIM_SERVICES_TIMEOUT",
     "SQS_CLAIM_SQS_ENDPOINT",
