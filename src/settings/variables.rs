@@ -62,7 +62,11 @@ pub fn markdown_table(variables: &[Variable]) -> String {
             [] => String::new(),
             features => {
                 let names: Vec<String> = features.iter().map(|f| format!("`{f}`")).collect();
-                let word = if names.len() == 1 { "feature" } else { "features" };
+                let word = if names.len() == 1 {
+                    "feature"
+                } else {
+                    "features"
+                };
                 format!(" ({word} {})", names.join(" and "))
             }
         };
