@@ -243,7 +243,8 @@ def item_name(line):
 
 
 def named_in(text, name):
-    return re.search(r"(?<![\w:])" + re.escape(name) + r"(?![\w])", text) is not None
+    # `idempotency::ApiGatewayRequest::method()` names `ApiGatewayRequest::method` too.
+    return re.search(r"(?<![\w])" + re.escape(name) + r"(?![\w])", text) is not None
 
 
 def write_or_check(packages, check, base):

@@ -209,6 +209,7 @@ impl Error {
     /// `lambda_runtime` init error): PostgreSQL's `database "x" does not exist` belongs on the
     /// line, not only under `{:#}`. The causes are in the message, so none is kept as the
     /// `source` (a chain reporter would print each twice).
+    #[cfg_attr(not(feature = "settings"), allow(dead_code))]
     pub(crate) fn at_start_up(self, context: impl fmt::Display) -> Self {
         let no_answer = self.is_no_answer();
         let context = context.to_string();

@@ -516,18 +516,29 @@ fn refuse_missing_features(env: &dyn Fn(&str) -> Option<String>) -> Result<(), E
 /// Whether this build of sqs-claim has `feature` (one of its Cargo features; a name it does
 /// not have is not enabled).
 pub(crate) fn feature_enabled(feature: &str) -> bool {
-    match feature {
-        "dynamodb" => cfg!(feature = "dynamodb"),
-        "sqs" => cfg!(feature = "sqs"),
-        "s3" => cfg!(feature = "s3"),
-        "sqlite" => cfg!(feature = "sqlite"),
-        "redis" => cfg!(feature = "redis"),
-        "postgres" => cfg!(feature = "postgres"),
-        "apigw" => cfg!(feature = "apigw"),
-        "logging" => cfg!(feature = "logging"),
-        "settings" => cfg!(feature = "settings"),
-        "streams" => cfg!(feature = "streams"),
-        "powertools" => cfg!(feature = "powertools"),
-        _ => false,
-    }
+    const ENABLED: &[&str] = &[
+        #[cfg(feature = "dynamodb")]
+        "dynamodb",
+        #[cfg(feature = "sqs")]
+        "sqs",
+        #[cfg(feature = "s3")]
+        "s3",
+        #[cfg(feature = "sqlite")]
+        "sqlite",
+        #[cfg(feature = "redis")]
+        "redis",
+        #[cfg(feature = "postgres")]
+        "postgres",
+        #[cfg(feature = "apigw")]
+        "apigw",
+        #[cfg(feature = "logging")]
+        "logging",
+        #[cfg(feature = "settings")]
+        "settings",
+        #[cfg(feature = "streams")]
+        "streams",
+        #[cfg(feature = "powertools")]
+        "powertools",
+    ];
+    ENABLED.contains(&feature)
 }

@@ -632,18 +632,20 @@ fn large_message_settings() {
     assert_eq!(s.large_message_max_bytes, 32 * 1024 * 1024);
     assert_eq!(s.offload_bucket, None);
     assert_eq!(s.offload_over_bytes, 256 * 1024);
-    let s = settings(&[
+    let mut vars = vec![
         ("SQS_CLAIM_LARGE_MESSAGES", "on"),
         ("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES", "1048576"),
         ("SQS_CLAIM_LARGE_MESSAGE_DELETE", "on"),
-        (
-            "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
-            " payloads-a , payloads-b,",
-        ),
-        ("SQS_CLAIM_OFFLOAD_BUCKET", "payloads"),
-        ("SQS_CLAIM_OFFLOAD_OVER_BYTES", "100000"),
-    ])
-    .expect("valid");
+        ("SQS_CLAIM_LARGE_MESSAGE_BUCKETS", " payloads-a , payloads-b,"),
+    ];
+    // The publisher's offload needs `sqs` too (else refused, naming it).
+    if cfg!(feature = "sqs") {
+        vars.extend([
+            ("SQS_CLAIM_OFFLOAD_BUCKET", "payloads"),
+            ("SQS_CLAIM_OFFLOAD_OVER_BYTES", "100000"),
+        ]);
+    }
+    let s = settings(&vars).expect("valid");
     assert!(s.large_messages && s.large_message_delete);
     assert_eq!(s.large_message_buckets, ["payloads-a", "payloads-b"]);
     assert!(
@@ -659,8 +661,10 @@ fn large_message_settings() {
         "{e}"
     );
     assert_eq!(s.large_message_max_bytes, 1_048_576);
-    assert_eq!(s.offload_bucket.as_deref(), Some("payloads"));
-    assert_eq!(s.offload_over_bytes, 100_000);
+    if cfg!(feature = "sqs") {
+        assert_eq!(s.offload_bucket.as_deref(), Some("payloads"));
+        assert_eq!(s.offload_over_bytes, 100_000);
+    }
     // Deleting what is not read: refused, naming the variable.
     let e = settings(&[("SQS_CLAIM_LARGE_MESSAGE_DELETE", "on")]).unwrap_err();
     assert!(
@@ -695,6 +699,7 @@ fn each_setting_needs_the_features_that_honour_it() {
         "SQS_CLAIM_LARGE_MESSAGES",
         "SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES",
         "SQS_CLAIM_LARGE_MESSAGE_DELETE",
+        "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
     ];
     let offload = ["SQS_CLAIM_OFFLOAD_BUCKET", "SQS_CLAIM_OFFLOAD_OVER_BYTES"];
     let powertools = [
