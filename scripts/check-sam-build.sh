@@ -4,7 +4,7 @@
 # cross-compiling with zig) into a temp build dir, then scripts/check-bootstrap.py: every
 # function's `bootstrap` is an ELF for the template's Architectures (arm64 -> AArch64).
 #
-# Usage: scripts/check-sam-build.sh [TEMPLATE...]
+# Usage: scripts/check-sam-build.sh [TEMPLATE...]   (paths from the repository root)
 #
 # Environment:
 #   SQS_CLAIM_SAM_TARGET_DIR  cargo's target dir for these builds (default
