@@ -636,7 +636,10 @@ fn large_message_settings() {
         ("SQS_CLAIM_LARGE_MESSAGES", "on"),
         ("SQS_CLAIM_LARGE_MESSAGE_MAX_BYTES", "1048576"),
         ("SQS_CLAIM_LARGE_MESSAGE_DELETE", "on"),
-        ("SQS_CLAIM_LARGE_MESSAGE_BUCKETS", " payloads-a , payloads-b,"),
+        (
+            "SQS_CLAIM_LARGE_MESSAGE_BUCKETS",
+            " payloads-a , payloads-b,",
+        ),
     ];
     // The publisher's offload needs `sqs` too (else refused, naming it).
     if cfg!(feature = "sqs") {
