@@ -78,7 +78,7 @@ async fn init_then_check_ready() {
     assert!(
         err.to_string().ends_with(&format!(
             "`sqs-claim init --store dynamodb:{table} --partition-key pk=CLAIM#{{key}} \
-             --sort-key sk=CLAIM`"
+             --sort-key sk=CLAIM`, or in code with StoreAdmin::init() on this store"
         )),
         "{err}"
     );
