@@ -217,8 +217,8 @@ impl Message {
     /// ```
     #[cfg(feature = "streams")]
     #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
-    pub fn position(&self) -> Option<crate::stream::Position> {
-        crate::stream::position(&self.inner)
+    pub fn position(&self) -> Option<Position> {
+        position(&self.inner)
     }
 
     /// Whether the message came from a FIFO queue (its source ARN ends in `.fifo`).
@@ -244,5 +244,55 @@ mod tests {
         let text = format!("{:?}", Message::new(m, Some("ns#k".into())));
         assert!(!text.contains("secret"), "{text}");
         assert!(text.contains("m-1") && text.contains("body_len"), "{text}");
+    }
+}
+
+/// Where a stream record sits in its shard ([`Message::position`]): what the partial batch
+/// response names it by, and what the mapping checkpoints at.
+#[cfg(feature = "streams")]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Position {
+    /// Kinesis and DynamoDB Streams: the record's sequence number, as sent (decimal digits;
+    /// numbers of one shard increase, but are not all of one length: compare them as numbers).
+    SequenceNumber(String),
+    /// Kafka: the record's topic-partition (`TOPIC-PARTITION`, as the response names it:
+    /// `orders-eu-3`) and offset.
+    Offset {
+        /// `TOPIC-PARTITION`.
+        partition: String,
+        /// The offset in that partition.
+        offset: i64,
+    },
+}
+
+/// The sequence number as is; Kafka's `TOPIC-PARTITION@OFFSET`, as [`Message::id`] is.
+#[cfg(feature = "streams")]
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Position::SequenceNumber(n) => f.write_str(n),
+            Position::Offset { partition, offset } => write!(f, "{partition}@{offset}"),
+        }
+    }
+}
+
+/// The position of a record the `stream` module made ([`Message::position`]): read back from the
+/// attributes `kinesis_record`, `dynamodb_record` and `kafka_record` write; `None` for an
+/// SQS message (a FIFO message's `SequenceNumber` is no position in a stream).
+#[cfg(feature = "streams")]
+fn position(record: &SqsMessage) -> Option<Position> {
+    match record.event_source.as_deref() {
+        Some("aws:kinesis" | "aws:dynamodb") => record
+            .attributes
+            .get("SequenceNumber")
+            .map(|n| Position::SequenceNumber(n.clone())),
+        Some("aws:sqs") => None,
+        // Kafka (`aws:kafka`, `SelfManagedKafka`, or an event that names no source): only a
+        // Kafka record has an `Offset`.
+        _ => Some(Position::Offset {
+            partition: record.attributes.get("MessageGroupId")?.clone(),
+            offset: record.attributes.get("Offset")?.parse().ok()?,
+        }),
     }
 }

@@ -101,7 +101,6 @@
 //! See docs/streams.md for the event source mapping's settings (`ReportBatchItemFailures`,
 //! `BisectBatchOnFunctionError`, an on-failure destination) and the claims' TTL.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
@@ -117,6 +116,7 @@ use tower::Service;
 
 use crate::message::Message;
 use crate::outcome::BatchReport;
+use crate::processor::stream_source::{Source, canonical};
 use crate::processor::{Processor, ProcessorBuilder, STREAM_UNDECODABLE};
 use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error, ErrorKind};
@@ -125,124 +125,7 @@ use crate::{BoxError, Error, ErrorKind};
 /// number, for `KeySource::MessageAttribute`.
 const ITEM_KEYS: &str = "dynamodb:keys";
 
-/// Which stream a consumer reads: it decides what of a record is its payload, the part the
-/// payload fingerprint covers ([`PayloadCheck`](crate::PayloadCheck)), so that a producer's
-/// second write of the same event is a duplicate and not "another payload":
-///
-/// * Kinesis: the record's `data` (decoded: the body);
-/// * Kafka: the record's `value` (decoded: the body), not its key, headers or timestamp;
-/// * DynamoDB Streams: the item's image, not the record around it (whose `eventID`,
-///   `SequenceNumber` and times differ between any two records): `NewImage`, or, for a
-///   `REMOVE`, `OldImage`, without the item's key attributes (two writes of one event under
-///   two keys, a producer's retry that made a new id, are one payload); with neither image
-///   (a `KEYS_ONLY` stream, a `REMOVE` seen without its old image), the `Keys`. A `REMOVE`
-///   never has the payload of an `INSERT` or `MODIFY` of the same image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// Amazon Kinesis Data Streams.
-    Kinesis,
-    /// Amazon DynamoDB Streams.
-    DynamoDbStreams,
-    /// Amazon MSK or self-managed Apache Kafka.
-    Kafka,
-}
-
-impl Source {
-    /// The source's name, as errors name it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Source::Kinesis => "Kinesis",
-            Source::DynamoDbStreams => "DynamoDB Streams",
-            Source::Kafka => "Kafka",
-        }
-    }
-
-    /// What the payload fingerprint of a record covers, given the body this module made of it
-    /// (see the [type's docs](Source)).
-    pub(crate) fn fingerprinted(self, body: &str) -> Cow<'_, str> {
-        match self {
-            Source::Kinesis | Source::Kafka => Cow::Borrowed(body),
-            // The body is the record's JSON, as `dynamodb_record` wrote it.
-            Source::DynamoDbStreams => match dynamodb_payload(body) {
-                Some(payload) => Cow::Owned(payload),
-                None => Cow::Borrowed(body),
-            },
-        }
-    }
-}
-
-/// A DynamoDB Streams record's payload ([`Source::fingerprinted`]), as canonical JSON:
-/// `{"image":{…},"removed":false}` (the image without the key attributes), or
-/// `{"keys":{…},"removed":…}` without an image. `None` for a body that is not a stream record.
-fn dynamodb_payload(body: &str) -> Option<String> {
-    let record: Value = serde_json::from_str(body).ok()?;
-    let ddb = record.get("dynamodb")?;
-    let removed = record.get("eventName").and_then(Value::as_str) == Some("REMOVE");
-    let image = ddb.get(if removed { "OldImage" } else { "NewImage" });
-    let keys = ddb.get("Keys");
-    let payload = match image.and_then(Value::as_object) {
-        Some(image) => {
-            let mut image = image.clone();
-            for name in keys
-                .and_then(Value::as_object)
-                .into_iter()
-                .flat_map(|k| k.keys())
-            {
-                image.remove(name);
-            }
-            json!({"image": image, "removed": removed})
-        }
-        None => json!({"keys": keys, "removed": removed}),
-    };
-    Some(canonical(&payload))
-}
-
-/// Where a stream record sits in its shard ([`Message::position`]): what the partial batch
-/// response names it by, and what the mapping checkpoints at.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Position {
-    /// Kinesis and DynamoDB Streams: the record's sequence number, as sent (decimal digits;
-    /// numbers of one shard increase, but are not all of one length: compare them as numbers).
-    SequenceNumber(String),
-    /// Kafka: the record's topic-partition (`TOPIC-PARTITION`, as the response names it:
-    /// `orders-eu-3`) and offset.
-    Offset {
-        /// `TOPIC-PARTITION`.
-        partition: String,
-        /// The offset in that partition.
-        offset: i64,
-    },
-}
-
-/// The sequence number as is; Kafka's `TOPIC-PARTITION@OFFSET`, as [`Message::id`] is.
-impl std::fmt::Display for Position {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Position::SequenceNumber(n) => f.write_str(n),
-            Position::Offset { partition, offset } => write!(f, "{partition}@{offset}"),
-        }
-    }
-}
-
-/// The position of a record this module made ([`Message::position`]): read back from the
-/// attributes `kinesis_record`, `dynamodb_record` and `kafka_record` write; `None` for an
-/// SQS message (a FIFO message's `SequenceNumber` is no position in a stream).
-pub(crate) fn position(record: &SqsMessage) -> Option<Position> {
-    match record.event_source.as_deref() {
-        Some("aws:kinesis" | "aws:dynamodb") => record
-            .attributes
-            .get("SequenceNumber")
-            .map(|n| Position::SequenceNumber(n.clone())),
-        Some("aws:sqs") => None,
-        // Kafka (`aws:kafka`, `SelfManagedKafka`, or an event that names no source): only a
-        // Kafka record has an `Offset`.
-        _ => Some(Position::Offset {
-            partition: record.attributes.get("MessageGroupId")?.clone(),
-            offset: record.attributes.get("Offset")?.parse().ok()?,
-        }),
-    }
-}
+pub use crate::message::Position;
 
 /// A Kinesis Data Streams consumer: a `tower::Service` for Lambda (serve it with
 /// [`lambda::serve`](crate::lambda::serve)) answering `{"batchItemFailures":
@@ -850,26 +733,6 @@ pub(crate) fn as_sqs_records(event: &Value) -> Option<Result<(Source, Vec<SqsMes
         "aws:kinesis" => messages(Source::Kinesis, kinesis_records(event.clone())),
         "aws:dynamodb" => messages(Source::DynamoDbStreams, dynamodb_records(event.clone())),
         _ => None,
-    }
-}
-
-/// JSON text with every object's members in sorted order, whatever map the build uses.
-fn canonical(value: &Value) -> String {
-    match value {
-        Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_by(|a, b| a.0.cmp(b.0));
-            let inner: Vec<String> = members
-                .into_iter()
-                .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), canonical(v)))
-                .collect();
-            format!("{{{}}}", inner.join(","))
-        }
-        Value::Array(items) => {
-            let inner: Vec<String> = items.iter().map(canonical).collect();
-            format!("[{}]", inner.join(","))
-        }
-        other => other.to_string(),
     }
 }
 

@@ -105,9 +105,9 @@ pub(crate) struct Config {
     /// decode fails at once.
     pub(super) stream: bool,
     /// The stream a consumer reads (set with `stream`): what of a record its payload
-    /// fingerprint covers ([`crate::stream::Source`]).
+    /// fingerprint covers ([`super::stream_source::Source`]).
     #[cfg(feature = "streams")]
-    pub(super) source: Option<crate::stream::Source>,
+    pub(super) source: Option<super::stream_source::Source>,
     /// Whether the key format selects what of a record it fingerprints itself
     /// (`PowertoolsFormat`'s validation pointer): the stream source's rule is then not applied.
     #[cfg(feature = "streams")]
@@ -371,7 +371,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     pub(crate) fn claims_of(
         &self,
         records: &[aws_lambda_events::sqs::SqsMessage],
-        #[cfg(feature = "streams")] source: Option<crate::stream::Source>,
+        #[cfg(feature = "streams")] source: Option<super::stream_source::Source>,
     ) -> Vec<Result<Option<super::RecordClaim>, crate::Error>> {
         #[cfg(feature = "streams")]
         let config = {
@@ -676,7 +676,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     #[cfg(feature = "streams")]
     pub(crate) fn build_stream(
         mut self,
-        source: crate::stream::Source,
+        source: super::stream_source::Source,
     ) -> Result<Processor<S, H>, crate::Error> {
         if self.config.after.divert.is_some() || self.config.after.settle.is_some() {
             return Err(crate::Error::new(

@@ -54,13 +54,16 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::{Instrument, field, info};
 
-pub use crate::inspect::RecordClaim;
+mod record_claim;
+#[cfg(feature = "streams")]
+pub(crate) mod stream_source;
 pub use after::{AfterBatch, Finished, Received};
 pub(crate) use config::Config;
 pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
 pub use failure_destination::{FAILURE_ATTRIBUTE, FailureDestination, Permanent};
 pub use one_shot::OneShot;
+pub use record_claim::RecordClaim;
 #[cfg(feature = "sqs")]
 pub use redelivery::Redelivery;
 

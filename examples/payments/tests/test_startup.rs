@@ -335,7 +335,7 @@ async fn a_missing_table_stops_the_consumer_before_its_first_event() {
         error,
         format!(
             "DynamoDB table {table} does not exist: create the tables with `payments init \
-             --store dynamodb:{table}`"
+             --store dynamodb:{table}`, or in code with StoreAdmin::init() on this store"
         ),
         "{logs}"
     );
