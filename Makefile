@@ -145,7 +145,7 @@ deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the fi
 # make sam-build: what `make deploy` builds, checked without an AWS account or Docker (CI runs it
 # last: 24 min cold on two busy shared cores, seconds warm; docs/deploy.md). SAM_TEMPLATES lists the
 # templates; SQS_CLAIM_SAM_TARGET_DIR moves its cargo target dir (~/.cache/sqs-claim/target-sam).
-SAM_TEMPLATES ?= template.yaml
+SAM_TEMPLATES ?= template.yaml examples/streams/template.yaml
 sam-build: ## sam validate --lint + sam build of the templates; each bootstrap checked for the template's architecture
 	scripts/check-sam-build.sh $(SAM_TEMPLATES)
 

@@ -65,6 +65,13 @@ def main(argv):
     with open(template_path) as f:
         template = yaml.load(f, Loader=_Loader)
     globals_fn = (template.get("Globals") or {}).get("Function") or {}
+    # sam build writes each function's artifact directory into the built template's CodeUri
+    # (functions built alike share one); build/<Name> when the built template does not say.
+    built = {}
+    built_path = os.path.join(build_dir, "template.yaml")
+    if os.path.isfile(built_path):
+        with open(built_path) as f:
+            built = (yaml.load(f, Loader=_Loader) or {}).get("Resources") or {}
     errors, checked = [], 0
     for name, resource in (template.get("Resources") or {}).items():
         if resource.get("Type") != "AWS::Serverless::Function":
@@ -77,7 +84,9 @@ def main(argv):
         except ValueError as e:
             errors.append(str(e))
             continue
-        bootstrap = os.path.join(build_dir, name, "bootstrap")
+        code_uri = ((built.get(name) or {}).get("Properties") or {}).get("CodeUri")
+        artifact = code_uri if isinstance(code_uri, str) else name
+        bootstrap = os.path.join(build_dir, artifact, "bootstrap")
         if not os.path.isfile(bootstrap):
             errors.append(f"{name}: no {bootstrap} (did sam build build it?)")
             continue
