@@ -217,6 +217,12 @@ impl Budget {
     pub(crate) fn deadline(&self) -> Option<SystemTime> {
         self.deadline
     }
+
+    /// The instant from which no message starts (the deadline less the margin), if there is
+    /// a deadline.
+    pub(crate) fn cutoff(&self) -> Option<SystemTime> {
+        self.cutoff
+    }
 }
 
 #[cfg(test)]

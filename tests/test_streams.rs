@@ -13,13 +13,14 @@ mod support;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use sqs_claim::aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::stream::{DynamoDbStreams, Kafka, Kinesis};
-use sqs_claim::{BoxError, ClaimStore, Effects, MemoryStore, Message, Processor};
+use sqs_claim::{BoxError, ClaimStore, Clock, Effects, Lease, MemoryStore, Message, Processor};
 use sqs_claim_testkit::store::Spy;
 use sqs_claim_testkit::stream::{Drained, Mapping, Source, Stream};
 
@@ -1109,4 +1110,165 @@ async fn a_powertools_validation_pointer_reads_the_dynamodb_record_as_powertools
     );
     assert_eq!(drained.given_up(&stream), [seqs[2].clone()]);
     assert_eq!(*applied.lock().unwrap(), ["o-1"]);
+}
+
+/// How a crash replay went: the mapping's account, each shard's applied log, and how many
+/// times the handler was entered for the record the first invocation crashed on.
+struct CrashReplay {
+    drained: Drained,
+    applied: BTreeMap<String, Vec<String>>,
+    crash_calls: usize,
+    stream: Stream,
+}
+
+/// One shard of 12 records through the stand-in; the first invocation dies (the process is
+/// killed: its task aborted, nothing returned) once the handler is entered for the 6th record,
+/// its claim taken and nothing of it committed. The mapping retries the batch at once, as
+/// Lambda does after a function error on a stream, with the same function `timeout`: the
+/// retry's deadline is the crashed one's plus the time the crash came into it. Claims are
+/// leased under `lease`; time is tokio's, paused.
+async fn crash_replay(source: Source, lease: Lease, timeout: Duration) -> CrashReplay {
+    let clock = Clock::tokio();
+    let mut stream = match source {
+        Source::Kinesis => Stream::kinesis("orders"),
+        Source::DynamoDb => Stream::dynamodb("orders"),
+        Source::Kafka => Stream::kafka("orders"),
+    };
+    let shard = if source == Source::Kafka {
+        "orders-0"
+    } else {
+        "shardId-000000000000"
+    };
+    let seqs: Vec<String> = (0..12)
+        .map(|i| stream.put(shard, &json!({"n": i})))
+        .collect();
+    let crash_seq = seqs[5].clone();
+    let (log, effect) = memory_log();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let crashed = Arc::new(tokio::sync::Notify::new());
+    let crash_calls = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let (armed, crashed, crash_calls) = (
+            Arc::clone(&armed),
+            Arc::clone(&crashed),
+            Arc::clone(&crash_calls),
+        );
+        let crash_seq = crash_seq.clone();
+        tower::service_fn(move |msg: Message| {
+            let (armed, crashed, crash_calls) = (
+                Arc::clone(&armed),
+                Arc::clone(&crashed),
+                Arc::clone(&crash_calls),
+            );
+            let effect = Arc::clone(&effect);
+            let crash_seq = crash_seq.clone();
+            async move {
+                let attributes = &msg.sqs().attributes;
+                let seq = attributes
+                    .get("SequenceNumber")
+                    .or_else(|| attributes.get("Offset"))
+                    .cloned()
+                    .unwrap_or_default();
+                if seq == crash_seq {
+                    crash_calls.fetch_add(1, Ordering::SeqCst);
+                    if armed.swap(false, Ordering::SeqCst) {
+                        // Killed here: the test aborts the invocation's task.
+                        crashed.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                }
+                Ok::<_, BoxError>(Effects::one(effect(shard, &seq)))
+            }
+        })
+    };
+    let builder = Processor::builder(MemoryStore::new(), handler)
+        .namespace("crash")
+        .clock(clock.clone())
+        .lease_policy(lease);
+    let (kinesis, ddb, kafka) = match source {
+        Source::Kinesis => (Some(Kinesis::new(builder).unwrap()), None, None),
+        Source::DynamoDb => (None, Some(DynamoDbStreams::new(builder).unwrap()), None),
+        Source::Kafka => (None, None, Some(Kafka::new(builder).unwrap())),
+    };
+    let invoke = |event: Value| {
+        let (kinesis, ddb, kafka) = (kinesis.clone(), ddb.clone(), kafka.clone());
+        let crashed = Arc::clone(&crashed);
+        let mut context = Context::default();
+        context.deadline = common::deadline_in(&clock, timeout);
+        async move {
+            let mut run = tokio::spawn(async move {
+                let event = LambdaEvent::new(event, context);
+                match (kinesis, ddb, kafka) {
+                    (Some(k), _, _) => serde_json::to_value(k.process(event).await.unwrap()),
+                    (_, Some(d), _) => serde_json::to_value(d.process(event).await.unwrap()),
+                    (_, _, Some(f)) => Ok(f.process(event).await.unwrap().into_response()),
+                    _ => unreachable!(),
+                }
+                .unwrap()
+            });
+            tokio::select! {
+                response = &mut run => Ok(response.unwrap()),
+                () = crashed.notified() => {
+                    run.abort();
+                    let _ = run.await;
+                    Err("the function crashed (Runtime.ExitError)".to_owned())
+                }
+            }
+        }
+    };
+    let mapping = Mapping {
+        max_invocations: 6,
+        ..Mapping::default()
+    };
+    let drained = mapping.drain(&stream, invoke).await;
+    let applied = log.lock().unwrap().clone();
+    CrashReplay {
+        drained,
+        applied,
+        crash_calls: crash_calls.load(Ordering::SeqCst),
+        stream,
+    }
+}
+
+/// A crash mid-batch costs one retry: the mapping's first retry (at once, under a 60 s and a
+/// 6 s timeout) waits out the rest of the crashed claim's short lease, takes it over and
+/// applies the crashed record, and every other record once, in order.
+#[tokio::test(start_paused = true)]
+async fn a_crash_mid_batch_costs_one_retry_on_every_source() {
+    for source in [Source::Kinesis, Source::DynamoDb, Source::Kafka] {
+        for timeout in [Duration::from_secs(60), Duration::from_secs(6)] {
+            let replay = crash_replay(source, Lease::default(), timeout).await;
+            let what = format!("{source:?}, {timeout:?} timeout");
+            assert_eq!(
+                replay.drained.invocations, 2,
+                "{what}: the crashed invocation and one retry: {:?}",
+                replay.drained.batches
+            );
+            assert!(replay.drained.on_failure.is_empty(), "{what}");
+            check(&replay.stream, &replay.drained, &[], &replay.applied);
+            assert_eq!(
+                replay.crash_calls, 2,
+                "{what}: the crashed record ran twice (crashed, then applied)"
+            );
+        }
+    }
+}
+
+/// The contrast, which the test above would meet if claims were held until the deadline (the
+/// lease before it was extended): the retry at once finds the crashed claim held past its own
+/// cut-off and reports the record, again and again until the lease lapses.
+#[tokio::test(start_paused = true)]
+async fn with_leases_until_the_deadline_a_crash_costs_more_than_one_retry() {
+    let replay = crash_replay(
+        Source::Kinesis,
+        Lease::until_deadline(Duration::from_secs(300)),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        replay.drained.invocations > 2,
+        "{:?}",
+        replay.drained.batches
+    );
+    assert_eq!(replay.crash_calls, 1, "never taken over at once");
 }

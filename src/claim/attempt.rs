@@ -10,7 +10,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
@@ -24,8 +24,8 @@ use crate::RetryPolicy;
 use crate::deadline::{self, Budget, OutOfTime};
 use crate::metrics::{BatchStats, StoreCall};
 use crate::store::{
-    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, OneShotWrite,
-    StoredResponse,
+    Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Extension,
+    OneShotWrite, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::{BoxError, Error, ErrorKind};
 
@@ -85,7 +85,20 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     /// The batch's view of whether the store still answers, when the front door keeps one
     /// (the SQS processor does): every store call says how it ended.
     liveness: Option<&'a Liveness>,
+    /// The lease policy on this store ([`Lease::on_store`]: an extended lease only where the
+    /// store extends leases).
+    lease: Lease,
+    /// The lease of the last claim request sent, in epoch milliseconds: the won claim's, which
+    /// its owner extends ([`Self::holding`]).
+    leased: AtomicI64,
+    /// Whether a claim held elsewhere whose lease lapses inside the budget is waited out and
+    /// taken over ([`Self::waiting_out_leases`]).
+    wait_out_leases: bool,
 }
+
+/// How many times an attempt waits out a claim held elsewhere before it reports it held: a
+/// live owner extends its lease each time, a dead one does not.
+const LEASE_WAITS: u32 = 3;
 
 /// Where an attempt sends its one-shot write with effects instead of the store's own
 /// [`claim_completed`](ClaimStore::claim_completed): the processor's packer
@@ -175,7 +188,38 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             stats: None,
             conflicts: AtomicU32::new(0),
             liveness: None,
+            lease: terms.lease.on_store(store.capabilities().extends_leases),
+            leased: AtomicI64::new(0),
+            wait_out_leases: false,
         }
+    }
+
+    /// The same attempt, waiting out a claim held elsewhere whose lease lapses before the
+    /// budget's cut-off (the deadline less the margin), and then taking the key over, instead of
+    /// answering "held elsewhere" at once: a stream's retry comes at once after a crash, and
+    /// meets the crashed invocation's claims. At most [`LEASE_WAITS`] waits, each until the
+    /// lease the store answered lapses; a lease that lapses after the cut-off is answered as
+    /// before.
+    pub(crate) fn waiting_out_leases(mut self) -> Self {
+        self.wait_out_leases = true;
+        self
+    }
+
+    /// How long to wait before claiming again a key held until `lease_until`: `None` when
+    /// this attempt does not wait, has waited enough, or the lease outlasts the cut-off.
+    fn lease_wait(&self, lease_until: Option<SystemTime>, waits: u32) -> Option<Duration> {
+        if !self.wait_out_leases || waits >= LEASE_WAITS {
+            return None;
+        }
+        let (until, cutoff) = (lease_until?, self.budget.cutoff()?);
+        if until >= cutoff {
+            return None;
+        }
+        // Just past it: a lease that ends at `now` has lapsed ("not after now").
+        let wait = until
+            .duration_since(self.budget.now())
+            .unwrap_or(Duration::ZERO);
+        Some(wait + Duration::from_millis(1))
     }
 
     /// The same attempt, telling `liveness` how each of its store calls ended, and sparing a
@@ -339,7 +383,9 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
     /// handler alongside the first).
     fn request(&self) -> ClaimRequest<'a> {
         let now = self.budget.now();
-        let lease_until = self.terms.lease.lease_until(now, self.budget.deadline());
+        let lease_until = self.lease.lease_until(now, self.budget.deadline());
+        self.leased
+            .store(epoch_millis(lease_until), Ordering::Relaxed);
         ClaimRequest {
             key: self.key,
             now,
@@ -349,23 +395,165 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         }
     }
 
-    /// Claims the key.
+    /// Claims the key (waiting out a lease that lapses soon, when the attempt does:
+    /// [`Self::waiting_out_leases`]).
     pub(crate) async fn claim(&self) -> Claimed<ClaimToken> {
-        // Store futures are boxed where they are awaited: an SDK call's future runs to
-        // kilobytes, and inline it would grow every message's future.
-        let claimed = self
-            .timed(
-                StoreCall::Claim,
-                Box::pin(self.contended(|| self.store.claim(self.request()))),
-            )
-            .await;
-        match claimed {
-            Err(OutOfTime) => Claimed::CutOff,
-            Ok(Err(e)) => Claimed::Failed(e),
-            Ok(Ok(Claim::Acquired(token))) => Claimed::Won(token),
-            Ok(Ok(Claim::Completed(record))) => self.completed(record),
-            Ok(Ok(Claim::HeldElsewhere { lease_until })) => Claimed::HeldElsewhere { lease_until },
+        let mut waits = 0;
+        loop {
+            // Store futures are boxed where they are awaited: an SDK call's future runs to
+            // kilobytes, and inline it would grow every message's future.
+            let claimed = self
+                .timed(
+                    StoreCall::Claim,
+                    Box::pin(self.contended(|| self.store.claim(self.request()))),
+                )
+                .await;
+            return match claimed {
+                Err(OutOfTime) => Claimed::CutOff,
+                Ok(Err(e)) => Claimed::Failed(e),
+                Ok(Ok(Claim::Acquired(token))) => Claimed::Won(token),
+                Ok(Ok(Claim::Completed(record))) => self.completed(record),
+                Ok(Ok(Claim::HeldElsewhere { lease_until })) => {
+                    if self.wait_lease(lease_until, waits).await {
+                        waits += 1;
+                        continue;
+                    }
+                    Claimed::HeldElsewhere { lease_until }
+                }
+            };
         }
+    }
+
+    /// Waits out a claim held elsewhere until `lease_until` when this attempt does
+    /// ([`Self::lease_wait`]); whether it waited (and should claim again).
+    async fn wait_lease(&self, lease_until: Option<SystemTime>, waits: u32) -> bool {
+        let Some(wait) = self.lease_wait(lease_until, waits) else {
+            return false;
+        };
+        debug!(
+            message_id = self.message_id,
+            key = self.key,
+            wait_ms = wait.as_millis() as u64,
+            "the key is held by a claim whose lease lapses before the cut-off: waiting it out"
+        );
+        self.budget
+            .bounded(Box::pin(tokio::time::sleep(wait)))
+            .await
+            .is_ok()
+            && self.budget.may_start()
+    }
+
+    /// Runs `work` (the handler) while keeping this attempt's claim, `token`'s: under an
+    /// extended lease ([`Lease::extended`]) the lease is extended each time half of it is
+    /// left ([`ClaimStore::extend`]), so a live owner is never taken over. When it cannot be
+    /// (the store refused it: another worker took the key over; or no extension was answered
+    /// before the lease lapsed) `work` is stopped where it stands and the error says why:
+    /// its result must be discarded and nothing committed. A handler that ends inside its
+    /// first half lease costs no request.
+    pub(crate) async fn holding<T>(
+        &self,
+        token: &ClaimToken,
+        work: impl Future<Output = T>,
+    ) -> Result<T, Error> {
+        if !self.lease.is_extended() {
+            return Ok(work.await);
+        }
+        let work = std::pin::pin!(work);
+        let keep = Box::pin(self.keep(token));
+        match futures::future::select(work, keep).await {
+            futures::future::Either::Left((out, _)) => Ok(out),
+            futures::future::Either::Right((lost, _)) => Err(lost),
+        }
+    }
+
+    /// Extends `token`'s lease each time half of it is left, for as long as it is awaited;
+    /// returns only when the claim cannot be kept, with why.
+    async fn keep(&self, token: &ClaimToken) -> Error {
+        let mut from = self.budget.now();
+        let mut until = from_epoch_millis(self.leased.load(Ordering::Relaxed));
+        loop {
+            if self.budget.deadline().is_some_and(|d| until >= d) {
+                // The lease reaches the deadline: nothing is left to extend it for.
+                return std::future::pending().await;
+            }
+            let half = until.duration_since(from).unwrap_or(Duration::ZERO) / 2;
+            self.sleep_until(from + half).await;
+            // Sent again after an error until an answer comes or the lease lapses.
+            let mut tries = 0u32;
+            loop {
+                let now = self.budget.now();
+                let lease_until = self.lease.lease_until(now, self.budget.deadline());
+                let expires_at = deadline::after(now, self.terms.ttl);
+                let left = until.duration_since(now).unwrap_or(Duration::ZERO);
+                let sent = self.contended(|| {
+                    self.store.extend(Extension::new(
+                        self.key,
+                        token,
+                        now,
+                        lease_until,
+                        expires_at,
+                    ))
+                });
+                let answer = tokio::time::timeout(left, Box::pin(sent)).await;
+                match answer {
+                    Ok(Ok(())) => {
+                        debug!(
+                            message_id = self.message_id,
+                            key = self.key,
+                            "the handler still runs: its claim's lease is extended"
+                        );
+                        (from, until) = (now, lease_until);
+                        break;
+                    }
+                    Ok(Err(e)) if e.kind() == ErrorKind::LostClaim => {
+                        return Error::with_source(
+                            ErrorKind::LostClaim,
+                            "the claim's lease could not be extended: another worker took the \
+                             key over (this worker was paused or slow past its lease)",
+                            e,
+                        );
+                    }
+                    Ok(Err(e)) if self.budget.now() < until && !self.store_dark() => {
+                        tries += 1;
+                        warn!(
+                            message_id = self.message_id,
+                            key = self.key,
+                            tries,
+                            error = %format_args!("{e:#}"),
+                            "could not extend the claim's lease; trying again before it lapses"
+                        );
+                        let pause = RetryPolicy::new(u32::MAX, Duration::from_millis(50))
+                            .with_cap(Duration::from_millis(500))
+                            .delay(tries);
+                        let at = self.budget.now() + pause;
+                        self.sleep_until(at.min(until)).await;
+                    }
+                    Ok(Err(e)) => {
+                        return Error::with_source(
+                            e.kind(),
+                            "the claim's lease could not be extended before it lapsed",
+                            e,
+                        );
+                    }
+                    Err(_) => {
+                        return Error::new(
+                            ErrorKind::StoreUnavailable,
+                            "the claim's lease could not be extended before it lapsed: the \
+                             store did not answer in time",
+                        )
+                        .no_answer();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sleeps until `at` on the budget's clock.
+    async fn sleep_until(&self, at: SystemTime) {
+        let wait = at
+            .duration_since(self.budget.now())
+            .unwrap_or(Duration::ZERO);
+        Box::pin(tokio::time::sleep(wait)).await;
     }
 
     /// Notes, in the batch's counters, that this message's completion committed (what the
@@ -403,17 +591,24 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                 ),
             }
         };
-        let written = self
-            .timed(StoreCall::Completion, Box::pin(self.contended(send)))
-            .await;
-        match written {
-            Err(OutOfTime) => Claimed::CutOff,
-            Ok(Err(e)) => Claimed::Failed(e),
-            Ok(Ok(OneShotWrite::Committed)) => Claimed::Won(()),
-            Ok(Ok(OneShotWrite::Completed(record))) => self.completed(record),
-            Ok(Ok(OneShotWrite::HeldElsewhere { lease_until })) => {
-                Claimed::HeldElsewhere { lease_until }
-            }
+        let mut waits = 0;
+        loop {
+            let written = self
+                .timed(StoreCall::Completion, Box::pin(self.contended(&send)))
+                .await;
+            return match written {
+                Err(OutOfTime) => Claimed::CutOff,
+                Ok(Err(e)) => Claimed::Failed(e),
+                Ok(Ok(OneShotWrite::Committed)) => Claimed::Won(()),
+                Ok(Ok(OneShotWrite::Completed(record))) => self.completed(record),
+                Ok(Ok(OneShotWrite::HeldElsewhere { lease_until })) => {
+                    if self.wait_lease(lease_until, waits).await {
+                        waits += 1;
+                        continue;
+                    }
+                    Claimed::HeldElsewhere { lease_until }
+                }
+            };
         }
     }
 

@@ -141,7 +141,21 @@ where
 
         let event = LambdaEvent::new(payload, context);
         let call = async move { handler(event).await.map_err(Into::into) };
-        let response = match guarded(call, None, &budget).await {
+        // The claim is kept while the handler runs (its lease extended); one that could not be
+        // kept stops the handler, and nothing of it is committed.
+        let end = match attempt.holding(&token, guarded(call, None, &budget)).await {
+            Ok(end) => end,
+            Err(lost) => {
+                warn!(key, error = %format_args!("{lost:#}"), "claim lost while the handler ran: handler stopped, its result discarded");
+                return Err(Error::with_source(
+                    lost.kind(),
+                    "the handler was stopped and its result discarded, nothing was committed",
+                    lost,
+                )
+                .into());
+            }
+        };
+        let response = match end {
             HandlerEnd::Returned(response) => response,
             HandlerEnd::Failed(e) => {
                 attempt.release(&token).await;

@@ -429,7 +429,8 @@ where
                 .with_stats(stats)
                 .with_liveness(liveness)
                 .with_locks(&self.locks)
-                .with_packer(packer);
+                .with_packer(packer)
+                .waiting_out_leases();
                 let outcome = self.run_claimed(message, id, &attempt, budget).await;
                 conflicts.store(attempt.conflicts(), Ordering::Relaxed);
                 outcome
@@ -507,7 +508,19 @@ where
             Box::pin(attempt.release(&token)).await;
             return Outcome::Failed(failure);
         }
-        match self.call_handler(message, budget).await {
+        // The claim is kept while the handler runs (its lease extended); a claim that could
+        // not be kept stops the handler, and nothing of it is committed.
+        let call = match attempt
+            .holding(&token, self.call_handler(message, budget))
+            .await
+        {
+            Ok(call) => call,
+            Err(lost) => {
+                warn!(message_id = %id, key, error = %format_args!("{lost:#}"), "claim lost while the handler ran: handler stopped, its result discarded");
+                return Outcome::Failed(claim_not_kept(&lost));
+            }
+        };
+        match call {
             HandlerCall::Returned(Ok(effects)) => {
                 Box::pin(self.complete(id, key, attempt, &token, effects)).await
             }
@@ -713,6 +726,16 @@ fn claim_failed(e: &Error) -> Failure {
         ),
     };
     Failure::new(kind, format!("{what}: {e:#}"))
+}
+
+/// A claim its owner could not keep while the handler ran (`Attempt::holding`), as the
+/// message's failure: the handler was stopped and nothing of it committed; the message is
+/// retried (by then the key is the other worker's, or free).
+fn claim_not_kept(e: &Error) -> Failure {
+    Failure::new(
+        FailureKind::from(e.kind()),
+        format!("the handler was stopped and its result discarded, nothing was committed: {e:#}"),
+    )
 }
 
 /// One-shot mode, a message whose payload offloaded to S3 could not be fetched (`failure`

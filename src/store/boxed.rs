@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 
 use super::{
-    Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Packed, StoreAdmin,
+    Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Extension,
+    Inspected, OneShotWrite, Packed, StoreAdmin,
 };
 use crate::{Error, ErrorKind};
 
@@ -85,6 +85,7 @@ trait DynStore: Send + Sync + 'static {
         key: &'a str,
         token: &'a ClaimToken,
     ) -> BoxFuture<'a, Result<(), Error>>;
+    fn extend<'a>(&'a self, extension: Extension<'a>) -> BoxFuture<'a, Result<(), Error>>;
     fn capabilities(&self) -> Capabilities;
     fn effect_item(&self, effect: &AnyEffect) -> Option<u64>;
     fn claim_completed<'a>(
@@ -193,6 +194,10 @@ impl<S: ClaimStore + StoreAdmin> DynStore for S {
         token: &'a ClaimToken,
     ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(ClaimStore::release(self, key, token))
+    }
+
+    fn extend<'a>(&'a self, extension: Extension<'a>) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(ClaimStore::extend(self, extension))
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -438,6 +443,10 @@ impl ClaimStore for BoxStore {
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         self.inner.release(key, token).await
+    }
+
+    async fn extend(&self, extension: Extension<'_>) -> Result<(), Error> {
+        self.inner.extend(extension).await
     }
 
     fn capabilities(&self) -> Capabilities {

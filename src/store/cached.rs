@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use super::remember::{Pending, answered_from_cache, from_cache, response_fits};
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Inspected, OneShotWrite, Packed, Status, StoreAdmin,
+    Extension, Inspected, OneShotWrite, Packed, Status, StoreAdmin,
 };
 use crate::Error;
 
@@ -316,6 +316,11 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
             .pending
             .release(token, self.inner.release(key, token))
             .await
+    }
+
+    /// The store's own: an in-progress claim is never cached.
+    fn extend(&self, extension: Extension<'_>) -> impl Future<Output = Result<(), Error>> + Send {
+        self.inner.extend(extension)
     }
 
     async fn claim_completed(

@@ -52,11 +52,17 @@ pub struct Capabilities {
     /// packing several into one request costs no more write units and saves a request each.
     /// `0` (the default): the store does not pack, and each write goes alone.
     pub max_pack_actions: usize,
+    /// Whether the store extends a held claim's lease
+    /// ([`extend`](super::ClaimStore::extend)). Only then are claims leased short and
+    /// extended while their handler runs (the default [`Lease`](crate::claim::Lease)), so a
+    /// retry after a crash takes the key over soon; otherwise a claim is held until the
+    /// invocation's deadline. Default: `false`.
+    pub extends_leases: bool,
 }
 
 impl Capabilities {
     /// The defaults: 10 calls in flight, responses up to 6 MiB, no
-    /// retries inside the client, a one-shot write in two steps.
+    /// retries inside the client, a one-shot write in two steps, no lease extension.
     pub const fn new() -> Self {
         Capabilities {
             max_in_flight: 10,
@@ -64,6 +70,7 @@ impl Capabilities {
             retries_internally: false,
             atomic_one_shot: false,
             max_pack_actions: 0,
+            extends_leases: false,
         }
     }
 }

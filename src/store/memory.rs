@@ -12,7 +12,7 @@ use std::time::SystemTime;
 
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse,
+    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse,
 };
 use crate::{Error, ErrorKind};
 
@@ -182,6 +182,7 @@ impl ClaimStore for MemoryStore {
         Capabilities {
             max_in_flight: 10_000,
             atomic_one_shot: true,
+            extends_leases: true,
             ..Capabilities::new()
         }
     }
@@ -276,6 +277,20 @@ impl ClaimStore for MemoryStore {
             },
         );
         Ok(OneShotWrite::Committed)
+    }
+
+    async fn extend(&self, ext: Extension<'_>) -> Result<(), Error> {
+        self.check_up()?;
+        self.injected_contention()?;
+        let mut records = self.records();
+        match records.get_mut(ext.key) {
+            Some(e) if &e.token == ext.token && e.status == Status::InProgress => {
+                e.lease_until = Some(ext.lease_until);
+                e.expires_at = ext.expires_at;
+                Ok(())
+            }
+            _ => Err(Error::lost_claim(ext.key)),
+        }
     }
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {

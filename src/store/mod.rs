@@ -54,6 +54,10 @@
 //!   it fails with [`ErrorKind::LostClaim`](crate::ErrorKind::LostClaim) and changes nothing.
 //!   If an effect is refused the whole step is cancelled and it fails with
 //!   [`ErrorKind::EffectRejected`](crate::ErrorKind::EffectRejected).
+//! * **extend** ([`ClaimStore::extend`]) moves the lease (and expiry) of an in-progress record
+//!   that still carries `token`, lapsed or not; otherwise it fails with `LostClaim` and
+//!   changes nothing. It is how a live owner keeps a short lease: see
+//!   [`Lease`](crate::claim::Lease).
 //! * **release** deletes the record only if it still carries `token` and is in progress;
 //!   otherwise it fails with `LostClaim` and changes nothing. After a release the key can be
 //!   claimed again at once.
@@ -215,6 +219,45 @@ impl ClaimRequest<'_> {
     /// outlives its lease whatever TTL the caller asked for.
     pub(crate) fn record_expires_at(&self) -> SystemTime {
         self.expires_at.max(self.lease_until)
+    }
+}
+
+/// What an extension of a held claim asks for ([`ClaimStore::extend`]): the owner's token and
+/// the lease and expiry it moves the record to. Built by the claim's owner while its handler
+/// runs; stores read it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Extension<'a> {
+    /// The full idempotency key (namespace included).
+    pub key: &'a str,
+    /// The owner token of the claim being extended.
+    pub token: &'a ClaimToken,
+    /// The caller's current time.
+    pub now: SystemTime,
+    /// The claim's new lease.
+    pub lease_until: SystemTime,
+    /// The record's new expiry, never before `lease_until` (an in-progress record outlives its
+    /// lease, as for a claim).
+    pub expires_at: SystemTime,
+}
+
+impl<'a> Extension<'a> {
+    /// An extension of `token`'s claim on `key` to `lease_until`, asked at `now`; the record
+    /// expires at `expires_at`, or at `lease_until` if that is later.
+    pub fn new(
+        key: &'a str,
+        token: &'a ClaimToken,
+        now: SystemTime,
+        lease_until: SystemTime,
+        expires_at: SystemTime,
+    ) -> Self {
+        Extension {
+            key,
+            token,
+            now,
+            lease_until,
+            expires_at: expires_at.max(lease_until),
+        }
     }
 }
 
@@ -489,6 +532,31 @@ pub trait ClaimStore: Send + Sync + 'static {
         key: &str,
         token: &ClaimToken,
     ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Moves the lease of `extension.token`'s claim to `extension.lease_until` (and the
+    /// record's expiry to `extension.expires_at`), in one conditional write: only if the record
+    /// still carries the token and is in progress, whether or not its lease has lapsed (a
+    /// lapsed lease nobody took over is still the owner's). Otherwise it changes nothing and
+    /// fails with [`LostClaim`](crate::ErrorKind::LostClaim): the owner has been taken over,
+    /// or its claim completed or released, and must not commit anything.
+    ///
+    /// The claim's owner calls it while its handler still runs, so that a short lease (what
+    /// lets a retry take over soon after its owner died) never lapses under a live owner. A
+    /// store that implements it says so with [`Capabilities::extends_leases`]; the default
+    /// refuses, and claims on such a store are leased until the invocation's deadline, as
+    /// before leases were extended.
+    fn extend(&self, extension: Extension<'_>) -> impl Future<Output = Result<(), Error>> + Send {
+        let key = extension.key.to_owned();
+        async move {
+            Err(Error::new(
+                crate::ErrorKind::StoreRejected,
+                format!(
+                    "this store does not extend leases (Capabilities::extends_leases): the \
+                     claim on key {key:?} is held until its first lease lapses"
+                ),
+            ))
+        }
+    }
 
     /// What the store can carry and does by itself ([`Capabilities`]): how many calls at once,
     /// the longest response, whether its client retries, whether a one-shot write is atomic.

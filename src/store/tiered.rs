@@ -7,8 +7,8 @@ use redis::AsyncCommands;
 use super::redis::RedisStore;
 use super::remember::{Pending, from_cache, response_fits};
 use super::{
-    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Inspected,
-    Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Extension,
+    Inspected, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::Error;
 
@@ -309,6 +309,7 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
             max_in_flight: durable.max_in_flight,
             max_response_bytes: durable.max_response_bytes,
             retries_internally: durable.retries_internally,
+            extends_leases: durable.extends_leases,
             ..Capabilities::new()
         }
     }
@@ -355,6 +356,11 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
             .pending
             .release(token, self.durable.release(key, token))
             .await
+    }
+
+    /// The durable store's own: Redis keeps markers of completed keys only.
+    fn extend(&self, extension: Extension<'_>) -> impl Future<Output = Result<(), Error>> + Send {
+        self.durable.extend(extension)
     }
 }
 

@@ -39,8 +39,8 @@ use std::time::{Duration, SystemTime};
 
 use sqs_claim::Error;
 use sqs_claim::store::{
-    Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Inspected,
-    OneShotWrite, Packed, StoreAdmin,
+    Capabilities, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Extension,
+    Inspected, OneShotWrite, Packed, StoreAdmin,
 };
 
 /// Which [`ClaimStore`] method a call is, for [`Call::method`] and the counts.
@@ -55,14 +55,17 @@ pub enum Method {
     Release,
     /// [`ClaimStore::claim_completed`] (a one-shot write), also each write of a pack.
     ClaimCompleted,
+    /// [`ClaimStore::extend`]: a held claim's lease extended while its handler runs.
+    Extend,
 }
 
 impl Method {
-    const ALL: [Method; 4] = [
+    const ALL: [Method; 5] = [
         Method::Claim,
         Method::Complete,
         Method::Release,
         Method::ClaimCompleted,
+        Method::Extend,
     ];
 
     fn index(self) -> usize {
@@ -71,6 +74,7 @@ impl Method {
             Method::Complete => 1,
             Method::Release => 2,
             Method::ClaimCompleted => 3,
+            Method::Extend => 4,
         }
     }
 }
@@ -103,6 +107,8 @@ pub enum Call<'a, E> {
         /// The effects committed with it.
         effects: &'a Effects<E>,
     },
+    /// An extension of a held claim's lease.
+    Extend(Extension<'a>),
 }
 
 impl<E> Call<'_, E> {
@@ -113,6 +119,7 @@ impl<E> Call<'_, E> {
             Call::Complete { .. } => Method::Complete,
             Call::Release { .. } => Method::Release,
             Call::ClaimCompleted { .. } => Method::ClaimCompleted,
+            Call::Extend(_) => Method::Extend,
         }
     }
 
@@ -121,6 +128,7 @@ impl<E> Call<'_, E> {
         match self {
             Call::Claim(request) | Call::ClaimCompleted { request, .. } => request.key,
             Call::Complete { key, .. } | Call::Release { key, .. } => key,
+            Call::Extend(extension) => extension.key,
         }
     }
 }
@@ -181,7 +189,7 @@ pub struct Spy<S: ClaimStore> {
     on_call: Option<Arc<OnCall<S::Effect>>>,
     capabilities: Option<Arc<MapCapabilities>>,
     effect_item: Option<Arc<EffectItem<S::Effect>>>,
-    counts: Arc<[AtomicUsize; 4]>,
+    counts: Arc<[AtomicUsize; 5]>,
     packs: Arc<Mutex<Vec<usize>>>,
 }
 
@@ -322,6 +330,11 @@ impl<S: ClaimStore> ClaimStore for Spy<S> {
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         let action = self.decide(&Call::Release { key, token });
         act(action, self.inner.release(key, token)).await
+    }
+
+    async fn extend(&self, extension: Extension<'_>) -> Result<(), Error> {
+        let action = self.decide(&Call::Extend(extension));
+        act(action, self.inner.extend(extension)).await
     }
 
     async fn claim_completed(

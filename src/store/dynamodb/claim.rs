@@ -174,6 +174,7 @@ impl ClaimStore for DynamoDbStore {
             retries_internally: true,
             atomic_one_shot: true,
             max_pack_actions: MAX_TRANSACTION_ACTIONS,
+            extends_leases: true,
         }
     }
 
@@ -409,6 +410,39 @@ impl ClaimStore for DynamoDbStore {
                 )),
             },
             Err(e) => Err(classify("TransactWriteItems (one-shot)", e)),
+        }
+    }
+
+    /// One `UpdateItem` of the lease and the expiry, fenced by the token and the in-progress
+    /// status, as the completion is.
+    async fn extend(&self, ext: Extension<'_>) -> Result<(), Error> {
+        let mut names = self.attrs.names();
+        names.retain(|k, _| matches!(k.as_str(), "#token" | "#status" | "#lease" | "#exp"));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(self.key_value(ext.key)))
+            .update_expression("SET #lease = :lease, #exp = :exp")
+            .condition_expression("#token = :token AND #status = :inprogress")
+            .set_expression_attribute_names(Some(names))
+            .set_expression_attribute_values(Some(HashMap::from([
+                (":token".to_owned(), s(ext.token.as_str())),
+                (":inprogress".to_owned(), s(Status::InProgress.as_str())),
+                (":lease".to_owned(), n(epoch_millis(ext.lease_until))),
+                (":exp".to_owned(), n(expiry_seconds(ext.expires_at))),
+            ])))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e)) => match e.err() {
+                UpdateItemError::ConditionalCheckFailedException(_) => {
+                    Err(Error::lost_claim(ext.key))
+                }
+                _ => Err(classify("UpdateItem (extend)", SdkError::ServiceError(e))),
+            },
+            Err(e) => Err(classify("UpdateItem (extend)", e)),
         }
     }
 

@@ -101,8 +101,8 @@ use aws_sdk_dynamodb::waiters::table_exists::WaitUntilTableExistsError as Waiter
 
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
-    from_epoch_seconds,
+    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
+    from_epoch_millis, from_epoch_seconds,
 };
 use crate::{Error, ErrorKind};
 

@@ -107,6 +107,7 @@ impl ClaimStore for PostgresStore {
         Capabilities {
             max_in_flight: self.pool.status().max_size.max(1),
             atomic_one_shot: true,
+            extends_leases: true,
             ..Capabilities::new()
         }
     }
@@ -136,6 +137,11 @@ impl ClaimStore for PostgresStore {
 
     async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), Error> {
         self.release_sql(key, token).await
+    }
+
+    /// One `UPDATE` of the lease and the expiry, fenced by the token and the status.
+    async fn extend(&self, ext: Extension<'_>) -> Result<(), Error> {
+        self.extend_sql(ext).await
     }
 
     /// One SQL transaction on one connection: the claim written completed, the effects, the
@@ -327,6 +333,36 @@ impl PostgresStore {
         match status.as_deref() {
             Some("COMPLETED") => Ok(()),
             _ => Err(Error::lost_claim(key)),
+        }
+    }
+
+    async fn extend_sql(&self, ext: Extension<'_>) -> Result<(), Error> {
+        let id = stored_id(ext.key);
+        let client = self.client().await?;
+        let err = |e| self.pg_err("extension of", ext.key, e);
+        let stmt = self
+            .answer("extend", client.prepare_cached(&self.sql.extend))
+            .await?
+            .map_err(err)?;
+        let updated = self
+            .answer(
+                "extend",
+                client.execute(
+                    &stmt,
+                    &[
+                        &id.as_ref(),
+                        &ext.token.as_str(),
+                        &epoch_millis(ext.lease_until),
+                        &epoch_millis(ext.expires_at),
+                    ],
+                ),
+            )
+            .await?
+            .map_err(err)?;
+        if updated == 1 {
+            Ok(())
+        } else {
+            Err(Error::lost_claim(ext.key))
         }
     }
 

@@ -135,7 +135,8 @@ use tokio_postgres::types::ToSql;
 
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
+    from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 

@@ -33,6 +33,7 @@ pub(super) struct Statements {
     pub(super) completed_by: String,
     pub(super) lock: String,
     pub(super) release: String,
+    pub(super) extend: String,
     pub(super) inspect: String,
     pub(super) delete_if: String,
     pub(super) prune: String,
@@ -59,6 +60,10 @@ impl Statements {
             lock: format!("SELECT status FROM {quoted} WHERE id = $1 AND token = $2 FOR UPDATE"),
             release: format!(
                 "DELETE FROM {quoted} WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
+            ),
+            extend: format!(
+                "UPDATE {quoted} SET lease_until = $3, expires_at = $4 \
+                 WHERE id = $1 AND token = $2 AND status = 'INPROGRESS'"
             ),
             inspect: format!(
                 "SELECT status, token, lease_until, expires_at, fingerprint, response \

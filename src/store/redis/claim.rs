@@ -155,6 +155,24 @@ return 0
     )
 });
 
+// ARGV: token, now_ms, lease_until_ms, expires_at_ms, slack_ms. Returns 1 if extended, 0
+// otherwise (the record carries another token, or is no longer in progress).
+pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local rec = redis.call('HMGET', KEYS[1], 's', 't')
+if rec[1] == 'INPROGRESS' and rec[2] == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'l', ARGV[3], 'e', ARGV[4])
+  local ttl = tonumber(ARGV[4]) - tonumber(ARGV[2]) + tonumber(ARGV[5])
+  if ttl < 1 then ttl = 1 end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return 1
+end
+return 0
+"#,
+    )
+});
+
 /// Refuses effect lists whose checks could pass one by one and still fail when applied in
 /// sequence (say `set` then `incr_by` on the same key), since the script cannot roll back.
 pub(super) fn check_effects(effects: &[RedisEffect]) -> Result<(), Error> {
@@ -191,6 +209,7 @@ impl ClaimStore for RedisStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             max_in_flight: 256,
+            extends_leases: true,
             ..Capabilities::new()
         }
     }
@@ -287,6 +306,27 @@ impl ClaimStore for RedisStore {
                 ))
             }
             _ => Err(bad_reply("completion of", key, &reply)),
+        }
+    }
+
+    /// One script: the lease, the expiry and the key's own expiry, fenced by the token and the
+    /// status.
+    async fn extend(&self, ext: Extension<'_>) -> Result<(), Error> {
+        let mut conn = self.conn.clone();
+        let extended: i64 = EXTEND
+            .key(self.record_key(ext.key))
+            .arg(ext.token.as_str())
+            .arg(epoch_millis(ext.now))
+            .arg(epoch_millis(ext.lease_until))
+            .arg(epoch_millis(ext.expires_at))
+            .arg(self.slack_ms())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_err("extension of", ext.key, e))?;
+        if extended == 1 {
+            Ok(())
+        } else {
+            Err(Error::lost_claim(ext.key))
         }
     }
 

@@ -158,6 +158,7 @@ impl ClaimStore for SqliteStore {
         Capabilities {
             max_in_flight: 256,
             atomic_one_shot: true,
+            extends_leases: true,
             ..Capabilities::new()
         }
     }
@@ -235,6 +236,28 @@ impl ClaimStore for SqliteStore {
                 Claim::HeldElsewhere { lease_until } => {
                     Ok(OneShotWrite::HeldElsewhere { lease_until })
                 }
+            }
+        })
+        .await
+    }
+
+    /// One `UPDATE` of the lease and the expiry, fenced by the token and the status.
+    async fn extend(&self, ext: Extension<'_>) -> Result<(), Error> {
+        let key = ext.key.to_owned();
+        let token = ext.token.as_str().to_owned();
+        let (lease, expires) = (epoch_millis(ext.lease_until), epoch_millis(ext.expires_at));
+        self.run(move |conn| {
+            let changed = conn
+                .execute(
+                    "UPDATE claims SET lease_until_ms = ?3, expires_at_ms = ?4 \
+                     WHERE id = ?1 AND token = ?2 AND status = 'INPROGRESS'",
+                    params![key, token, lease, expires],
+                )
+                .map_err(|e| classify(e, format!("extension of key {key:?} failed")))?;
+            if changed == 1 {
+                Ok(())
+            } else {
+                Err(Error::lost_claim(&key))
             }
         })
         .await

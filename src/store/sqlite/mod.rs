@@ -9,7 +9,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
     Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
+    from_epoch_millis,
 };
 use crate::{Error, ErrorKind};
 

@@ -36,6 +36,7 @@ use sqs_claim::store::{
 mod admin;
 mod claim;
 mod effects;
+mod extend;
 mod one_shot;
 mod race;
 mod response;
@@ -50,6 +51,11 @@ use claim::{
 };
 pub use effects::EffectProbe;
 use effects::{atomic_effects, one_shot_effects, packed_one_shot};
+pub use extend::extension_takeover_race;
+use extend::{
+    extension_moves_the_lease, extension_outlives_a_short_ttl, lapsed_untaken_lease_is_extended,
+    only_a_claim_in_progress_is_extended, stale_token_cannot_extend,
+};
 use one_shot::one_shot_claims_completed;
 use race::one_shot_race;
 pub use race::{race, takeover_race};
@@ -100,7 +106,8 @@ async fn must_acquire<S: ClaimStore>(store: &S, req: ClaimRequest<'_>, why: &str
 }
 
 /// Runs every check of the claim contract: claims, leases, expiry, fencing, stored responses,
-/// odd keys, races and one-shot writes. Effects ([`run_effects`]) and administration
+/// odd keys, races and one-shot writes, and the extension of a held claim where the store
+/// says it extends leases ([`Capabilities::extends_leases`](sqs_claim::store::Capabilities)). Effects ([`run_effects`]) and administration
 /// ([`run_admin`]) are checked apart, since not every store has them.
 pub async fn run_all<S: ClaimStore>(store: &S) {
     fresh_claim_is_acquired(store).await;
@@ -124,6 +131,14 @@ pub async fn run_all<S: ClaimStore>(store: &S) {
     takeover_race(store, 50, 32).await;
     one_shot_claims_completed(store).await;
     one_shot_race(store, 50, 16).await;
+    if store.capabilities().extends_leases {
+        extension_moves_the_lease(store).await;
+        lapsed_untaken_lease_is_extended(store).await;
+        stale_token_cannot_extend(store).await;
+        only_a_claim_in_progress_is_extended(store).await;
+        extension_outlives_a_short_ttl(store).await;
+        extension_takeover_race(store, 50).await;
+    }
 }
 
 fn completed_record(
