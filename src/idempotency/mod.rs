@@ -81,9 +81,11 @@
 //! Every store call and the handler are raced against the invocation's deadline minus an
 //! answer reserve ([`IdempotencyBuilder::answer_reserve`], default 250 ms), so the function
 //! always answers before Lambda kills it. A handler cut off there keeps its claim (it may have
-//! reached an external service) until its lease lapses: by default the invocation's deadline
-//! ([`Lease::until_deadline`]), 5 minutes outside Lambda, or at least a fixed time when asked
-//! ([`IdempotencyBuilder::lease_policy`] with [`Lease::at_least`]). The completion is fenced by the
+//! reached an external service) until its lease lapses: by default a short lease extended
+//! while the handler runs ([`Lease::extended`]: a quarter of the time left, at least 2 s; 5
+//! minutes outside Lambda), or at least a fixed time when asked
+//! ([`IdempotencyBuilder::lease_policy`] with [`Lease::at_least`]). An invocation that cannot
+//! extend its claim stops its handler and commits nothing. The completion is fenced by the
 //! claim's owner token: an invocation whose lease lapsed and was taken over cannot overwrite
 //! the record of the one that took over (its completion fails with `LostClaim`, its effects
 //! are not committed).
@@ -259,8 +261,8 @@ impl<St: ClaimStore, X> IdempotencyBuilder<St, X> {
     }
 
     /// How long a claim is held before another invocation may take the key over. Default:
-    /// [`Lease::until_deadline`] (the invocation's deadline; 5 minutes without one). See
-    /// [`Lease`] for the trade-off.
+    /// [`Lease::extended`] (a quarter of the time left, at least 2 s, extended while the
+    /// handler runs; 5 minutes without a deadline). See [`Lease`] for the trade-off.
     pub fn lease_policy(mut self, lease: Lease) -> Self {
         self.config.terms.lease = lease;
         self

@@ -487,10 +487,12 @@ impl<S, H> ProcessorBuilder<S, H> {
         self
     }
 
-    /// How long claims are held before another worker may take them over: until the
-    /// invocation's deadline ([`Lease::until_deadline`], the default, 5 minutes when there is no
-    /// deadline), or at least a fixed time even inside Lambda ([`Lease::at_least`]: for a
-    /// handler that must not run again for an hour after a timeout). [`Lease`] sets out the
+    /// How long claims are held before another worker may take them over: a short lease
+    /// extended while the handler runs ([`Lease::extended`], the default: a quarter of the time
+    /// left, at least 2 s; 5 minutes when there is no deadline), until the invocation's deadline
+    /// ([`Lease::until_deadline`]), or at least a fixed time even inside Lambda
+    /// ([`Lease::at_least`]: for a handler that must not run again for an hour after a
+    /// timeout). [`Lease`] sets out the
     /// trade-off. Values above 100 years are treated as 100 years.
     ///
     /// ```

@@ -66,7 +66,7 @@ impl Settings {
             .ttl(self.ttl)
             .lease_policy(match self.lease_at_least {
                 Some(at_least) => Lease::at_least(at_least),
-                None => Lease::until_deadline(self.lease),
+                None => Lease::extended(self.lease),
             })
             .fifo(self.fifo)
             .on_store_unavailable(self.store_unavailable)

@@ -126,12 +126,12 @@ pub const VARIABLES: &[Variable] = &[
     Variable::new(
         "SQS_CLAIM_LEASE_SECS",
         "`300`",
-        "lease of a claim when the invocation has no deadline (the CLI); in Lambda the lease is the invocation's deadline",
+        "lease of a claim when the invocation has no deadline (the CLI); in Lambda a quarter of the time left (at least 2 s, never past the deadline). Either way the owner extends it while its handler runs (`Lease::extended`), so a crashed invocation's claims lapse within seconds and a stream's retry takes them over. See [library.md](library.md#the-lease)",
     ),
     Variable::new(
         "SQS_CLAIM_LEASE_AT_LEAST_SECS",
         "none",
-        "hold every claim at least this long, inside Lambda too (`Lease::at_least`): a message whose invocation died or timed out is not run again before then. Keep visibility timeout × `maxReceiveCount` above it, or the message reaches the DLQ while still held. See [library.md](library.md#the-lease)",
+        "hold every claim at least this long, inside Lambda too (`Lease::at_least`), never extended: a message whose invocation died or timed out is not run again before then. Keep visibility timeout × `maxReceiveCount` above it, or the message reaches the DLQ while still held. On a stream it costs retries: every retry before then fails the record and the shard waits (`sqs-claim doctor` says so). See [library.md](library.md#the-lease)",
     ),
     Variable::new(
         "SQS_CLAIM_CONCURRENCY",

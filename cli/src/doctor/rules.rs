@@ -292,8 +292,8 @@ fn lease_window(facts: &Facts) -> Finding {
         return Finding::new(
             RULE,
             Status::Ok,
-            "claims are leased until the invocation's deadline (SQS_CLAIM_LEASE_AT_LEAST_SECS \
-             unset)",
+            "claims are leased short and extended while the handler runs \
+             (SQS_CLAIM_LEASE_AT_LEAST_SECS unset)",
         );
     };
     let Some(r) = &q.redrive else {

@@ -1,5 +1,5 @@
 //! The stream rules: pure functions of one stream mapping's [`StreamFacts`] (and the claim
-//! TTL), five lines per mapping, after the SQS rules. They are printed only for a function
+//! TTL and the lease), six lines per mapping, after the SQS rules. They are printed only for a function
 //! that has stream mappings (or a template with stream events), so an SQS consumer's report
 //! keeps its 13 lines. `docs/operating.md` ("sqs-claim doctor") gives each rule's why.
 
@@ -7,12 +7,13 @@ use super::facts::{KINESIS_DEFAULT_RETENTION_SECS, StreamFacts, StreamSource};
 use super::{Facts, Finding, Status};
 
 /// The stream rules, in the order the report prints them for each mapping.
-pub const STREAM_RULES: [&str; 5] = [
+pub const STREAM_RULES: [&str; 6] = [
     "stream-claim-ttl",
     "stream-report-batch-item-failures",
     "stream-bisect",
     "stream-on-failure",
     "stream-retry-limit",
+    "stream-lease",
 ];
 
 /// Every stream rule over every stream mapping of `facts`, mapping by mapping.
@@ -24,6 +25,7 @@ pub(super) fn check(facts: &Facts) -> Vec<Finding> {
         findings.push(bisect(s));
         findings.push(on_failure(s));
         findings.push(retry_limit(s));
+        findings.push(lease(s, facts.lease_at_least_secs));
     }
     findings
 }
@@ -261,6 +263,43 @@ fn retry_limit(s: &StreamFacts) -> Finding {
     )
 }
 
+/// After a crash the mapping retries at once. Under the default lease (short, extended by a
+/// live owner) the retry waits out the crashed claim's few seconds and takes it over: one
+/// retry. An `at least` lease (`SQS_CLAIM_LEASE_AT_LEAST_SECS`) holds the crashed claim that
+/// long: every retry before then fails the record, the shard waits, and the retries may run
+/// out (`MaximumRetryAttempts`) and give the batch up.
+fn lease(s: &StreamFacts, at_least: Option<u64>) -> Finding {
+    const RULE: &str = "stream-lease";
+    let Some(secs) = at_least else {
+        return Finding::new(
+            RULE,
+            Status::Ok,
+            format!(
+                "{}: claims are leased short and extended while the handler runs                  (SQS_CLAIM_LEASE_AT_LEAST_SECS unset): a crash costs one retry",
+                s.name
+            ),
+        );
+    };
+    let attempts = match &s.maximum_retry_attempts {
+        Some(k) if k.value >= 0 => format!(
+            "; MaximumRetryAttempts {} may run out first and give the batch up",
+            k.value
+        ),
+        _ => String::new(),
+    };
+    Finding::new(
+        RULE,
+        Status::Warn,
+        format!(
+            "{}: SQS_CLAIM_LEASE_AT_LEAST_SECS={secs}: a crashed invocation's claims are held              {secs} s, the mapping retries at once, and every retry before then fails the              record while its shard waits{attempts}",
+            s.name
+        ),
+    )
+    .fix(
+        "unset SQS_CLAIM_LEASE_AT_LEAST_SECS for a stream consumer (the default lease is          extended while the handler runs), or accept that a crash stops the shard that long",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::facts::Known;
@@ -290,10 +329,26 @@ mod tests {
                 bisect(&s),
                 on_failure(&s),
                 retry_limit(&s),
+                lease(&s, None),
             ] {
                 assert_eq!(f.status, Status::Ok, "{f}");
             }
         }
+    }
+
+    #[test]
+    fn an_at_least_lease_warns_that_a_crash_stops_the_shard() {
+        let s = good(StreamSource::Kinesis);
+        let f = lease(&s, Some(3600));
+        assert_eq!(f.status, Status::Warn, "{f}");
+        let text = f.to_string();
+        assert!(
+            text.contains("SQS_CLAIM_LEASE_AT_LEAST_SECS=3600")
+                && text.contains("3600 s")
+                && text.contains("MaximumRetryAttempts 10"),
+            "{text}"
+        );
+        assert!(lease(&s, None).to_string().contains("one retry"));
     }
 
     #[test]
