@@ -4,7 +4,7 @@
 //! Local behind the conflict model), compared answer by answer, so the model cannot drift from
 //! what the stores do.
 //!
-//! A step is one operation of the contract (claim, complete, release, one-shot, packed
+//! A step is one operation of the contract (claim, extend, complete, release, one-shot, packed
 //! one-shot), or two of them sent at once. A lone operation must answer exactly as the model
 //! does. Two at once must answer as the model does for one of their two serial orders (the
 //! contract's atomicity), where an operation the store cancelled for contention
@@ -24,8 +24,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqs_claim::SqliteStore;
 use sqs_claim::store::{
-    CachedStore, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, MemoryStore,
-    OneShotWrite, Packed,
+    CachedStore, Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects, Extension,
+    MemoryStore, OneShotWrite, Packed,
 };
 use sqs_claim::{Error, ErrorKind, TieredStore};
 use sqs_claim_model::Mutant;
@@ -63,6 +63,14 @@ enum Op {
         key: u8,
         token: usize,
     },
+    /// Extend `token`'s claim on `key` (the `token`-th token handed out in this sequence).
+    Extend {
+        key: u8,
+        token: usize,
+        now: Millis,
+        lease_until: Millis,
+        expires_at: Millis,
+    },
     OneShot(Request),
     /// A packed one-shot of writes on distinct keys.
     Packed(Vec<Request>),
@@ -77,6 +85,8 @@ struct Shape {
     /// A one-shot is one atomic step (`atomic_one_shot`); otherwise it is the contract's
     /// default, a claim and then a completion, which another writer can see between.
     atomic_one_shot: bool,
+    /// The store extends leases (`extends_leases`): extensions are among the operations.
+    extends_leases: bool,
 }
 
 /// One write's answer to a one-shot (alone or in a pack).
@@ -112,6 +122,13 @@ enum Thread {
     Release {
         key: u8,
         token: Token,
+    },
+    Extend {
+        key: u8,
+        token: Token,
+        now: Millis,
+        lease_until: Millis,
+        expires_at: Millis,
     },
     OneShot(Request),
     /// A one-shot in two steps: the claim ...
@@ -153,6 +170,19 @@ fn threads(op: &Op, tokens: &[(Token, ClaimToken)], shape: Shape) -> Vec<Thread>
             key: *key,
             token: tokens[*token].0,
         }],
+        Op::Extend {
+            key,
+            token,
+            now,
+            lease_until,
+            expires_at,
+        } => vec![Thread::Extend {
+            key: *key,
+            token: tokens[*token].0,
+            now: *now,
+            lease_until: *lease_until,
+            expires_at: *expires_at,
+        }],
         Op::OneShot(r) => vec![one_shot(r)],
         Op::Packed(reqs) if shape.packs => vec![Thread::Pack(reqs.clone())],
         // A store that does not pack sends each write alone, all at once.
@@ -172,6 +202,13 @@ fn step(thread: Thread, model: &mut Store) -> Result<Part, Thread> {
             expires_at,
         } => Part::Fenced(model.complete(key, token, expires_at, m).0),
         Thread::Release { key, token } => Part::Fenced(model.release(key, token, m).0),
+        Thread::Extend {
+            key,
+            token,
+            now,
+            lease_until,
+            expires_at,
+        } => Part::Fenced(model.extend(key, token, now, lease_until, expires_at, m).0),
         Thread::OneShot(r) => answered(model.claim_completed(r, m).0),
         Thread::TwoStep(r) => match model.claim(r, m).0 {
             ClaimAnswer::Acquired(token) => return Err(Thread::Completing(r, token)),
@@ -204,7 +241,9 @@ fn step(thread: Thread, model: &mut Store) -> Result<Part, Thread> {
 fn assemble(op: &Op, parts: Vec<Part>) -> Want {
     match (op, &parts[..]) {
         (Op::Claim(_), [Part::Claim(a)]) => Want::Claim(*a),
-        (Op::Complete { .. } | Op::Release { .. }, [Part::Fenced(a)]) => Want::Fenced(*a),
+        (Op::Complete { .. } | Op::Release { .. } | Op::Extend { .. }, [Part::Fenced(a)]) => {
+            Want::Fenced(*a)
+        }
         (Op::OneShot(_), [Part::Write(w)]) => Want::OneShot(*w),
         (Op::Packed(_), [Part::Pack(writes)]) => Want::Packed(writes.clone()),
         (Op::Packed(_), parts) => Want::Packed(
@@ -375,6 +414,23 @@ async fn ask_store<S: ClaimStore>(
                 .release(&keys[usize::from(*key)], &tokens[*token].1)
                 .await,
         ),
+        Op::Extend {
+            key,
+            token,
+            now,
+            lease_until,
+            expires_at,
+        } => Got::Fenced(
+            store
+                .extend(Extension::new(
+                    &keys[usize::from(*key)],
+                    &tokens[*token].1,
+                    names.at(*now),
+                    names.at(*lease_until),
+                    names.at(*expires_at),
+                ))
+                .await,
+        ),
         Op::OneShot(r) => Got::OneShot(store.claim_completed(request(r), Effects::none()).await),
         Op::Packed(reqs) => Got::Packed(
             store
@@ -474,8 +530,14 @@ fn follow(
     Err(failures)
 }
 
-/// A random operation at `now`.
-fn random_op(rng: &mut fastrand::Rng, now: Millis, tokens: usize, packs_allowed: bool) -> Op {
+/// A random operation at `now` (an extension only on a store that extends leases).
+fn random_op(
+    rng: &mut fastrand::Rng,
+    now: Millis,
+    tokens: usize,
+    packs_allowed: bool,
+    extends: bool,
+) -> Op {
     let request = |rng: &mut fastrand::Rng, key: u8| Request {
         key,
         now,
@@ -483,8 +545,16 @@ fn random_op(rng: &mut fastrand::Rng, now: Millis, tokens: usize, packs_allowed:
         expires_at: now + rng.i32(0..=6) * 250,
     };
     let key = rng.u8(0..KEYS);
-    match rng.u8(0..6) {
+    match rng.u8(0..7) {
         0 => Op::Claim(request(rng, key)),
+        // With any token handed out so far: its own key's, another key's, a stale one.
+        6 if tokens > 0 && extends => Op::Extend {
+            key,
+            token: rng.usize(..tokens),
+            now,
+            lease_until: now + rng.i32(1..=4) * 250,
+            expires_at: now + rng.i32(0..=6) * 250,
+        },
         1 | 2 if tokens > 0 => {
             let token = rng.usize(..tokens);
             if rng.bool() {
@@ -528,6 +598,7 @@ where
         let shape = Shape {
             packs: capabilities.max_pack_actions >= 2,
             atomic_one_shot: capabilities.atomic_one_shot,
+            extends_leases: capabilities.extends_leases,
         };
         let names = Names::new(seed);
         let mut rng = fastrand::Rng::with_seed(seed);
@@ -541,9 +612,10 @@ where
                 // Two at once (two packs only where a pack is one atomic request: a store
                 // that does not pack sends a pack's writes one by one, and two such packs on
                 // the same keys need not be serializable as wholes).
-                let a = random_op(&mut rng, now, tokens.len(), true);
+                let extends = shape.extends_leases;
+                let a = random_op(&mut rng, now, tokens.len(), true, extends);
                 let two_packs = shape.packs || !matches!(a, Op::Packed(_));
-                let b = random_op(&mut rng, now, tokens.len(), two_packs);
+                let b = random_op(&mut rng, now, tokens.len(), two_packs, extends);
                 let stagger = Duration::from_millis(rng.u64(0..=20));
                 let (got_a, got_b) = tokio::join!(ask_store(&store, &names, &a, &tokens), async {
                     tokio::time::sleep(stagger).await;
@@ -552,7 +624,7 @@ where
                 tally.pairs += 1;
                 (vec![a, b], vec![got_a, got_b], Some(stagger))
             } else {
-                let op = random_op(&mut rng, now, tokens.len(), true);
+                let op = random_op(&mut rng, now, tokens.len(), true, shape.extends_leases);
                 let got = ask_store(&store, &names, &op, &tokens).await;
                 (vec![op], vec![got], None)
             };

@@ -2,8 +2,8 @@
 //!
 //! | file          | what it holds                                                          |
 //! |---------------|------------------------------------------------------------------------|
-//! | `store.rs`    | the store contract as a value: claim, complete, release, one-shot, packed |
-//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, the network, contention, packed batches, the tiered store, the two-step one-shot |
+//! | `store.rs`    | the store contract as a value: claim, extend, complete, release, one-shot, packed |
+//! | `protocol.rs` | the system: SQS, workers with drifting clocks and deadlines, short leases extended while the handler runs (and taken over once lapsed), the network, contention, packed batches, the tiered store, the two-step one-shot |
 //! | `checker.rs`  | the exhaustive breadth-first checker, invariants and liveness          |
 //!
 //! `tests/exhaustive.rs` checks the properties for the bounds in `docs/testing.md` and that
@@ -43,4 +43,16 @@ pub enum Mutant {
     /// A one-shot write cancelled on contention (nothing written) counted as committed: its
     /// message reported processed.
     ContentionAcked,
+    /// An extension accepted for any token while the record is in progress, and written for
+    /// its token (a put of the caller's record with no token condition): an owner paused past
+    /// its lease and taken over takes the key back, and its completion commits.
+    UnfencedExtend,
+    /// An extension accepted for the record's token whatever its status: an extension still
+    /// on the wire when the handler ended lands after the completion and sets the completed
+    /// record's expiry to the extension's, earlier than the completion asked, so a redelivery
+    /// finds the completion expired early.
+    ExtendIgnoresStatus,
+    /// A worker whose extension was refused (another worker took the key over) reports its
+    /// message processed, the handler's result kept though nothing was committed.
+    LostExtensionAcked,
 }

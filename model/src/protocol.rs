@@ -14,6 +14,14 @@
 //! completion cancelled on contention releases the claim and the whole one-shot goes again, a
 //! new claim.
 //!
+//! A claim is leased until the invocation's deadline, or ([`Config::lease`]) a short lease
+//! past the worker's clock that its owner extends while the handler runs, a bounded number of
+//! times ([`Config::extensions`]); an extension refused or not answered stops the worker, its
+//! handler's result discarded and nothing committed, and a handler may end with an extension
+//! still on the wire. A worker paused past its lease (it takes no step while time passes) is
+//! taken over by another worker's claim, which may first wait the held lease out
+//! ([`Config::wait_out_leases`]); when it resumes, its extension and completion are refused.
+//!
 //! Time moves in ticks of 500 ms and is kept relative: `now` is 0 or 500 ms into the current
 //! second, and every stored time is shifted back a second when a second passes, clamped at
 //! [`Protocol::floor`] (past for every live request). That keeps the state space finite while
@@ -100,6 +108,16 @@ pub struct Config {
     pub early_redeliveries: u8,
     /// The redrive policy's maxReceiveCount (`None`: no failure destination).
     pub max_receives: Option<u8>,
+    /// A claim's lease: `None`, until the invocation's deadline (a store that does not extend
+    /// leases); `Some(span)`, `span` past the worker's clock, never past the deadline, and
+    /// extended while the handler runs ([`Config::extensions`]).
+    pub lease: Option<Millis>,
+    /// How many extensions a claim's owner may send while its handler runs (with
+    /// [`Config::lease`] `Some`).
+    pub extensions: u8,
+    /// Whether a claim that finds the key held elsewhere may wait out the other lease (once per
+    /// attempt) and claim again, to take the key over once that lease lapsed.
+    pub wait_out_leases: bool,
     /// The TTL of a claim (NEVER: beyond the horizon, as 24 hours is).
     pub claim_ttl: Millis,
     /// The TTL of a completion.
@@ -144,6 +162,8 @@ pub enum Req {
     Complete(u8, Token, Millis, Millis),
     /// release(key, token)
     Release(u8, Token),
+    /// extend(key, token, now, lease_until, expires_at)
+    Extend(u8, Token, Millis, Millis, Millis),
     /// claim_completed(key, now, expires_at)
     OneShot(u8, Millis, Millis),
     /// claim_completed_packed of two writes, on distinct keys
@@ -232,6 +252,33 @@ pub enum Job {
         token: Token,
         /// The claim's `now` (ghost): what its completion is judged by.
         judged_at: Millis,
+        /// Extensions sent so far.
+        extended: u8,
+    },
+    /// Running the handler under a claim, an extension of its lease on the wire: the handler
+    /// may still end (the extension left to land or not), and the worker stops when the
+    /// extension is refused or not answered.
+    Extending {
+        /// The message.
+        msg: u8,
+        /// The invocation's deadline.
+        deadline: Millis,
+        /// The claim's token.
+        token: Token,
+        /// The claim's `now` (ghost).
+        judged_at: Millis,
+        /// Extensions sent so far, this one included.
+        extended: u8,
+        /// The extension on the wire.
+        req: Req,
+    },
+    /// Its claim found the key held elsewhere: waiting for the other lease to lapse, to claim
+    /// again ([`Config::wait_out_leases`]).
+    Held {
+        /// The message.
+        msg: u8,
+        /// The invocation's deadline.
+        deadline: Millis,
     },
     /// A batch of two messages, their one-shot writes packed ([`Mode::Packed`]).
     Batch {
@@ -286,6 +333,8 @@ pub struct Broken {
     pub overwritten: bool,
     /// A claim acquired (the handler run) for a key completed and live.
     pub duplicate_ran: bool,
+    /// Effects committed by an owner that lost its claim.
+    pub lost_owner_committed: bool,
 }
 
 /// A state of the whole system.
@@ -325,8 +374,11 @@ pub mod property {
     pub const NO_EFFECT_TWICE: &str = "no effect applied twice";
     /// No message deleted unprocessed.
     pub const NO_MESSAGE_LOST: &str = "no message lost";
-    /// A stale claimant never completes or releases.
-    pub const STALE_NEVER_WRITES: &str = "a stale claimant never completes or releases";
+    /// A stale claimant never completes, extends or releases.
+    pub const STALE_NEVER_WRITES: &str = "a stale claimant never completes, extends or releases";
+    /// An owner that lost its claim (taken over, or its record gone) never commits effects.
+    pub const LOST_OWNER_NEVER_COMMITS: &str =
+        "no effect committed by an owner that lost its claim";
     /// A completed record is never overwritten before it expires.
     pub const NOT_OVERWRITTEN: &str = "a completed record is never overwritten before it expires";
     /// A duplicate never runs the handler.
@@ -362,6 +414,12 @@ pub enum Action {
     HandlerDone(u8),
     /// The handler returned an error: release, the message failed.
     HandlerFailed(u8),
+    /// The handler still runs: its owner sends an extension of its lease.
+    Extend(u8),
+    /// A claim answered held elsewhere delivered, and its worker waits the other lease out.
+    WaitOut(Packet),
+    /// A worker that waited out a lease claims again.
+    ClaimAgain(u8),
     /// Worker crashes.
     Crash(u8),
     /// Worker's clock jumps by some ms.
@@ -396,6 +454,15 @@ impl Protocol {
         s.now + s.drifts[w]
     }
 
+    /// A claim's lease, taken (or extended) at the worker's `now` in an invocation ending at
+    /// `deadline`.
+    fn lease_until(&self, now: Millis, deadline: Millis) -> Millis {
+        match self.0.lease {
+            None => deadline,
+            Some(span) => deadline.min(now + span),
+        }
+    }
+
     fn ttl(now: Millis, ttl: Millis) -> Millis {
         if ttl == NEVER { NEVER } else { now + ttl }
     }
@@ -415,6 +482,7 @@ impl Protocol {
         s.broken.stale |= obs.stale_accepted;
         s.broken.overwritten |= obs.overwrote_live_completion;
         s.broken.duplicate_ran |= obs.acquired_over_completion;
+        s.broken.lost_owner_committed |= obs.lost_owner_committed;
     }
 
     /// The store applies `req`: the answer.
@@ -467,6 +535,17 @@ impl Protocol {
                 {
                     s.markers[k] = Some(expires_at);
                 }
+                match answer {
+                    Fenced::Ok => Ans::Ok,
+                    Fenced::LostClaim => Ans::Lost,
+                }
+            }
+            Req::Extend(key, token, now, lease_until, expires_at) => {
+                let (answer, obs) =
+                    s.store
+                        .extend(key, token, now, lease_until, expires_at, mutant);
+                // An extension commits no effects.
+                self.note(s, key, Millis::MIN, obs);
                 match answer {
                     Fenced::Ok => Ans::Ok,
                     Fenced::LostClaim => Ans::Lost,
@@ -555,21 +634,32 @@ impl Protocol {
     }
 
     /// `req` made again for a contention retry: a claim or a one-shot write is a new request
-    /// at the worker's clock now; a completion or a release is sent as it was (same token).
-    fn again(&self, s: &State, w: usize, req: Req) -> Req {
+    /// at the worker's clock now (a claim's lease reckoned from it); a completion, an extension
+    /// or a release is sent as it was (same token).
+    fn again(&self, s: &State, w: usize, req: Req, deadline: Millis) -> Req {
         let now = self.clock(s, w);
         match req {
-            Req::Claim(key, _, lease_until, _) => {
-                let ttl = if self.0.mode.two_step() {
-                    self.0.done_ttl
-                } else {
-                    self.0.claim_ttl
-                };
-                Req::Claim(key, now, lease_until, Self::ttl(now, ttl))
-            }
+            Req::Claim(key, ..) => self.claim_req(key, now, deadline),
             Req::OneShot(key, ..) => Req::OneShot(key, now, Self::ttl(now, self.0.done_ttl)),
-            Req::Pack(..) | Req::Complete(..) | Req::Release(..) => req,
+            Req::Pack(..) | Req::Complete(..) | Req::Release(..) | Req::Extend(..) => req,
         }
+    }
+
+    /// A claim of `key` at the worker's `now`, in an invocation ending at `deadline`: its
+    /// record asked to expire with the claim TTL (the completion's TTL in a two-step
+    /// one-shot).
+    fn claim_req(&self, key: u8, now: Millis, deadline: Millis) -> Req {
+        let ttl = if self.0.mode.two_step() {
+            self.0.done_ttl
+        } else {
+            self.0.claim_ttl
+        };
+        Req::Claim(
+            key,
+            now,
+            self.lease_until(now, deadline),
+            Self::ttl(now, ttl),
+        )
     }
 
     fn send(s: &mut State, w: usize, req: Req) {
@@ -627,8 +717,10 @@ impl Protocol {
     /// The worker reads an answer (`None`: its client timed out). `give_up`: a write
     /// cancelled on contention is not sent again (the contention retries ran out).
     fn handle(&self, s: &mut State, w: usize, answer: Option<Ans>, give_up: bool) {
-        if let Job::Batch { .. } = s.workers[w] {
-            return self.handle_batch(s, w, answer, give_up);
+        match s.workers[w] {
+            Job::Batch { .. } => return self.handle_batch(s, w, answer, give_up),
+            Job::Extending { .. } => return self.handle_extension(s, w, answer, give_up),
+            _ => {}
         }
         let Job::Waiting {
             msg,
@@ -649,7 +741,7 @@ impl Protocol {
                 Self::finish(s, w, msg, true)
             }
             (_, Some(Ans::Contention)) if !give_up => {
-                let req = self.again(s, w, req);
+                let req = self.again(s, w, req, deadline);
                 Self::send(s, w, req);
                 s.workers[w] = Job::Waiting {
                     msg,
@@ -676,6 +768,7 @@ impl Protocol {
                     deadline,
                     token,
                     judged_at,
+                    extended: 0,
                 };
             }
             (Req::Claim(..) | Req::OneShot(..), Some(Ans::Done)) => Self::finish(s, w, msg, true),
@@ -743,7 +836,7 @@ impl Protocol {
             // The claim cancelled (nothing written): sent again as a new claim, or the
             // message fails.
             (Req::Claim(..), Some(Ans::Contention)) if !give_up => {
-                wait(s, self.again(s, w, req), false)
+                wait(s, self.again(s, w, req, deadline), false)
             }
             (Req::Claim(key, judged_at, _, expires_at), Some(Ans::Acquired(token))) => {
                 // No handler between: the completion with the effects, expiring when the claim
@@ -764,14 +857,96 @@ impl Protocol {
             // The release's answer is ignored, whatever it is.
             (Req::Release(key, _), _) if !retried => {
                 let now = self.clock(s, w);
-                let req = Req::Claim(key, now, deadline, Self::ttl(now, self.0.done_ttl));
-                wait(s, req, false)
+                wait(s, self.claim_req(key, now, deadline), false)
             }
             // The claim failed (timed out, retries spent), the completion refused or timed out
             // (the claim left to lapse), or the release done after the last contention: the
             // message fails.
             _ => Self::finish(s, w, msg, false),
         }
+    }
+
+    /// A worker whose handler runs reads the answer to its extension (`None`: its client
+    /// timed out). Extended: the handler runs on. Refused (another worker took the key over),
+    /// not answered, or cancelled on contention with the retries spent: the handler is stopped,
+    /// its result discarded, nothing committed or released (the library's `holding`), and the
+    /// message fails.
+    fn handle_extension(&self, s: &mut State, w: usize, answer: Option<Ans>, give_up: bool) {
+        let Job::Extending {
+            msg,
+            deadline,
+            token,
+            judged_at,
+            extended,
+            req,
+        } = s.workers[w]
+        else {
+            return;
+        };
+        match answer {
+            Some(Ans::Ok) => {
+                s.workers[w] = Job::Running {
+                    msg,
+                    deadline,
+                    token,
+                    judged_at,
+                    extended,
+                }
+            }
+            Some(Ans::Contention) if !give_up => Self::send(s, w, req),
+            Some(Ans::Lost) if self.0.mutant == Mutant::LostExtensionAcked => {
+                Self::finish(s, w, msg, true)
+            }
+            _ => Self::finish(s, w, msg, false),
+        }
+    }
+
+    /// The handler of worker `w` (running, or extending its lease: the extension orphaned
+    /// before) ends: returned, it sends the completion with the effects; failed (at any time:
+    /// the library's `HandlerCall::Returned(Err(..))`), it releases the claim and the message
+    /// fails. A handler cut off at the deadline keeps its claim until the lease lapses (the
+    /// hard stop).
+    fn handler_ends(&self, s: &State, w: usize) -> [(Action, State); 2] {
+        let (Job::Running {
+            msg,
+            deadline,
+            token,
+            judged_at,
+            ..
+        }
+        | Job::Extending {
+            msg,
+            deadline,
+            token,
+            judged_at,
+            ..
+        }) = s.workers[w]
+        else {
+            unreachable!("a handler runs");
+        };
+        let mut done = s.clone();
+        let now = self.clock(s, w);
+        let req = Req::Complete(msg, token, Self::ttl(now, self.0.done_ttl), judged_at);
+        Self::send(&mut done, w, req);
+        done.workers[w] = Job::Waiting {
+            msg,
+            deadline,
+            req,
+            retried: false,
+        };
+        let mut failed = s.clone();
+        let req = Req::Release(msg, token);
+        Self::send(&mut failed, w, req);
+        failed.workers[w] = Job::Waiting {
+            msg,
+            deadline,
+            req,
+            retried: true,
+        };
+        [
+            (Action::HandlerDone(w as u8), done),
+            (Action::HandlerFailed(w as u8), failed),
+        ]
     }
 
     /// A batch's worker reads the answer to its pack (or to the one write left of it).
@@ -876,6 +1051,8 @@ impl Protocol {
             let deadline = match s.workers[w] {
                 Job::Waiting { deadline, .. }
                 | Job::Running { deadline, .. }
+                | Job::Extending { deadline, .. }
+                | Job::Held { deadline, .. }
                 | Job::Batch { deadline, .. } => deadline,
                 Job::Idle => continue,
             };
@@ -896,7 +1073,10 @@ impl Protocol {
                                 }
                             }
                         }
-                        Job::Waiting { msg, .. } | Job::Running { msg, .. } => {
+                        Job::Waiting { msg, .. }
+                        | Job::Running { msg, .. }
+                        | Job::Extending { msg, .. }
+                        | Job::Held { msg, .. } => {
                             Self::failed(s, msg);
                         }
                         Job::Idle => {}
@@ -943,6 +1123,17 @@ impl Protocol {
                         *deadline = shift(*deadline);
                         *judged_at = shift(*judged_at);
                     }
+                    Job::Extending {
+                        deadline,
+                        judged_at,
+                        req,
+                        ..
+                    } => {
+                        *deadline = shift(*deadline);
+                        *judged_at = shift(*judged_at);
+                        shift_req(req, shift);
+                    }
+                    Job::Held { deadline, .. } => *deadline = shift(*deadline),
                     Job::Batch { deadline, req, .. } => {
                         *deadline = shift(*deadline);
                         shift_req(req, shift);
@@ -973,8 +1164,12 @@ impl Protocol {
         for job in s.workers.iter_mut() {
             match job {
                 Job::Running { token, .. } => *token = rename(*token),
+                Job::Extending { token, req, .. } => {
+                    *token = rename(*token);
+                    rename_req(req, &mut rename);
+                }
                 Job::Waiting { req, .. } | Job::Batch { req, .. } => rename_req(req, &mut rename),
-                Job::Idle => {}
+                Job::Idle | Job::Held { .. } => {}
             }
         }
         for p in s.net.iter_mut() {
@@ -1055,6 +1250,11 @@ fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
             *judged_at = shift(*judged_at);
         }
         Req::Release(..) => {}
+        Req::Extend(_, _, now, lease, exp) => {
+            *now = shift(*now);
+            *lease = shift(*lease);
+            *exp = shift(*exp);
+        }
         Req::OneShot(_, now, exp) => {
             *now = shift(*now);
             *exp = shift(*exp);
@@ -1071,7 +1271,9 @@ fn shift_req(req: &mut Req, shift: impl Fn(Millis) -> Millis) {
 /// The callers' times (`now`) in a request.
 fn req_nows(req: &Req) -> [Option<Millis>; 2] {
     match *req {
-        Req::Claim(_, now, ..) | Req::OneShot(_, now, _) => [Some(now), None],
+        Req::Claim(_, now, ..) | Req::OneShot(_, now, _) | Req::Extend(_, _, now, ..) => {
+            [Some(now), None]
+        }
         Req::Pack(a, b) => [Some(a.now), Some(b.now)],
         Req::Complete(..) | Req::Release(..) => [None, None],
     }
@@ -1079,7 +1281,7 @@ fn req_nows(req: &Req) -> [Option<Millis>; 2] {
 
 fn rename_req(req: &mut Req, rename: &mut impl FnMut(Token) -> Token) {
     match req {
-        Req::Complete(_, t, ..) | Req::Release(_, t) => *t = rename(*t),
+        Req::Complete(_, t, ..) | Req::Release(_, t) | Req::Extend(_, t, ..) => *t = rename(*t),
         Req::Claim(..) | Req::OneShot(..) | Req::Pack(..) => {}
     }
 }
@@ -1157,12 +1359,10 @@ impl Model for Protocol {
                     Mode::OneShot | Mode::Packed => {
                         Req::OneShot(m as u8, now, Self::ttl(now, c.done_ttl))
                     }
-                    Mode::Claimed | Mode::Tiered => {
-                        Req::Claim(m as u8, now, deadline, Self::ttl(now, c.claim_ttl))
-                    }
-                    Mode::TwoStepOneShot | Mode::TieredTwoStepOneShot => {
-                        Req::Claim(m as u8, now, deadline, Self::ttl(now, c.done_ttl))
-                    }
+                    Mode::Claimed
+                    | Mode::Tiered
+                    | Mode::TwoStepOneShot
+                    | Mode::TieredTwoStepOneShot => self.claim_req(m as u8, now, deadline),
                 };
                 Self::send(&mut n, w, req);
                 n.workers[w] = Job::Waiting {
@@ -1223,6 +1423,21 @@ impl Model for Protocol {
                         self.handle(&mut n, w, Some(ans), true);
                         push(Action::GiveUp(*p), n);
                     }
+                    // A claim held elsewhere, its lease waited out (once per attempt).
+                    if let Job::Waiting {
+                        msg,
+                        deadline,
+                        req: Req::Claim(..),
+                        retried: false,
+                    } = s.workers[w]
+                        && ans == Ans::Held
+                        && c.wait_out_leases
+                    {
+                        let mut n = s.clone();
+                        n.net.remove(i);
+                        n.workers[w] = Job::Held { msg, deadline };
+                        push(Action::WaitOut(*p), n);
+                    }
                     // A cancelled write wrote nothing: its duplicate on the wire is a second
                     // request, like any other.
                     if s.budget.faults > 0 {
@@ -1244,7 +1459,7 @@ impl Model for Protocol {
         for w in 0..s.workers.len() {
             match s.workers[w] {
                 Job::Idle => {}
-                Job::Waiting { .. } | Job::Batch { .. } => {
+                Job::Waiting { .. } | Job::Batch { .. } | Job::Extending { .. } => {
                     let live = s
                         .net
                         .iter()
@@ -1260,28 +1475,10 @@ impl Model for Protocol {
                     }
                 }
 
-                Job::Running {
-                    msg,
-                    deadline,
-                    token,
-                    judged_at,
-                } => {
+                Job::Held { msg, deadline } => {
+                    // The other lease waited out (or not: at any time, a claim like any other).
                     let mut n = s.clone();
-                    let now = self.clock(s, w);
-                    let req = Req::Complete(msg, token, Self::ttl(now, c.done_ttl), judged_at);
-                    Self::send(&mut n, w, req);
-                    n.workers[w] = Job::Waiting {
-                        msg,
-                        deadline,
-                        req,
-                        retried: false,
-                    };
-                    push(Action::HandlerDone(w as u8), n);
-                    // A handler error, at any time: the claim released, the message failed
-                    // (the library's `HandlerCall::Returned(Err(..))`). A handler cut off at
-                    // the deadline keeps its claim until the lease lapses (the hard stop).
-                    let mut n = s.clone();
-                    let req = Req::Release(msg, token);
+                    let req = self.claim_req(msg, self.clock(s, w), deadline);
                     Self::send(&mut n, w, req);
                     n.workers[w] = Job::Waiting {
                         msg,
@@ -1289,7 +1486,49 @@ impl Model for Protocol {
                         req,
                         retried: true,
                     };
-                    push(Action::HandlerFailed(w as u8), n);
+                    push(Action::ClaimAgain(w as u8), n);
+                }
+                Job::Running {
+                    msg,
+                    deadline,
+                    token,
+                    judged_at,
+                    extended,
+                } => {
+                    // The handler still runs: its lease extended (a bounded number of times).
+                    if c.lease.is_some() && extended < c.extensions {
+                        let mut n = s.clone();
+                        let now = self.clock(s, w);
+                        let req = Req::Extend(
+                            msg,
+                            token,
+                            now,
+                            self.lease_until(now, deadline),
+                            Self::ttl(now, c.claim_ttl),
+                        );
+                        Self::send(&mut n, w, req);
+                        n.workers[w] = Job::Extending {
+                            msg,
+                            deadline,
+                            token,
+                            judged_at,
+                            extended: extended + 1,
+                            req,
+                        };
+                        push(Action::Extend(w as u8), n);
+                    }
+                    for (a, n) in self.handler_ends(s, w) {
+                        push(a, n);
+                    }
+                }
+            }
+            // The handler ends while an extension is on the wire: the extension is left to
+            // land or not, its answer unread (the library drops the extending future).
+            if let Job::Extending { .. } = s.workers[w] {
+                let mut n = s.clone();
+                Self::orphan(&mut n, w);
+                for (a, n) in self.handler_ends(&n, w) {
+                    push(a, n);
                 }
             }
             if s.workers[w] != Job::Idle && s.budget.crashes > 0 {
@@ -1343,6 +1582,9 @@ impl Model for Protocol {
             (property::STALE_NEVER_WRITES, |s| !s.broken.stale),
             (property::NOT_OVERWRITTEN, |s| !s.broken.overwritten),
             (property::DUPLICATE_NEVER_RUNS, |s| !s.broken.duplicate_ran),
+            (property::LOST_OWNER_NEVER_COMMITS, |s| {
+                !s.broken.lost_owner_committed
+            }),
         ]
     }
 

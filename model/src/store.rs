@@ -1,5 +1,5 @@
 //! The store contract as a value: one record per key, and the contract's operations (claim,
-//! complete, release, one-shot, packed one-shot), each one atomic step.
+//! extend, complete, release, one-shot, packed one-shot), each one atomic step.
 //!
 //! Times are milliseconds on the caller's clock (the contract's `now`). Keys and tokens are
 //! small numbers: the protocol model renames tokens to keep its state space finite, and the
@@ -99,7 +99,8 @@ pub enum OneShotAnswer {
     },
 }
 
-/// The answer of a completion or a release: `Err(LostClaim)` is the contract's only refusal.
+/// The answer of a completion, an extension or a release: `Err(LostClaim)` is the contract's
+/// only refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fenced {
     /// Done (or, for a completion, already done by this token: a no-op).
@@ -127,8 +128,12 @@ pub struct Observed {
     /// A claim was acquired over a completed record that had not expired by the caller's
     /// clock: a duplicate would run the handler.
     pub acquired_over_completion: bool,
-    /// A completion or release was accepted for a token other than the key's latest claim.
+    /// A completion, extension or release was accepted for a token other than the key's
+    /// latest claim.
     pub stale_accepted: bool,
+    /// Effects were committed by a completion whose token is not the key's latest claim's: an
+    /// owner that lost its claim (taken over, or its record gone) committed.
+    pub lost_owner_committed: bool,
     /// The committed completion's asked expiry, when effects were applied.
     pub completion_expires_at: Option<Millis>,
 }
@@ -257,6 +262,7 @@ impl Store {
             return (Fenced::Ok, observed);
         }
         observed.stale_accepted = self.latest[k] != Some(token);
+        observed.lost_owner_committed = observed.stale_accepted;
         observed.effects_applied = true;
         observed.completion_expires_at = Some(expires_at);
         record.status = Status::Completed;
@@ -265,6 +271,48 @@ impl Store {
         }
         record.expires_at = self.stored_expiry(expires_at, mutant);
         record.asked_expires_at = expires_at;
+        self.records[k] = Some(record);
+        (Fenced::Ok, observed)
+    }
+
+    /// extend: only for the record's own token, in progress (its lease lapsed or not: a lapsed
+    /// lease nobody took over is still the owner's), the lease set to `lease_until` and the
+    /// expiry to `expires_at`, or to `lease_until` if later. `now` is the caller's clock: the
+    /// contract does not judge by it (a lapsed lease is extended all the same).
+    pub fn extend(
+        &mut self,
+        key: u8,
+        token: Token,
+        _now: Millis,
+        lease_until: Millis,
+        expires_at: Millis,
+        mutant: Mutant,
+    ) -> (Fenced, Observed) {
+        let mut observed = Observed::default();
+        let k = usize::from(key);
+        let Some(mut record) = self.records[k] else {
+            return (Fenced::LostClaim, observed);
+        };
+        let owns = match mutant {
+            Mutant::UnfencedExtend => record.status == Status::InProgress,
+            Mutant::ExtendIgnoresStatus => record.token == token,
+            _ => record.token == token && record.status == Status::InProgress,
+        };
+        if !owns {
+            return (Fenced::LostClaim, observed);
+        }
+        observed.stale_accepted = self.latest[k] != Some(token);
+        // The unfenced mutant writes the whole record for the caller's token (a put with no
+        // token condition): the owner it fenced off holds the key again.
+        record.token = token;
+        record.lease_until = Some(lease_until);
+        let asked = expires_at.max(lease_until);
+        record.expires_at = self.stored_expiry(asked, mutant);
+        // The asked expiry (a ghost) of a completed record stays its completion's: that is
+        // when it should stop counting.
+        if record.status == Status::InProgress {
+            record.asked_expires_at = asked;
+        }
         self.records[k] = Some(record);
         (Fenced::Ok, observed)
     }

@@ -5,13 +5,14 @@ use std::time::Instant;
 
 use sqs_claim_model::Mutant;
 use sqs_claim_model::checker::{Report, check};
-use sqs_claim_model::protocol::{Config, Mode, Protocol, property};
+use sqs_claim_model::protocol::{Config, Mode, Protocol, TICK, property};
 use sqs_claim_model::store::{ExpiryUnit, NEVER};
 
 const MAX_STATES: usize = 1_500_000;
 
 /// The bounds: 2 workers (one clock 500 ms ahead), 1 message, one network fault, one crash,
-/// no duplicate delivery, maxReceiveCount 2, completions kept 1.5 s in whole seconds.
+/// no duplicate delivery, maxReceiveCount 2, completions kept 1.5 s in whole seconds; a claim
+/// leased until the deadline (a store that does not extend leases), never extended.
 fn safety(mode: Mode, mutant: Mutant) -> Config {
     Config {
         mode,
@@ -24,10 +25,25 @@ fn safety(mode: Mode, mutant: Mutant) -> Config {
         clock_jumps: 0,
         early_redeliveries: 0,
         max_receives: Some(2),
+        lease: None,
+        extensions: 0,
+        wait_out_leases: false,
         claim_ttl: 1500,
         done_ttl: 1500,
         unit: ExpiryUnit::Seconds,
         mutant,
+    }
+}
+
+/// Extended leases: a claim leased a tick past the worker's clock (never past the deadline),
+/// extended once while the handler runs; a claim held elsewhere may wait the lease out once and
+/// claim again.
+fn extended(mode: Mode, mutant: Mutant) -> Config {
+    Config {
+        lease: Some(TICK),
+        extensions: 1,
+        wait_out_leases: true,
+        ..safety(mode, mutant)
     }
 }
 
@@ -46,10 +62,22 @@ fn liveness(mode: Mode, mutant: Mutant) -> Config {
 fn run(name: &str, config: Config) -> Report<Protocol> {
     let started = Instant::now();
     let report = check(&Protocol(config.clone()), MAX_STATES);
+    let lease = match config.lease {
+        None => "lease to the deadline".to_owned(),
+        Some(span) => format!(
+            "lease {span} ms, {} extensions{}",
+            config.extensions,
+            if config.wait_out_leases {
+                ", held leases waited out"
+            } else {
+                ""
+            }
+        ),
+    };
     println!(
         "{name}: {:?} workers (clock drift ms) x {} messages, faults {} crashes {} duplicates {} \
-         contention {} clock jumps {} early redeliveries {} maxReceive {:?}, {:?}, mutant {:?}: {} \
-         states, {} transitions, \
+         contention {} clock jumps {} early redeliveries {} maxReceive {:?}, {lease}, {:?}, mutant \
+         {:?}: {} states, {} transitions, \
          depth {}, {:.2?}; violated: {:?}",
         config.drifts,
         config.messages,
@@ -485,6 +513,110 @@ fn mutants_are_caught_in_the_two_step_one_shot() {
             duplicates: 1,
             done_ttl: 3000,
             ..safety(Mode::TieredTwoStepOneShot, Mutant::TieredMarkerOnLostClaim)
+        },
+        property::NO_MESSAGE_LOST,
+    );
+}
+
+/// Extended leases ([`extended`]): the owner extends its short lease while the handler runs,
+/// stops (its result discarded, nothing committed) when an extension is refused or not
+/// answered, and may end its handler with an extension still on the wire; a paused owner's
+/// lease lapses and another worker takes the key over (at once, or after waiting the lease
+/// out), and the owner's extension and completion are then refused.
+#[test]
+fn extended_leases_hold() {
+    for mode in [Mode::Claimed, Mode::Tiered] {
+        holds(extended(mode, Mutant::None));
+    }
+    let mode = Mode::Claimed;
+    // An SQS duplicate: a second worker meets the live owner's claim, waits its lease out and
+    // takes the key over while the owner is paused.
+    holds(Config {
+        faults: 0,
+        duplicates: 1,
+        ..extended(mode, Mutant::None)
+    });
+    // Two extensions: a lease carried to the deadline.
+    holds(Config {
+        faults: 0,
+        extensions: 2,
+        ..extended(mode, Mutant::None)
+    });
+    // A message failed after a lost extension, shown again early: the retry finds the lease
+    // lapsed and takes the key over.
+    holds(Config {
+        faults: 0,
+        early_redeliveries: 1,
+        ..extended(mode, Mutant::None)
+    });
+    holds(Config {
+        faults: 0,
+        contention: 1,
+        ..extended(mode, Mutant::None)
+    });
+    // The two-step one-shot under a short lease (no handler: nothing to extend).
+    holds(extended(Mode::TwoStepOneShot, Mutant::None));
+    holds(Config {
+        duplicates: 1,
+        ..extended(Mode::TwoStepOneShot, Mutant::None)
+    });
+    // Liveness: a dead owner's short lease is taken over, a live owner's extended one is not
+    // (taken over only once it lapsed).
+    for mode in [Mode::Claimed, Mode::Tiered, Mode::TwoStepOneShot] {
+        holds(Config {
+            lease: Some(TICK),
+            extensions: 1,
+            wait_out_leases: true,
+            ..liveness(mode, Mutant::None)
+        });
+    }
+    holds(Config {
+        lease: Some(TICK),
+        extensions: 2,
+        wait_out_leases: true,
+        duplicates: 1,
+        ..liveness(Mode::Claimed, Mutant::None)
+    });
+}
+
+#[test]
+fn an_unfenced_extension_is_caught() {
+    // The owner extends, ends its handler (the extension still on the wire) and is cut off at
+    // its deadline; the redelivery's claim takes the key over; the late extension takes it
+    // back, and the owner's late completion commits.
+    caught(
+        Config {
+            faults: 0,
+            ..extended(Mode::Claimed, Mutant::UnfencedExtend)
+        },
+        property::LOST_OWNER_NEVER_COMMITS,
+    );
+}
+
+#[test]
+fn an_extension_of_a_completed_record_is_caught() {
+    // An extension still on the wire when the handler ended lands after the completion and
+    // moves the completed record's expiry back to the extension's: the redelivery (the
+    // completion's answer cut off at the deadline) finds it expired and runs the handler again.
+    caught(
+        Config {
+            faults: 0,
+            ..extended(Mode::Claimed, Mutant::ExtendIgnoresStatus)
+        },
+        property::NOT_OVERWRITTEN,
+    );
+}
+
+#[test]
+fn a_lost_extension_acknowledged_is_caught() {
+    // An SQS duplicate's worker takes the key over; the owner's extension is refused, and the
+    // owner reports the message processed before the new owner committed anything.
+    caught(
+        Config {
+            faults: 0,
+            crashes: 0,
+            duplicates: 1,
+            ..extended(Mode::Claimed, Mutant::LostExtensionAcked)
         },
         property::NO_MESSAGE_LOST,
     );
