@@ -252,5 +252,83 @@ fn main() {
             added_ns / (client_cpu_us * 1e3) * 100.0,
         );
         black_box(total.load(Ordering::Relaxed));
+
+        lease_cost(&total).await;
     });
+}
+
+/// What the extended lease (the default) costs a warm batch of 1,000 whose handlers end well
+/// inside their first lease, against `Lease::until_deadline` (the lease before it was
+/// extended), alternated in one run: store requests per message (counted by a spy) and CPU per
+/// message. Goal: the same requests, and no measurable CPU.
+async fn lease_cost(total: &Arc<AtomicU64>) {
+    use sqs_claim::{Clock, Lease};
+    println!(
+        "== the lease: Lease::extended (default) vs Lease::until_deadline, batch of 1000, 60 s deadline"
+    );
+    let batch = 1000;
+    let runs = 21;
+    let run_one = |lease: Lease, run: usize| {
+        let total = Arc::clone(total);
+        async move {
+            let store = Spy::new(MemoryStore::new());
+            let t = Arc::clone(&total);
+            let handler = service_fn(move |m: Message| {
+                let t = Arc::clone(&t);
+                async move {
+                    let p: Payment = m.json()?;
+                    t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
+                    Ok::<(), Error>(())
+                }
+            });
+            let processor = Processor::builder(store.clone(), handler)
+                .key(KeySource::JsonPointer("/order_id".into()))
+                .namespace("bench")
+                .lease_policy(lease)
+                .build();
+            let mut context = Context::default();
+            let deadline = Clock::system().now() + Duration::from_secs(60);
+            context.deadline = sqs_claim::store::epoch_millis(deadline) as u64;
+            let ev = event(batch, run);
+            let start = Instant::now();
+            let report = processor
+                .process(LambdaEvent::new(ev, context))
+                .await
+                .expect("process");
+            let took = start.elapsed();
+            assert_eq!(report.counts().processed, batch);
+            (took, store.calls())
+        }
+    };
+    let (mut old, mut new, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut old_calls, mut new_calls) = (0, 0);
+    for run in 0..runs {
+        let until = Lease::until_deadline(Duration::from_secs(300));
+        let extended = Lease::default();
+        let ((o, oc), (n, nc)) = if run % 2 == 0 {
+            let o = run_one(until, 40_000 + run).await;
+            (o, run_one(extended, 50_000 + run).await)
+        } else {
+            let n = run_one(extended, 50_000 + run).await;
+            (run_one(until, 40_000 + run).await, n)
+        };
+        ratios.push(n.as_secs_f64() / o.as_secs_f64());
+        old.push(o);
+        new.push(n);
+        old_calls += oc;
+        new_calls += nc;
+    }
+    ratios.sort_by(f64::total_cmp);
+    let per = |d: Duration| d.as_secs_f64() * 1e9 / batch as f64;
+    let msgs = (runs * batch) as f64;
+    println!(
+        "until_deadline {:.2} requests/msg, {:>6.0} ns/msg | extended {:.2} requests/msg, {:>6.0} ns/msg | \
+         requests ratio x{:.3} | CPU ratio x{:.3} (median of {runs} pairs)",
+        old_calls as f64 / msgs,
+        per(median(old)),
+        new_calls as f64 / msgs,
+        per(median(new)),
+        new_calls as f64 / old_calls as f64,
+        ratios[ratios.len() / 2],
+    );
 }

@@ -1,9 +1,10 @@
 //! The time budget of one invocation: cut-off arithmetic from the Lambda context, and the clock
 //! it all reads. (How long a claim is held, the lease, is a claim policy: [`crate::claim::Lease`].)
 //!
-//! Lambda gives each invocation a deadline (epoch milliseconds). A claim's lease lasts until
-//! that deadline: if the function is killed there, the lease lapses at the moment the work was
-//! certainly abandoned, and a redelivery can take the message over.
+//! Lambda gives each invocation a deadline (epoch milliseconds). A claim's lease never lasts
+//! past it (under the default, extended lease: a share of the time left, extended while the
+//! handler runs): if the function is killed, the lease lapses soon after, by the deadline at
+//! the latest, and a redelivery can take the message over.
 //!
 //! Two instants before the deadline bound the work, so the invocation always returns a partial
 //! batch response instead of timing out (a timeout would redeliver the whole batch, including

@@ -48,7 +48,7 @@ pub enum Outcome {
 #[non_exhaustive]
 pub enum Step {
     /// Claiming: the claim may or may not have been written. If it was, it is held until its
-    /// lease (the invocation's deadline) lapses; nothing ran.
+    /// lease lapses (never after the invocation's deadline); nothing ran.
     Claim,
     /// The handler was running and was cancelled. It may have reached an external service (a
     /// payment provider), so the claim is **kept** until its lease lapses: releasing it at

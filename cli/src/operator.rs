@@ -397,7 +397,8 @@ pub(crate) fn state_line(found: &Inspected, now: SystemTime) -> String {
             relative(r.expires_at, now)
         ),
         (Status::InProgress, Some(lease)) if lease > now => format!(
-            "in progress, lease lapses at {} ({}): a worker holds it until then",
+            "in progress, lease lapses at {} ({}): a worker holds it until then (a live \
+             worker extends it while its handler runs)",
             timestamp(lease),
             relative(lease, now)
         ),

@@ -17,6 +17,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
+use super::lease::MIN_EXTENDED;
 use super::liveness::Liveness;
 use super::locks::{Held, ItemLocks, claim_item};
 use super::{Lease, PayloadCheck, PayloadVerdict};
@@ -96,9 +97,10 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     wait_out_leases: bool,
 }
 
-/// How many times an attempt waits out a claim held elsewhere before it reports it held: a
-/// live owner extends its lease each time, a dead one does not.
-const LEASE_WAITS: u32 = 3;
+/// How many times an attempt waits out a claim held elsewhere before it reports it held: once.
+/// A claim still held after its lease lapsed was extended (or taken over) meanwhile: its owner
+/// is alive, and waiting longer would only hold the batch up.
+const LEASE_WAITS: u32 = 1;
 
 /// Where an attempt sends its one-shot write with effects instead of the store's own
 /// [`claim_completed`](ClaimStore::claim_completed): the processor's packer
@@ -197,9 +199,10 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
     /// The same attempt, waiting out a claim held elsewhere whose lease lapses before the
     /// budget's cut-off (the deadline less the margin), and then taking the key over, instead of
     /// answering "held elsewhere" at once: a stream's retry comes at once after a crash, and
-    /// meets the crashed invocation's claims. At most [`LEASE_WAITS`] waits, each until the
-    /// lease the store answered lapses; a lease that lapses after the cut-off is answered as
-    /// before.
+    /// meets the crashed invocation's claims. At most [`LEASE_WAITS`] wait, until the lease the
+    /// store answered lapses; a lease that lapses after the cut-off is answered as before. A
+    /// one-shot write does not wait (it holds its items' locks, and leaves no claim of its own
+    /// behind a crash to wait for).
     pub(crate) fn waiting_out_leases(mut self) -> Self {
         self.wait_out_leases = true;
         self
@@ -466,8 +469,24 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         }
     }
 
-    /// Extends `token`'s lease each time half of it is left, for as long as it is awaited;
-    /// returns only when the claim cannot be kept, with why.
+    /// Runs `work` (the completion, or a release) to its end while keeping `token`'s claim as
+    /// [`Self::holding`] does, but never stops it: a completion is fenced by the token anyway,
+    /// and one that can no longer be kept is refused by the store (`LostClaim`). So a
+    /// completion slowed by contention or retries is not taken over while it is still sent.
+    pub(crate) async fn keeping<T>(&self, token: &ClaimToken, work: impl Future<Output = T>) -> T {
+        if !self.lease.is_extended() {
+            return work.await;
+        }
+        let mut work = std::pin::pin!(work);
+        let keep = Box::pin(self.keep(token));
+        match futures::future::select(work.as_mut(), keep).await {
+            futures::future::Either::Left((out, _)) => out,
+            futures::future::Either::Right((_, _)) => work.await,
+        }
+    }
+
+    /// Extends `token`'s lease each time half of what is left of it is left, for as long as
+    /// it is awaited; returns only when the claim cannot be kept, with why.
     async fn keep(&self, token: &ClaimToken) -> Error {
         let mut from = self.budget.now();
         let mut until = from_epoch_millis(self.leased.load(Ordering::Relaxed));
@@ -494,7 +513,10 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                         expires_at,
                     ))
                 });
-                let answer = tokio::time::timeout(left, Box::pin(sent)).await;
+                // An extension sent late (the claim's own round trip was slow, or an error
+                // was sent again) still gets time to be answered: a lapsed lease nobody took
+                // over is still this owner's, and the store says which.
+                let answer = tokio::time::timeout(left.max(MIN_EXTENDED / 2), Box::pin(sent)).await;
                 match answer {
                     Ok(Ok(())) => {
                         debug!(
@@ -503,6 +525,8 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                             "the handler still runs: its claim's lease is extended"
                         );
                         (from, until) = (now, lease_until);
+                        self.leased
+                            .store(epoch_millis(lease_until), Ordering::Relaxed);
                         break;
                     }
                     Ok(Err(e)) if e.kind() == ErrorKind::LostClaim => {
@@ -591,24 +615,17 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                 ),
             }
         };
-        let mut waits = 0;
-        loop {
-            let written = self
-                .timed(StoreCall::Completion, Box::pin(self.contended(&send)))
-                .await;
-            return match written {
-                Err(OutOfTime) => Claimed::CutOff,
-                Ok(Err(e)) => Claimed::Failed(e),
-                Ok(Ok(OneShotWrite::Committed)) => Claimed::Won(()),
-                Ok(Ok(OneShotWrite::Completed(record))) => self.completed(record),
-                Ok(Ok(OneShotWrite::HeldElsewhere { lease_until })) => {
-                    if self.wait_lease(lease_until, waits).await {
-                        waits += 1;
-                        continue;
-                    }
-                    Claimed::HeldElsewhere { lease_until }
-                }
-            };
+        let written = self
+            .timed(StoreCall::Completion, Box::pin(self.contended(send)))
+            .await;
+        match written {
+            Err(OutOfTime) => Claimed::CutOff,
+            Ok(Err(e)) => Claimed::Failed(e),
+            Ok(Ok(OneShotWrite::Committed)) => Claimed::Won(()),
+            Ok(Ok(OneShotWrite::Completed(record))) => self.completed(record),
+            Ok(Ok(OneShotWrite::HeldElsewhere { lease_until })) => {
+                Claimed::HeldElsewhere { lease_until }
+            }
         }
     }
 

@@ -215,7 +215,11 @@ where
             attempt.release(&token).await;
             return Err(Completion::<St::Effect>::too_large(&key, len, limit).into());
         }
-        complete(&attempt, &token, response, effects).await
+        // Still kept (extended) while the completion is sent: contention and retries can
+        // outlast what is left of the lease.
+        attempt
+            .keeping(&token, complete(&attempt, &token, response, effects))
+            .await
     }
 
     /// Runs the handler without a claim (no key, [`MissingKey::ProcessWithoutDedup`]).

@@ -264,7 +264,11 @@ where
                 items,
                 kept,
                 source_arn.as_deref(),
-                config.terms.lease,
+                // The lease the claims were taken under on this store.
+                config
+                    .terms
+                    .lease
+                    .on_store(self.inner.store.capabilities().extends_leases),
                 &budget,
             )
             .await;

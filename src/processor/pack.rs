@@ -251,6 +251,8 @@ mod tests {
         fn capabilities(&self) -> Capabilities {
             Capabilities {
                 max_pack_actions: 100,
+                // It does not pass `extend` on.
+                extends_leases: false,
                 ..self.inner.capabilities()
             }
         }

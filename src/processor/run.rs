@@ -522,7 +522,10 @@ where
         };
         match call {
             HandlerCall::Returned(Ok(effects)) => {
-                Box::pin(self.complete(id, key, attempt, &token, effects)).await
+                // Still kept (extended) while the completion is sent: contention and retries
+                // can outlast what is left of the lease.
+                Box::pin(attempt.keeping(&token, self.complete(id, key, attempt, &token, effects)))
+                    .await
             }
             HandlerCall::Returned(Err(failure)) => {
                 Box::pin(attempt.release(&token)).await;
@@ -683,7 +686,7 @@ where
             Recorded::Unrecorded(e) => {
                 // The handler's side effect already happened: reporting a failure would run it
                 // again on redelivery. Report success and shout; the claim stays in progress
-                // and its lease lapses at the deadline.
+                // until its lease lapses.
                 error!(
                     message_id = %id, key, error = %format_args!("{e:#}"),
                     "handler succeeded but its completion could not be recorded; reporting \

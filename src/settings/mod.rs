@@ -143,7 +143,8 @@ pub struct Settings {
     pub ttl: Duration,
     /// `SQS_CLAIM_LEASE_SECS`.
     pub(crate) lease: Duration,
-    /// `SQS_CLAIM_LEASE_AT_LEAST_SECS`: unset, claims are leased until the deadline.
+    /// `SQS_CLAIM_LEASE_AT_LEAST_SECS`: unset, claims are leased short and extended while the
+    /// handler runs (`Lease::extended`).
     pub lease_at_least: Option<Duration>,
     /// `SQS_CLAIM_CONCURRENCY`; unset, what the store carries
     /// ([`Capabilities::max_in_flight`](crate::store::Capabilities::max_in_flight)).

@@ -57,6 +57,11 @@ pub struct Capabilities {
     /// extended while their handler runs (the default [`Lease`](crate::claim::Lease)), so a
     /// retry after a crash takes the key over soon; otherwise a claim is held until the
     /// invocation's deadline. Default: `false`.
+    ///
+    /// Say `true` only with an [`extend`](super::ClaimStore::extend) of the store's own: a
+    /// wrapper that spreads its inner store's capabilities (`..inner.capabilities()`) must
+    /// also pass `extend` on, or set this `false`, or every handler that runs past half its
+    /// lease is stopped when its extension is refused.
     pub extends_leases: bool,
 }
 

@@ -13,7 +13,7 @@
 //! |---------------|------------------------------------------------------------------------|
 //! | `status`      | [`Status::InProgress`] while a worker runs the handler, then [`Status::Completed`] |
 //! | `token`       | the owner token of the claim that wrote it (fencing)                   |
-//! | `lease_until` | while in progress: when the claimant's lease lapses (the Lambda deadline) |
+//! | `lease_until` | while in progress: when the claimant's lease lapses (extended while it runs) |
 //! | `expires_at`  | when the record stops counting at all (the TTL)                        |
 //! | `fingerprint` | optional hash of the payload, to tell "same key, other body"           |
 //! | `response`    | optional: the handler's response, stored by the completion and returned to every later claim (replayed for a duplicate) |

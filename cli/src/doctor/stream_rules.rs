@@ -1,7 +1,7 @@
 //! The stream rules: pure functions of one stream mapping's [`StreamFacts`] (and the claim
 //! TTL and the lease), six lines per mapping, after the SQS rules. They are printed only for a function
 //! that has stream mappings (or a template with stream events), so an SQS consumer's report
-//! keeps its 13 lines. `docs/operating.md` ("sqs-claim doctor") gives each rule's why.
+//! keeps its 14 lines. `docs/operating.md` ("sqs-claim doctor") gives each rule's why.
 
 use super::facts::{KINESIS_DEFAULT_RETENTION_SECS, StreamFacts, StreamSource};
 use super::{Facts, Finding, Status};
@@ -275,7 +275,8 @@ fn lease(s: &StreamFacts, at_least: Option<u64>) -> Finding {
             RULE,
             Status::Ok,
             format!(
-                "{}: claims are leased short and extended while the handler runs                  (SQS_CLAIM_LEASE_AT_LEAST_SECS unset): a crash costs one retry",
+                "{}: claims are leased short and extended while the handler runs \
+                 (SQS_CLAIM_LEASE_AT_LEAST_SECS unset): a crash costs one retry",
                 s.name
             ),
         );
@@ -291,12 +292,15 @@ fn lease(s: &StreamFacts, at_least: Option<u64>) -> Finding {
         RULE,
         Status::Warn,
         format!(
-            "{}: SQS_CLAIM_LEASE_AT_LEAST_SECS={secs}: a crashed invocation's claims are held              {secs} s, the mapping retries at once, and every retry before then fails the              record while its shard waits{attempts}",
+            "{}: SQS_CLAIM_LEASE_AT_LEAST_SECS={secs}: a crashed invocation's claims are held \
+             {secs} s, the mapping retries at once, and every retry before then fails the \
+             record while its shard waits{attempts}",
             s.name
         ),
     )
     .fix(
-        "unset SQS_CLAIM_LEASE_AT_LEAST_SECS for a stream consumer (the default lease is          extended while the handler runs), or accept that a crash stops the shard that long",
+        "unset SQS_CLAIM_LEASE_AT_LEAST_SECS for a stream consumer (the default lease is \
+         extended while the handler runs), or accept that a crash stops the shard that long",
     )
 }
 

@@ -329,9 +329,17 @@ impl Run<'_> {
             && now + budget + Duration::from_secs(3) < end
         {
             let at = now + Duration::from_millis(self.rng.u64(0..KILL_WITHIN_MS));
-            // Resumed after its lease (the deadline) has lapsed: another worker may have taken
-            // the claim over, and this one's completion must be fenced off.
-            let resume = at + budget + Duration::from_millis(self.rng.u64(500..2_000));
+            // Resumed after its lease has lapsed: another worker may have taken the claim
+            // over, and this one's extension and completion must be fenced off. Half resume
+            // past the deadline; the others inside it, past the short lease the claim was
+            // taken with (a quarter of the budget, at least 2 s), where a resumed handler
+            // finds its extension refused and must stop before it commits anything.
+            let lease_ms = (self.cfg.budget_ms / 4).max(2_000);
+            let resume = if self.rng.bool() || lease_ms >= self.cfg.budget_ms {
+                at + budget + Duration::from_millis(self.rng.u64(500..2_000))
+            } else {
+                at + Duration::from_millis(self.rng.u64(lease_ms..self.cfg.budget_ms))
+            };
             Fate::Stop { at, resume }
         } else {
             Fate::Normal
