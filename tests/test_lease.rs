@@ -424,3 +424,50 @@ async fn an_owner_paused_past_its_lease_is_fenced_after_a_takeover() {
     );
     assert_eq!(store.status("t#m1"), Some(Status::Completed));
 }
+
+/// An owner whose extension gets no answer at all (the store gone silent) stops its handler
+/// when its lease lapses, and the batch stops starting work on that store: the messages not yet
+/// started are reported at once, naming the silent store, and run nothing.
+#[tokio::test(start_paused = true)]
+async fn an_unanswered_extension_stops_the_batch_starting_work() {
+    let clock = Clock::tokio();
+    let store = Spy::new(MemoryStore::new()).on_call(|call| match call.method() {
+        Method::Extend => Action::Hang,
+        _ => Action::Forward,
+    });
+    let applied = Arc::new(AtomicUsize::new(0));
+    let seen = Seen::new();
+    let owner = Processor::builder(
+        store.clone(),
+        slow_effect(&seen, &applied, Duration::from_secs(40)),
+    )
+    .namespace("t")
+    .clock(clock.clone())
+    .concurrency(1)
+    .build();
+    let report = owner
+        .process(event_with_deadline(
+            &[rec("m1", "x"), rec("m2", "y"), rec("m3", "z")],
+            deadline_in(&clock, Duration::from_secs(60)),
+        ))
+        .await
+        .unwrap();
+    match outcome_of(&report, "m1") {
+        Outcome::Failed(f) => {
+            assert_eq!(f.kind, FailureKind::StoreUnavailable, "{f:?}");
+            assert!(f.message.contains("did not answer"), "{}", f.message);
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    for id in ["m2", "m3"] {
+        match outcome_of(&report, id) {
+            Outcome::Failed(f) => {
+                assert_eq!(f.kind, FailureKind::StoreUnavailable, "{f:?}");
+                assert!(f.message.contains("store dark"), "{}", f.message);
+            }
+            other => panic!("{id}: expected not started on a dark store, got {other:?}"),
+        }
+    }
+    assert_eq!(seen.ids(), ["m1"], "nothing more started");
+    assert_eq!(applied.load(Ordering::SeqCst), 0);
+}

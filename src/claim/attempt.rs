@@ -504,6 +504,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                 let lease_until = self.lease.lease_until(now, self.budget.deadline());
                 let expires_at = deadline::after(now, self.terms.ttl);
                 let left = until.duration_since(now).unwrap_or(Duration::ZERO);
+                let sent_at = tokio::time::Instant::now();
                 let sent = self.contended(|| {
                     self.store.extend(Extension::new(
                         self.key,
@@ -560,12 +561,21 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                         );
                     }
                     Err(_) => {
-                        return Error::new(
-                            ErrorKind::StoreUnavailable,
-                            "the claim's lease could not be extended before it lapsed: the \
-                             store did not answer in time",
-                        )
-                        .no_answer();
+                        let silent = || {
+                            Error::new(
+                                ErrorKind::StoreUnavailable,
+                                "the claim's lease could not be extended before it lapsed: \
+                                 the store did not answer in time",
+                            )
+                            .no_answer()
+                        };
+                        // The batch hears of it: a store silent while a lease ran out is
+                        // dark unless something answered meanwhile, and no more messages
+                        // start on it (`liveness.rs`).
+                        if let Some(liveness) = self.liveness {
+                            liveness.observe::<()>(sent_at, &Err(silent()));
+                        }
+                        return silent();
                     }
                 }
             }
