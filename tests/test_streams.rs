@@ -1128,7 +1128,35 @@ struct CrashReplay {
 /// retry's deadline is the crashed one's plus the time the crash came into it. Claims are
 /// leased under `lease`; time is tokio's, paused.
 async fn crash_replay(source: Source, lease: Lease, timeout: Duration) -> CrashReplay {
-    let clock = Clock::tokio();
+    let (log, effect) = memory_log();
+    let (drained, crash_calls, stream) = crash_replay_on(
+        MemoryStore::new(),
+        effect,
+        Clock::tokio(),
+        source,
+        lease,
+        timeout,
+    )
+    .await;
+    let applied = log.lock().unwrap().clone();
+    CrashReplay {
+        drained,
+        applied,
+        crash_calls,
+        stream,
+    }
+}
+
+/// [`crash_replay`] on `store`, its effect appending to the applied log made by `effect`, on
+/// `clock`: how the mapping went, the calls of the crashed record's handler, the stream.
+async fn crash_replay_on<S: ClaimStore>(
+    store: S,
+    effect: MakeEffect<S::Effect>,
+    clock: Clock,
+    source: Source,
+    lease: Lease,
+    timeout: Duration,
+) -> (Drained, usize, Stream) {
     let mut stream = match source {
         Source::Kinesis => Stream::kinesis("orders"),
         Source::DynamoDb => Stream::dynamodb("orders"),
@@ -1143,7 +1171,6 @@ async fn crash_replay(source: Source, lease: Lease, timeout: Duration) -> CrashR
         .map(|i| stream.put(shard, &json!({"n": i})))
         .collect();
     let crash_seq = seqs[5].clone();
-    let (log, effect) = memory_log();
     let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let crashed = Arc::new(tokio::sync::Notify::new());
     let crash_calls = Arc::new(AtomicUsize::new(0));
@@ -1181,8 +1208,8 @@ async fn crash_replay(source: Source, lease: Lease, timeout: Duration) -> CrashR
             }
         })
     };
-    let builder = Processor::builder(MemoryStore::new(), handler)
-        .namespace("crash")
+    let builder = Processor::builder(store, handler)
+        .namespace(sqs_claim_testkit::local::unique_name("crash"))
         .clock(clock.clone())
         .lease_policy(lease);
     let (kinesis, ddb, kafka) = match source {
@@ -1221,13 +1248,7 @@ async fn crash_replay(source: Source, lease: Lease, timeout: Duration) -> CrashR
         ..Mapping::default()
     };
     let drained = mapping.drain(&stream, invoke).await;
-    let applied = log.lock().unwrap().clone();
-    CrashReplay {
-        drained,
-        applied,
-        crash_calls: crash_calls.load(Ordering::SeqCst),
-        stream,
-    }
+    (drained, crash_calls.load(Ordering::SeqCst), stream)
 }
 
 /// A crash mid-batch costs one retry: the mapping's first retry (at once, under a 60 s and a
@@ -1271,4 +1292,72 @@ async fn with_leases_until_the_deadline_a_crash_costs_more_than_one_retry() {
         replay.drained.batches
     );
     assert_eq!(replay.crash_calls, 1, "never taken over at once");
+}
+
+/// The crash mid-batch on DynamoDB Local, in real time (a 6 s timeout: a 2 s lease): the
+/// mapping's first retry waits out the crashed claim and applies every record once, in order,
+/// the applied log written in the completions' transactions.
+#[tokio::test]
+async fn a_crash_mid_batch_costs_one_retry_on_dynamodb_local() {
+    common::init_logs();
+    let store = support::dynamodb::dynamodb_store("crash").await;
+    let table = store.table().to_owned();
+    let pk = store.key_schema().partition_key().name().to_owned();
+    let run = uuid::Uuid::new_v4();
+    let effect: MakeEffect<TransactWriteItem> = {
+        let (table, pk) = (table.clone(), pk.clone());
+        Arc::new(move |shard: &str, seq: &str| {
+            let update = Update::builder()
+                .table_name(&table)
+                .key(&pk, AttributeValue::S(format!("APPLIED#{run}#{shard}")))
+                .update_expression("SET seqs = list_append(if_not_exists(seqs, :empty), :one)")
+                .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+                .expression_attribute_values(
+                    ":one",
+                    AttributeValue::L(vec![AttributeValue::S(seq.to_owned())]),
+                )
+                .build()
+                .unwrap();
+            TransactWriteItem::builder().update(update).build()
+        })
+    };
+    let client = store.client().clone();
+    let started = std::time::Instant::now();
+    let (drained, crash_calls, stream) = crash_replay_on(
+        store,
+        effect,
+        Clock::system(),
+        Source::Kinesis,
+        Lease::default(),
+        Duration::from_secs(6),
+    )
+    .await;
+    let shard = "shardId-000000000000";
+    let item = client
+        .get_item()
+        .table_name(&table)
+        .key(&pk, AttributeValue::S(format!("APPLIED#{run}#{shard}")))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let applied: Vec<String> = item
+        .item()
+        .and_then(|i| i.get("seqs"))
+        .and_then(|l| l.as_l().ok())
+        .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
+        .unwrap_or_default();
+    assert_eq!(drained.invocations, 2, "{:?}", drained.batches);
+    check(
+        &stream,
+        &drained,
+        &[],
+        &BTreeMap::from([(shard.to_owned(), applied)]),
+    );
+    assert_eq!(crash_calls, 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "the retry waited the 2 s lease out: {:?}",
+        started.elapsed()
+    );
 }
