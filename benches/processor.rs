@@ -72,16 +72,7 @@ fn event(n: usize, run: usize) -> SqsEvent {
 /// The time `process` takes for `ev` with a processor over `store` (built before the clock
 /// starts), its handler decoding each body and adding its amount to `total`.
 async fn timed_batch<S: ClaimStore>(store: S, ev: SqsEvent, total: &Arc<AtomicU64>) -> Duration {
-    let t = Arc::clone(total);
-    let handler = service_fn(move |m: Message| {
-        let t = Arc::clone(&t);
-        async move {
-            let p: Payment = m.json()?;
-            t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
-            Ok::<(), Error>(())
-        }
-    });
-    let processor = Processor::builder(store, handler)
+    let processor = Processor::builder(store, summing(total))
         .key(KeySource::JsonPointer("/order_id".into()))
         .namespace("bench")
         .build();
@@ -95,6 +86,25 @@ async fn timed_batch<S: ClaimStore>(store: S, ev: SqsEvent, total: &Arc<AtomicU6
     assert_eq!(report.counts().processed, n);
     black_box(report);
     took
+}
+
+/// The benchmarks' handler: decodes a payment and adds its amount to `total`.
+fn summing(
+    total: &Arc<AtomicU64>,
+) -> impl tower::Service<Message, Response = (), Error = Error, Future: Send>
++ Clone
++ Send
++ Sync
++ 'static {
+    let t = Arc::clone(total);
+    service_fn(move |m: Message| {
+        let t = Arc::clone(&t);
+        async move {
+            let p: Payment = m.json()?;
+            t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
+            Ok::<(), Error>(())
+        }
+    })
 }
 
 fn main() {
@@ -118,16 +128,7 @@ fn main() {
         for batch in [10usize, 100] {
             let total = Arc::new(AtomicU64::new(0));
             let store = slow_store(rtt);
-            let t = Arc::clone(&total);
-            let handler = service_fn(move |m: Message| {
-                let t = Arc::clone(&t);
-                async move {
-                    let p: Payment = m.json()?;
-                    t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
-                    Ok::<(), Error>(())
-                }
-            });
-            let processor = Processor::builder(store.clone(), handler)
+            let processor = Processor::builder(store.clone(), summing(&total))
                 .key(KeySource::JsonPointer("/order_id".into()))
                 .namespace("bench")
                 .build();
@@ -181,15 +182,7 @@ fn main() {
             }
             base.push(start.elapsed());
 
-            let t = Arc::clone(&total);
-            let handler = service_fn(move |m: Message| {
-                let t = Arc::clone(&t);
-                async move {
-                    let p: Payment = m.json()?;
-                    t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
-                    Ok::<(), Error>(())
-                }
-            });
+            let handler = summing(&total);
             let processor = Processor::builder(MemoryStore::new(), handler)
                 .key(KeySource::JsonPointer("/order_id".into()))
                 .namespace("bench")
@@ -272,16 +265,7 @@ async fn lease_cost(total: &Arc<AtomicU64>) {
         let total = Arc::clone(total);
         async move {
             let store = Spy::new(MemoryStore::new());
-            let t = Arc::clone(&total);
-            let handler = service_fn(move |m: Message| {
-                let t = Arc::clone(&t);
-                async move {
-                    let p: Payment = m.json()?;
-                    t.fetch_add(p.amount_cents as u64, Ordering::Relaxed);
-                    Ok::<(), Error>(())
-                }
-            });
-            let processor = Processor::builder(store.clone(), handler)
+            let processor = Processor::builder(store.clone(), summing(&total))
                 .key(KeySource::JsonPointer("/order_id".into()))
                 .namespace("bench")
                 .lease_policy(lease)

@@ -14,7 +14,7 @@ use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::{MemoryEffect, Status};
 use sqs_claim::{
     BoxError, Clock, Effects, ErrorKind, FailureKind, Lease, MemoryStore, Message, Outcome,
-    Processor,
+    Processor, ProcessorBuilder,
 };
 use sqs_claim_testkit::store::{Action, Method, Spy};
 use tokio::sync::Notify;
@@ -196,6 +196,36 @@ fn slow_effect(
     })
 }
 
+/// A processor on `store` (namespace `t`, on `clock`) whose handler runs `run` and commits one
+/// increment of `applied` ([`slow_effect`]).
+fn slow_processor(
+    store: &Spy<MemoryStore>,
+    clock: &Clock,
+    seen: &Seen,
+    applied: &Arc<AtomicUsize>,
+    run: Duration,
+) -> ProcessorBuilder<
+    Spy<MemoryStore>,
+    impl tower::Service<Message, Response = Effects<MemoryEffect>, Error = BoxError, Future: Send>
+    + Clone
+    + Send
+    + Sync
+    + 'static,
+> {
+    Processor::builder(store.clone(), slow_effect(seen, applied, run))
+        .namespace("t")
+        .clock(clock.clone())
+}
+
+/// `ids` as one batch whose invocation has 60 s left.
+fn batch_of_60s(
+    clock: &Clock,
+    ids: &[&str],
+) -> lambda_runtime::LambdaEvent<sqs_claim::events::SqsEvent> {
+    let records: Vec<_> = ids.iter().map(|id| rec(id, "x")).collect();
+    event_with_deadline(&records, deadline_in(clock, Duration::from_secs(60)))
+}
+
 /// A live owner whose handler runs past its first lease (40 s, against 15 s) extends it each
 /// time half of it is left, and a second worker meeting the key meanwhile never takes it over:
 /// it waits, then finds it done. A handler that ends inside its first half lease costs no
@@ -206,34 +236,20 @@ async fn a_live_owner_past_its_first_lease_is_never_taken_over() {
     let store = Spy::new(MemoryStore::new());
     let applied = Arc::new(AtomicUsize::new(0));
     let (owner_seen, other_seen) = (Seen::new(), Seen::new());
-    let owner = Processor::builder(
-        store.clone(),
-        slow_effect(&owner_seen, &applied, Duration::from_secs(40)),
+    let owner = slow_processor(
+        &store,
+        &clock,
+        &owner_seen,
+        &applied,
+        Duration::from_secs(40),
     )
-    .namespace("t")
-    .clock(clock.clone())
     .build();
-    let event = event_with_deadline(
-        &[rec("m1", "x")],
-        deadline_in(&clock, Duration::from_secs(60)),
-    );
+    let event = batch_of_60s(&clock, &["m1"]);
     let owner_run = tokio::spawn(async move { owner.process(event).await });
     tokio::time::sleep(Duration::from_secs(20)).await;
     // A second worker (a duplicate delivery) at 20 s, past the owner's first lease (15 s).
-    let other = Processor::builder(
-        store.clone(),
-        slow_effect(&other_seen, &applied, Duration::ZERO),
-    )
-    .namespace("t")
-    .clock(clock.clone())
-    .build();
-    let report = other
-        .process(event_with_deadline(
-            &[rec("m1", "x")],
-            deadline_in(&clock, Duration::from_secs(60)),
-        ))
-        .await
-        .unwrap();
+    let other = slow_processor(&store, &clock, &other_seen, &applied, Duration::ZERO).build();
+    let report = other.process(batch_of_60s(&clock, &["m1"])).await.unwrap();
     let name = outcome_of(&report, "m1").name();
     assert!(
         name == "duplicate" || name == "held_elsewhere",
@@ -251,20 +267,15 @@ async fn a_live_owner_past_its_first_lease_is_never_taken_over() {
 
     // A handler that ends inside its first half lease: no extension.
     let quick = Spy::new(MemoryStore::new());
-    let p = Processor::builder(
-        quick.clone(),
-        slow_effect(&Seen::new(), &applied, Duration::from_secs(7)),
+    let p = slow_processor(
+        &quick,
+        &clock,
+        &Seen::new(),
+        &applied,
+        Duration::from_secs(7),
     )
-    .namespace("t")
-    .clock(clock.clone())
     .build();
-    let report = p
-        .process(event_with_deadline(
-            &[rec("m1", "x")],
-            deadline_in(&clock, Duration::from_secs(60)),
-        ))
-        .await
-        .unwrap();
+    let report = p.process(batch_of_60s(&clock, &["m1"])).await.unwrap();
     assert_eq!(outcome_of(&report, "m1"), &Outcome::Processed);
     assert_eq!(quick.count(Method::Extend), 0);
     assert_eq!(quick.calls(), 2, "a claim and a completion");
@@ -289,21 +300,9 @@ async fn an_owner_that_cannot_extend_stops_and_commits_nothing() {
     });
     let applied = Arc::new(AtomicUsize::new(0));
     let seen = Seen::new();
-    let owner = Processor::builder(
-        store.clone(),
-        slow_effect(&seen, &applied, Duration::from_secs(40)),
-    )
-    .namespace("t")
-    .clock(clock.clone())
-    .build();
+    let owner = slow_processor(&store, &clock, &seen, &applied, Duration::from_secs(40)).build();
     let started = clock.now();
-    let report = owner
-        .process(event_with_deadline(
-            &[rec("m1", "x")],
-            deadline_in(&clock, Duration::from_secs(60)),
-        ))
-        .await
-        .unwrap();
+    let report = owner.process(batch_of_60s(&clock, &["m1"])).await.unwrap();
     let stopped_after = clock.now().duration_since(started).unwrap();
     match outcome_of(&report, "m1") {
         Outcome::Failed(f) => {
@@ -333,17 +332,8 @@ async fn an_owner_that_cannot_extend_stops_and_commits_nothing() {
 
     // The store answers again: the retry takes the lapsed claim over and applies it once.
     dark.store(false, Ordering::SeqCst);
-    let retry = Processor::builder(store.clone(), slow_effect(&seen, &applied, Duration::ZERO))
-        .namespace("t")
-        .clock(clock.clone())
-        .build();
-    let report = retry
-        .process(event_with_deadline(
-            &[rec("m1", "x")],
-            deadline_in(&clock, Duration::from_secs(60)),
-        ))
-        .await
-        .unwrap();
+    let retry = slow_processor(&store, &clock, &seen, &applied, Duration::ZERO).build();
+    let report = retry.process(batch_of_60s(&clock, &["m1"])).await.unwrap();
     assert_eq!(outcome_of(&report, "m1"), &Outcome::Processed);
     assert_eq!(applied.load(Ordering::SeqCst), 1);
 }
@@ -437,19 +427,11 @@ async fn an_unanswered_extension_stops_the_batch_starting_work() {
     });
     let applied = Arc::new(AtomicUsize::new(0));
     let seen = Seen::new();
-    let owner = Processor::builder(
-        store.clone(),
-        slow_effect(&seen, &applied, Duration::from_secs(40)),
-    )
-    .namespace("t")
-    .clock(clock.clone())
-    .concurrency(1)
-    .build();
+    let owner = slow_processor(&store, &clock, &seen, &applied, Duration::from_secs(40))
+        .concurrency(1)
+        .build();
     let report = owner
-        .process(event_with_deadline(
-            &[rec("m1", "x"), rec("m2", "y"), rec("m3", "z")],
-            deadline_in(&clock, Duration::from_secs(60)),
-        ))
+        .process(batch_of_60s(&clock, &["m1", "m2", "m3"]))
         .await
         .unwrap();
     match outcome_of(&report, "m1") {

@@ -39,6 +39,17 @@ struct Faults {
 /// Makes the effect that appends `seq` to `shard`'s applied log.
 type MakeEffect<E> = Arc<dyn Fn(&str, &str) -> E + Send + Sync>;
 
+/// A record's sequence number as the stand-in names it (a Kafka record's offset is its
+/// sequence number here: unique in the stream).
+fn sequence_of(msg: &Message) -> String {
+    let attributes = &msg.sqs().attributes;
+    attributes
+        .get("SequenceNumber")
+        .or_else(|| attributes.get("Offset"))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Drives `stream` through `mapping` into a consumer of `store`; returns how the mapping went
 /// and every response the consumer gave.
 async fn replay<S: ClaimStore>(
@@ -59,13 +70,7 @@ async fn replay<S: ClaimStore>(
             let effect = Arc::clone(&effect);
             calls.fetch_add(1, Ordering::Relaxed);
             async move {
-                // A Kafka record's offset is its sequence number here (unique in the stream).
-                let attributes = &msg.sqs().attributes;
-                let seq = attributes
-                    .get("SequenceNumber")
-                    .or_else(|| attributes.get("Offset"))
-                    .cloned()
-                    .unwrap_or_default();
+                let seq = sequence_of(&msg);
                 let shard = msg.group_id().unwrap_or("").to_owned();
                 // The payload decoded: Kinesis' `data`, Kafka's `value`, DynamoDB's record.
                 let payload: Value = msg.json()?;
@@ -605,21 +610,24 @@ async fn one_shot_writes_of_different_partitions_are_packed_and_each_stays_in_or
     );
 }
 
-/// DynamoDB Streams on DynamoDB Local: the applied log is a list in the claims table itself,
-/// appended in the completion's transaction.
-#[tokio::test]
-async fn dynamodb_streams_on_dynamodb_local_apply_every_record_once_in_order() {
-    common::init_logs();
-    let store = support::dynamodb::dynamodb_store("streams").await;
+/// The effect that appends a sequence number to the list item `APPLIED#{prefix}{shard}` of
+/// `store`'s table, in the completion's transaction, and how to read that list back.
+fn dynamodb_log(
+    store: &sqs_claim::DynamoDbStore,
+    prefix: &str,
+) -> (
+    MakeEffect<TransactWriteItem>,
+    impl AsyncFn(&str) -> Vec<String> + use<>,
+) {
     let table = store.table().to_owned();
     let pk = store.key_schema().partition_key().name().to_owned();
-    assert!(store.key_schema().sort_key().is_none());
+    let client = store.client().clone();
     let effect: MakeEffect<TransactWriteItem> = {
-        let (table, pk) = (table.clone(), pk.clone());
+        let (table, pk, prefix) = (table.clone(), pk.clone(), prefix.to_owned());
         Arc::new(move |shard: &str, seq: &str| {
             let update = Update::builder()
                 .table_name(&table)
-                .key(&pk, AttributeValue::S(format!("APPLIED#{shard}")))
+                .key(&pk, AttributeValue::S(format!("APPLIED#{prefix}{shard}")))
                 .update_expression("SET seqs = list_append(if_not_exists(seqs, :empty), :one)")
                 .expression_attribute_values(":empty", AttributeValue::L(vec![]))
                 .expression_attribute_values(
@@ -631,6 +639,33 @@ async fn dynamodb_streams_on_dynamodb_local_apply_every_record_once_in_order() {
             TransactWriteItem::builder().update(update).build()
         })
     };
+    let prefix = prefix.to_owned();
+    let read = async move |shard: &str| -> Vec<String> {
+        let item = client
+            .get_item()
+            .table_name(&table)
+            .key(&pk, AttributeValue::S(format!("APPLIED#{prefix}{shard}")))
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        item.item()
+            .and_then(|i| i.get("seqs"))
+            .and_then(|l| l.as_l().ok())
+            .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
+            .unwrap_or_default()
+    };
+    (effect, read)
+}
+
+/// DynamoDB Streams on DynamoDB Local: the applied log is a list in the claims table itself,
+/// appended in the completion's transaction.
+#[tokio::test]
+async fn dynamodb_streams_on_dynamodb_local_apply_every_record_once_in_order() {
+    common::init_logs();
+    let store = support::dynamodb::dynamodb_store("streams").await;
+    assert!(store.key_schema().sort_key().is_none());
+    let (effect, read_applied) = dynamodb_log(&store, "");
     let mut stream = Stream::dynamodb("orders");
     let arn = stream.arn();
     let mut seqs = Vec::new();
@@ -656,24 +691,9 @@ async fn dynamodb_streams_on_dynamodb_local_apply_every_record_once_in_order() {
         max_retry_attempts: Some(3),
         ..Mapping::default()
     };
-    let client = store.client().clone();
     let (drained, responses) =
         replay(store, &stream, &mapping, &faults, effect, Source::DynamoDb).await;
-    let item = client
-        .get_item()
-        .table_name(&table)
-        .key(&pk, AttributeValue::S(format!("APPLIED#{arn}")))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    let applied: Vec<String> = item
-        .item()
-        .and_then(|i| i.get("seqs"))
-        .and_then(|l| l.as_l().ok())
-        .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
-        .unwrap_or_default();
-    let applied = BTreeMap::from([(arn.clone(), applied)]);
+    let applied = BTreeMap::from([(arn.clone(), read_applied(&arn).await)]);
     check(&stream, &drained, &responses, &applied);
     assert_eq!(drained.on_failure.len(), 1, "{:?}", drained.on_failure);
     assert_eq!(drained.on_failure[0].start_sequence_number, seqs[18]);
@@ -1190,12 +1210,7 @@ async fn crash_replay_on<S: ClaimStore>(
             let effect = Arc::clone(&effect);
             let crash_seq = crash_seq.clone();
             async move {
-                let attributes = &msg.sqs().attributes;
-                let seq = attributes
-                    .get("SequenceNumber")
-                    .or_else(|| attributes.get("Offset"))
-                    .cloned()
-                    .unwrap_or_default();
+                let seq = sequence_of(&msg);
                 if seq == crash_seq {
                     crash_calls.fetch_add(1, Ordering::SeqCst);
                     if armed.swap(false, Ordering::SeqCst) {
@@ -1301,27 +1316,7 @@ async fn with_leases_until_the_deadline_a_crash_costs_more_than_one_retry() {
 async fn a_crash_mid_batch_costs_one_retry_on_dynamodb_local() {
     common::init_logs();
     let store = support::dynamodb::dynamodb_store("crash").await;
-    let table = store.table().to_owned();
-    let pk = store.key_schema().partition_key().name().to_owned();
-    let run = uuid::Uuid::new_v4();
-    let effect: MakeEffect<TransactWriteItem> = {
-        let (table, pk) = (table.clone(), pk.clone());
-        Arc::new(move |shard: &str, seq: &str| {
-            let update = Update::builder()
-                .table_name(&table)
-                .key(&pk, AttributeValue::S(format!("APPLIED#{run}#{shard}")))
-                .update_expression("SET seqs = list_append(if_not_exists(seqs, :empty), :one)")
-                .expression_attribute_values(":empty", AttributeValue::L(vec![]))
-                .expression_attribute_values(
-                    ":one",
-                    AttributeValue::L(vec![AttributeValue::S(seq.to_owned())]),
-                )
-                .build()
-                .unwrap();
-            TransactWriteItem::builder().update(update).build()
-        })
-    };
-    let client = store.client().clone();
+    let (effect, read_applied) = dynamodb_log(&store, &format!("{}#", uuid::Uuid::new_v4()));
     let started = std::time::Instant::now();
     let (drained, crash_calls, stream) = crash_replay_on(
         store,
@@ -1333,20 +1328,7 @@ async fn a_crash_mid_batch_costs_one_retry_on_dynamodb_local() {
     )
     .await;
     let shard = "shardId-000000000000";
-    let item = client
-        .get_item()
-        .table_name(&table)
-        .key(&pk, AttributeValue::S(format!("APPLIED#{run}#{shard}")))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
-    let applied: Vec<String> = item
-        .item()
-        .and_then(|i| i.get("seqs"))
-        .and_then(|l| l.as_l().ok())
-        .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
-        .unwrap_or_default();
+    let applied = read_applied(shard).await;
     assert_eq!(drained.invocations, 2, "{:?}", drained.batches);
     check(
         &stream,
