@@ -469,6 +469,34 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         }
     }
 
+    /// [`Self::holding`] `work` (the handler), then runs `then` on its output (the completion or
+    /// the release) to its end as [`Self::keeping`] does, with one keeper across both: one timer
+    /// per message, not one per step. `Err` when the claim could not be kept while `work` ran
+    /// (`work` was stopped, `then` never ran).
+    pub(crate) async fn holding_then<T, U, C>(
+        &self,
+        token: &ClaimToken,
+        work: impl Future<Output = T>,
+        then: impl FnOnce(T) -> C,
+    ) -> Result<U, Error>
+    where
+        C: Future<Output = U>,
+    {
+        if !self.lease.is_extended() {
+            return Ok(then(work.await).await);
+        }
+        let mut keep = Box::pin(self.keep(token));
+        let out = match futures::future::select(std::pin::pin!(work), keep.as_mut()).await {
+            futures::future::Either::Left((out, _)) => out,
+            futures::future::Either::Right((lost, _)) => return Err(lost),
+        };
+        let mut next = std::pin::pin!(then(out));
+        match futures::future::select(next.as_mut(), keep).await {
+            futures::future::Either::Left((done, _)) => Ok(done),
+            futures::future::Either::Right((_, _)) => Ok(next.await),
+        }
+    }
+
     /// Runs `work` (the completion, or a release) to its end while keeping `token`'s claim as
     /// [`Self::holding`] does, but never stops it: a completion is fenced by the token anyway,
     /// and one that can no longer be kept is refused by the store (`LostClaim`). So a

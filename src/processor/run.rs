@@ -509,33 +509,38 @@ where
             return Outcome::Failed(failure);
         }
         // The claim is kept while the handler runs (its lease extended); a claim that could
-        // not be kept stops the handler, and nothing of it is committed.
-        let call = match attempt
-            .holding(&token, self.call_handler(message, budget))
-            .await
-        {
-            Ok(call) => call,
-            Err(lost) => {
-                warn!(message_id = %id, key, error = %format_args!("{lost:#}"), "claim lost while the handler ran: handler stopped, its result discarded");
-                return Outcome::Failed(claim_not_kept(&lost));
-            }
-        };
-        match call {
-            HandlerCall::Returned(Ok(effects)) => {
-                // Still kept (extended) while the completion is sent: contention and retries
-                // can outlast what is left of the lease.
-                Box::pin(attempt.keeping(&token, self.complete(id, key, attempt, &token, effects)))
-                    .await
-            }
-            HandlerCall::Returned(Err(failure)) => {
-                Box::pin(attempt.release(&token)).await;
-                Outcome::Failed(failure)
-            }
-            // The call may have reached an external service: the claim is kept (not released)
-            // until its lease lapses, so a redelivery cannot race a call still in flight.
-            HandlerCall::TimedOut(after) => Outcome::Failed(handler_timed_out(after, true)),
-            HandlerCall::OutOfTime => Outcome::CutOff(Step::Handler),
-        }
+        // not be kept stops the handler, and nothing of it is committed. It is still kept
+        // while the completion is sent (contention and retries can outlast what is left of the
+        // lease), which is never stopped: it is fenced by the token.
+        let token = &token;
+        let kept = attempt
+            .holding_then(
+                token,
+                self.call_handler(message, budget),
+                |call| async move {
+                    match call {
+                        HandlerCall::Returned(Ok(effects)) => {
+                            Box::pin(self.complete(id, key, attempt, token, effects)).await
+                        }
+                        HandlerCall::Returned(Err(failure)) => {
+                            Box::pin(attempt.release(token)).await;
+                            Outcome::Failed(failure)
+                        }
+                        // The call may have reached an external service: the claim is kept
+                        // (not released) until its lease lapses, so a redelivery cannot race
+                        // a call still in flight.
+                        HandlerCall::TimedOut(after) => {
+                            Outcome::Failed(handler_timed_out(after, true))
+                        }
+                        HandlerCall::OutOfTime => Outcome::CutOff(Step::Handler),
+                    }
+                },
+            )
+            .await;
+        kept.unwrap_or_else(|lost| {
+            warn!(message_id = %id, key, error = %format_args!("{lost:#}"), "claim lost while the handler ran: handler stopped, its result discarded");
+            Outcome::Failed(claim_not_kept(&lost))
+        })
     }
 
     /// One-shot: the handler computes the effects (it cannot await: see
