@@ -90,7 +90,7 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     /// store extends leases).
     lease: Lease,
     /// The lease of the last claim request sent, in epoch milliseconds: the won claim's, which
-    /// its owner extends ([`Self::holding`]).
+    /// its owner extends ([`Self::holding_then`]).
     leased: AtomicI64,
     /// Whether a claim held elsewhere whose lease lapses inside the budget is waited out and
     /// taken over ([`Self::waiting_out_leases`]).
@@ -446,33 +446,20 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             && self.budget.may_start()
     }
 
-    /// Runs `work` (the handler) while keeping this attempt's claim, `token`'s: under an
-    /// extended lease ([`Lease::extended`]) the lease is extended each time half of it is
-    /// left ([`ClaimStore::extend`]), so a live owner is never taken over. When it cannot be
-    /// (the store refused it: another worker took the key over; or no extension was answered
-    /// before the lease lapsed) `work` is stopped where it stands and the error says why:
-    /// its result must be discarded and nothing committed. A handler that ends inside its
-    /// first half lease costs no request.
-    pub(crate) async fn holding<T>(
-        &self,
-        token: &ClaimToken,
-        work: impl Future<Output = T>,
-    ) -> Result<T, Error> {
-        if !self.lease.is_extended() {
-            return Ok(work.await);
-        }
-        let work = std::pin::pin!(work);
-        let keep = Box::pin(self.keep(token));
-        match futures::future::select(work, keep).await {
-            futures::future::Either::Left((out, _)) => Ok(out),
-            futures::future::Either::Right((lost, _)) => Err(lost),
-        }
-    }
-
-    /// [`Self::holding`] `work` (the handler), then runs `then` on its output (the completion or
-    /// the release) to its end as [`Self::keeping`] does, with one keeper across both: one timer
-    /// per message, not one per step. `Err` when the claim could not be kept while `work` ran
-    /// (`work` was stopped, `then` never ran).
+    /// Runs `work` (the handler) while keeping this attempt's claim, `token`'s, then `then` on
+    /// its output (the completion, or the release) to its end. Under an extended lease
+    /// ([`Lease::extended`]) the lease is extended each time half of it is left
+    /// ([`ClaimStore::extend`]), so a live owner is never taken over; a handler that ends inside
+    /// its first half lease costs no request. One keeper serves both steps: one timer per
+    /// message.
+    ///
+    /// When the claim cannot be kept while `work` runs (the store refused the extension:
+    /// another worker took the key over; or no extension was answered before the lease
+    /// lapsed) `work` is stopped where it stands, `then` never runs, and the `Err` says why:
+    /// nothing of it may be committed. `then` itself is never stopped: a completion is fenced
+    /// by the token, and one that can no longer be kept is refused by the store (`LostClaim`);
+    /// the lease is kept while it runs so that a completion slowed by contention or retries is
+    /// not taken over meanwhile.
     pub(crate) async fn holding_then<T, U, C>(
         &self,
         token: &ClaimToken,
@@ -494,22 +481,6 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         match futures::future::select(next.as_mut(), keep).await {
             futures::future::Either::Left((done, _)) => Ok(done),
             futures::future::Either::Right((_, _)) => Ok(next.await),
-        }
-    }
-
-    /// Runs `work` (the completion, or a release) to its end while keeping `token`'s claim as
-    /// [`Self::holding`] does, but never stops it: a completion is fenced by the token anyway,
-    /// and one that can no longer be kept is refused by the store (`LostClaim`). So a
-    /// completion slowed by contention or retries is not taken over while it is still sent.
-    pub(crate) async fn keeping<T>(&self, token: &ClaimToken, work: impl Future<Output = T>) -> T {
-        if !self.lease.is_extended() {
-            return work.await;
-        }
-        let mut work = std::pin::pin!(work);
-        let keep = Box::pin(self.keep(token));
-        match futures::future::select(work.as_mut(), keep).await {
-            futures::future::Either::Left((out, _)) => out,
-            futures::future::Either::Right((_, _)) => work.await,
         }
     }
 

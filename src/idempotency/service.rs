@@ -142,84 +142,88 @@ where
         let event = LambdaEvent::new(payload, context);
         let call = async move { handler(event).await.map_err(Into::into) };
         // The claim is kept while the handler runs (its lease extended); one that could not be
-        // kept stops the handler, and nothing of it is committed.
-        let end = match attempt.holding(&token, guarded(call, None, &budget)).await {
-            Ok(end) => end,
+        // kept stops the handler, and nothing of it is committed. It is still kept while the
+        // completion is sent (contention and retries can outlast what is left of the lease),
+        // which is never stopped: it is fenced by the token.
+        let (attempt, token, key) = (&attempt, &token, key.as_str());
+        let finish = |end: HandlerEnd<R>| async move {
+            let response = match end {
+                HandlerEnd::Returned(response) => response,
+                HandlerEnd::Failed(e) => {
+                    attempt.release(token).await;
+                    return Err(e);
+                }
+                HandlerEnd::Panicked(what) => {
+                    attempt.release(token).await;
+                    return Err(Error::new(
+                        ErrorKind::Panicked,
+                        format!("the handler panicked: {what} (the claim was released)"),
+                    )
+                    .into());
+                }
+                // Only the budget stops the layer's handler: it has no timeout of its own.
+                HandlerEnd::OutOfTime | HandlerEnd::TimedOut(_) => {
+                    // The handler may have reached an external service: the claim is kept until
+                    // its lease lapses, so a retry cannot race a call still in flight.
+                    warn!(
+                        key,
+                        "handler cut off by the time budget; the claim is kept until its lease lapses"
+                    );
+                    return Err(out_of_time(
+                        "the handler was cut off by the time budget; its claim is kept until its \
+                         lease lapses",
+                    ));
+                }
+            };
+            // Serialised once: these bytes are stored, and answered to this caller and every
+            // duplicate.
+            let (text, effects) = {
+                let (body, effects) = response.into_parts();
+                (serde_json::to_string(&body), effects)
+            };
+            let response = match text
+                .map_err(|e| {
+                    Error::with_source(
+                        ErrorKind::Other,
+                        "the handler's response cannot be serialised as JSON (the claim was \
+                         released, nothing was committed)",
+                        e,
+                    )
+                })
+                .and_then(|text| IdempotentResponse::from_text(text, false))
+            {
+                Ok(response) => response,
+                Err(e) => {
+                    attempt.release(token).await;
+                    return Err(e.into());
+                }
+            };
+            let limit = config.store.capabilities().max_response_bytes;
+            let len = response.json().len();
+            if len > limit {
+                // Refused before anything is written: the effects are not committed and the key
+                // is free again, so the request can be retried (and will be refused again until
+                // the response shrinks).
+                attempt.release(token).await;
+                return Err(Completion::<St::Effect>::too_large(key, len, limit).into());
+            }
+            complete(attempt, token, response, effects).await
+        };
+        match attempt
+            .holding_then(token, guarded(call, None, &budget), finish)
+            .await
+        {
+            Ok(answered) => answered,
             Err(lost) => {
                 warn!(key, error = %format_args!("{lost:#}"), "claim lost while the handler ran: handler stopped, its result discarded");
-                return Err(Error::with_source(
+                Err(Error::with_source(
                     lost.kind(),
                     "the handler was stopped and its result discarded, nothing was committed",
                     lost,
                 )
-                .into());
+                .into())
             }
-        };
-        let response = match end {
-            HandlerEnd::Returned(response) => response,
-            HandlerEnd::Failed(e) => {
-                attempt.release(&token).await;
-                return Err(e);
-            }
-            HandlerEnd::Panicked(what) => {
-                attempt.release(&token).await;
-                return Err(Error::new(
-                    ErrorKind::Panicked,
-                    format!("the handler panicked: {what} (the claim was released)"),
-                )
-                .into());
-            }
-            // Only the budget stops the layer's handler: it has no timeout of its own.
-            HandlerEnd::OutOfTime | HandlerEnd::TimedOut(_) => {
-                // The handler may have reached an external service: the claim is kept until
-                // its lease lapses, so a retry cannot race a call still in flight.
-                warn!(
-                    key,
-                    "handler cut off by the time budget; the claim is kept until its lease lapses"
-                );
-                return Err(out_of_time(
-                    "the handler was cut off by the time budget; its claim is kept until its \
-                     lease lapses",
-                ));
-            }
-        };
-        // Serialised once: these bytes are stored, and answered to this caller and every
-        // duplicate.
-        let (text, effects) = {
-            let (body, effects) = response.into_parts();
-            (serde_json::to_string(&body), effects)
-        };
-        let response = match text
-            .map_err(|e| {
-                Error::with_source(
-                    ErrorKind::Other,
-                    "the handler's response cannot be serialised as JSON (the claim was \
-                     released, nothing was committed)",
-                    e,
-                )
-            })
-            .and_then(|text| IdempotentResponse::from_text(text, false))
-        {
-            Ok(response) => response,
-            Err(e) => {
-                attempt.release(&token).await;
-                return Err(e.into());
-            }
-        };
-        let limit = config.store.capabilities().max_response_bytes;
-        let len = response.json().len();
-        if len > limit {
-            // Refused before anything is written: the effects are not committed and the key
-            // is free again, so the request can be retried (and will be refused again until
-            // the response shrinks).
-            attempt.release(&token).await;
-            return Err(Completion::<St::Effect>::too_large(&key, len, limit).into());
         }
-        // Still kept (extended) while the completion is sent: contention and retries can
-        // outlast what is left of the lease.
-        attempt
-            .keeping(&token, complete(&attempt, &token, response, effects))
-            .await
     }
 
     /// Runs the handler without a claim (no key, [`MissingKey::ProcessWithoutDedup`]).

@@ -736,7 +736,7 @@ fn claim_failed(e: &Error) -> Failure {
     Failure::new(kind, format!("{what}: {e:#}"))
 }
 
-/// A claim its owner could not keep while the handler ran (`Attempt::holding`), as the
+/// A claim its owner could not keep while the handler ran (`Attempt::holding_then`), as the
 /// message's failure: the handler was stopped and nothing of it committed; the message is
 /// retried (by then the key is the other worker's, or free).
 fn claim_not_kept(e: &Error) -> Failure {
