@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Counts the public items of a crate from rustdoc's JSON output.
 
-Usage: scripts/public-items.py [--breakdown] [--features F1,F2 | --default-features] [PACKAGE ...]
+Usage: scripts/public-items.py [--breakdown] [--features F1,F2 | --default-features] [--max N] [PACKAGE ...]
        scripts/public-items.py --write | --check [--base REF] [PACKAGE ...]
        (default: sqs-claim sqs-claim-cli sqs-claim-testkit, all features)
 
@@ -12,6 +12,8 @@ re-exports (modules, types, traits, functions, methods, constants, fields, varia
 once. `--breakdown` also lists the count per owner (the type, trait or module holding each
 item), largest first. `--features F1,F2` counts the face with those features alone (no default
 features), `--default-features` with the crate's defaults: what a user with that build sees.
+`--max N` fails (exit status 1) when a package counts more than N: `make lint` keeps the
+library's default build (`dynamodb`) at most 400 items so.
 
 The public API kept in the repository (all features):
 
@@ -307,8 +309,14 @@ def main():
         return
     breakdown = "--breakdown" in args
     features, packages, rest = None, [], iter(a for a in args if a != "--breakdown")
+    most = None
     for a in rest:
-        if a == "--default-features":
+        if a == "--max":
+            value = next(rest, "")
+            if not value.isdigit():
+                sys.exit("public-items: --max needs a number of items")
+            most = int(value)
+        elif a == "--default-features":
             features = ""
         elif a == "--features":
             features = next(rest, None)
@@ -322,6 +330,7 @@ def main():
             packages.append(a)
     packages = packages or ["sqs-claim", "sqs-claim-cli", "sqs-claim-testkit"]
     which = {None: "", "": ", default features"}.get(features, f", features {features}")
+    over = []
     for package in packages:
         owners = Counter() if breakdown else None
         kinds = reachable(doc_json(package, features), owners)
@@ -331,6 +340,11 @@ def main():
         if breakdown:
             for owner, n in owners.most_common():
                 print(f"{n:5}  {owner}")
+        if most is not None and total > most:
+            over.append(f"{package}{which}: {total} public items, more than {most} "
+                        f"(--breakdown shows where they are)")
+    if over:
+        sys.exit("public-items: " + "\n".join(over))
 
 
 if __name__ == "__main__":

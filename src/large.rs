@@ -219,16 +219,26 @@ impl LargeMessages {
         if pointers.iter().all(Option::is_none) {
             return Vec::new();
         }
-        stream::iter(pointers)
-            .map(|p| async move {
-                match p? {
-                    Err(failure) => Some(Fetched::Failed(failure)),
-                    Ok(pointer) => Some(self.fetch(pointer, budget).await),
-                }
+        // Unordered, then put back in place: one slow object must not hold back the fetches
+        // behind it (`buffered` keeps a finished fetch's place in the window until every one
+        // before it finished).
+        let n = pointers.len();
+        let mut fetched: Vec<Option<Fetched>> = (0..n).map(|_| None).collect();
+        let mut done = stream::iter(pointers.into_iter().enumerate())
+            .map(|(index, p)| async move {
+                let out = match p? {
+                    Err(failure) => Fetched::Failed(failure),
+                    Ok(pointer) => self.fetch(pointer, budget).await,
+                };
+                Some((index, out))
             })
-            .buffered(FETCH_CONCURRENCY)
-            .collect()
-            .await
+            .buffer_unordered(FETCH_CONCURRENCY);
+        while let Some(next) = done.next().await {
+            if let Some((index, out)) = next {
+                fetched[index] = Some(out);
+            }
+        }
+        fetched
     }
 
     /// Fetches one object, inside `budget` and under the size limit.

@@ -57,7 +57,7 @@
 //! | a `tracing` set-up that follows Lambda's log controls (`AWS_LAMBDA_LOG_FORMAT`, `AWS_LAMBDA_LOG_LEVEL`) | `logging` (feature `logging`) |
 //! | a consumer's configuration from the `SQS_CLAIM_*` environment variables, the store URLs (`dynamodb:TABLE`, `postgres://...`, `tiered:...`), the table of the variables | `settings` (feature `settings`) |
 //! | a consumer's `main`: serve Lambda (`run_concurrent` under `AWS_LAMBDA_MAX_CONCURRENCY`), or process `--event FILE` locally and print the report | [`lambda`] |
-//! | the keys a consumer would claim for each record of a captured batch (SQS, Kinesis, DynamoDB Streams), for an operator's tool: `ProcessorBuilder::record_keys` | `inspect` |
+//! | the keys a consumer would claim for each record of a captured batch (SQS, Kinesis, DynamoDB Streams), for an operator's tool: `ProcessorBuilder::record_keys` (feature `admin`) | `inspect` |
 //! | **any other event** (API Gateway, webhooks, direct invocations): key → claim → handler → the response stored with the completion and **replayed byte for byte** for a duplicate; 409 / 422 / 400 answers | [`idempotency`] (a `tower::Layer`) over [`claim`], served by [`lambda::serve`] |
 //!
 //! ## Stores
@@ -84,6 +84,8 @@
 //! | `redis` | no | the Redis store and the tiered store |
 //! | `postgres` | no | the PostgreSQL store |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
+//! | `idempotency` | no (`apigw` turns it on) | the [`idempotency`] layer: effectively-once handling of any Lambda event that is not an SQS batch (a `tower::Layer`; the response stored and replayed to a duplicate) |
+//! | `admin` | no | what an operator's tool reads of a consumer without running it: `ProcessorBuilder::record_keys` and `record_claims` (the keys and fingerprints it would claim for a captured batch), `processor::RecordClaim`, `claim::PayloadVerdict`; the `sqs-claim` command line turns it on |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
 //! | `s3` | no | [`large`]: payloads the SQS and SNS extended clients offload to S3, read (the object is the payload the key, the payload check and the handler see) and optionally deleted once done; with `sqs`, `Publisher::offload_to` writes them (docs/large-messages.md) |
@@ -120,7 +122,10 @@ pub mod claim;
 mod deadline;
 mod envelope;
 mod error;
+#[cfg(feature = "idempotency")]
+#[cfg_attr(docsrs, doc(cfg(feature = "idempotency")))]
 pub mod idempotency;
+#[cfg(feature = "admin")]
 mod inspect;
 mod key;
 pub mod lambda;
@@ -204,7 +209,12 @@ pub struct IdempotencyDoctests;
 ))]
 #[doc = include_str!("../docs/stores.md")]
 pub struct StoresDoctests;
-#[cfg(all(doctest, feature = "dynamodb", feature = "powertools"))]
+#[cfg(all(
+    doctest,
+    feature = "dynamodb",
+    feature = "powertools",
+    feature = "idempotency"
+))]
 #[doc = include_str!("../docs/powertools.md")]
 pub struct PowertoolsDoctests;
 #[cfg(doctest)]

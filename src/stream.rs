@@ -711,6 +711,7 @@ fn decode_text(data: &str) -> Result<String, &'static str> {
 /// The records of a captured stream batch (Kinesis, DynamoDB Streams or Kafka, told apart by
 /// `eventSource`), as the consumers hand them to the processor, with their source; `None` for
 /// an event that is not one of these streams (`ProcessorBuilder::record_claims`, `inspect.rs`).
+#[cfg(feature = "admin")]
 pub(crate) fn as_sqs_records(event: &Value) -> Option<Result<(Source, Vec<SqsMessage>), Error>> {
     fn messages<T>(
         source: Source,

@@ -420,6 +420,7 @@ async fn one_shot_and_a_cached_store_over_a_boxed_store() {
 }
 
 /// The idempotency layer takes a boxed store: a second call replays the first response.
+#[cfg(feature = "idempotency")]
 #[tokio::test]
 async fn the_idempotency_layer_over_a_boxed_store() {
     use lambda_runtime::{Context, LambdaEvent};

@@ -300,6 +300,7 @@ async fn duplicate_batch_figures_on_dynamodb_local() {
 
 /// The idempotency layer over a cached store: a warm duplicate gets the first response, byte
 /// for byte, without a request to the store.
+#[cfg(feature = "idempotency")]
 #[tokio::test]
 async fn the_idempotency_layer_replays_from_the_cache() {
     use lambda_runtime::{Context, LambdaEvent};

@@ -1309,6 +1309,50 @@ async fn standard_concurrency_is_bounded_on_a_multi_thread_runtime() {
     concurrency_is(3, Some(3)).await;
 }
 
+/// One slow message among 100 (10 at once, 100 ms each, the first 1 s late) holds its own
+/// place in the window, not the places behind it: the other nine keep turning, and the batch
+/// takes about as long as its slowest message. A window that waited for its oldest message
+/// (`buffered`) took 2.0 s here: the nine finished places stayed taken until the head was done.
+/// Virtual time (paused clock): the figure is exact and the same on every machine.
+#[tokio::test(start_paused = true)]
+async fn a_slow_message_does_not_hold_back_the_window() {
+    let gauge = Gauge::new();
+    let g = gauge.clone();
+    let handler = service_fn(move |msg: Message| {
+        let g = g.clone();
+        async move {
+            let _running = g.enter();
+            let late = if msg.id() == "m0" { 1_000 } else { 0 };
+            tokio::time::sleep(Duration::from_millis(100 + late)).await;
+            Ok::<(), BoxError>(())
+        }
+    });
+    let p = Processor::builder(MemoryStore::new(), handler)
+        .namespace("t")
+        .clock(Clock::tokio())
+        .concurrency(10)
+        .build();
+    let batch: Vec<Rec> = (0..100).map(|i| rec(&format!("m{i}"), "x")).collect();
+    let started = tokio::time::Instant::now();
+    let report = p.process(event(&batch)).await.unwrap();
+    let took = started.elapsed();
+    println!("100 messages, 10 at once, the first 1 s late: {took:?} (virtual)");
+    assert_eq!(report.counts().processed, 100);
+    assert_eq!(gauge.max(), 10, "the window is still 10 messages");
+    // 1.1 s for the slow one; 99 others on 9 places is 1.1 s too. 2.0 s if the window stalls.
+    assert!(
+        took < Duration::from_millis(1_300),
+        "the batch took {took:?}: the window waited for its slow first message"
+    );
+    let ids: Vec<&str> = report
+        .items()
+        .iter()
+        .map(|i| i.message_id.as_str())
+        .collect();
+    let expected: Vec<String> = (0..100).map(|i| format!("m{i}")).collect();
+    assert_eq!(ids, expected, "outcomes in batch order");
+}
+
 // ---------------------------------------------------------------------------------------------
 // After the batch
 // ---------------------------------------------------------------------------------------------

@@ -127,6 +127,8 @@ pub(crate) enum Claimed<W> {
     /// The key was completed before; `payload` is the [`PayloadCheck`]'s verdict on this
     /// attempt's payload against the one that completed it.
     Completed {
+        // The idempotency layer replays its response; the processor needs only the verdict.
+        #[cfg_attr(not(feature = "idempotency"), allow(dead_code))]
         record: ClaimRecord,
         payload: PayloadVerdict,
     },

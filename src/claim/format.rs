@@ -81,7 +81,7 @@ pub trait KeyFormat: fmt::Debug + Send + Sync + 'static {
 ///
 /// ```
 /// use serde_json::json;
-/// use sqs_claim::idempotency::{KeyFormat, NativeFormat};
+/// use sqs_claim::claim::{KeyFormat, NativeFormat};
 ///
 /// assert_eq!(NativeFormat.stored_key("payments", &json!("k-1")), "payments#k-1");
 /// assert_eq!(NativeFormat.stored_key("payments", &json!(42)), "payments#42");

@@ -48,9 +48,15 @@ mod policy;
 
 pub use format::{KeyFormat, NativeFormat};
 pub use lease::Lease;
-pub use policy::{MissingKey, PayloadCheck, PayloadVerdict};
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub use policy::PayloadVerdict;
+#[cfg(not(feature = "admin"))]
+pub(crate) use policy::PayloadVerdict;
+pub use policy::{MissingKey, PayloadCheck};
 
 pub(crate) use attempt::{Attempt, Claimed, HandlerEnd, OneShotSink, Recorded, Terms, guarded};
+#[cfg(feature = "idempotency")]
 pub(crate) use format::text;
 pub(crate) use liveness::Liveness;
 pub(crate) use locks::ItemLocks;

@@ -27,8 +27,12 @@ pub enum PayloadCheck {
 /// What a key found done means for a payload, under the [`PayloadCheck`]: the one place the
 /// policy is applied, by both front doors and by an operator's tool
 /// ([`RecordClaim::judge`](crate::processor::RecordClaim::judge), `sqs-claim inspect --event`).
+///
+/// Public with the feature `admin` (what the operator's tool reads); the front doors' own
+/// otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg_attr(not(feature = "admin"), allow(unreachable_pub))]
 pub enum PayloadVerdict {
     /// The same payload, or no fingerprint to compare: a duplicate (the processor skips the
     /// message, the layer replays the stored response).

@@ -112,9 +112,8 @@ mod service;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The key format is the claim's, shared with the SQS processor: re-exported where the layer's
-/// builder takes it.
-pub use crate::claim::{KeyFormat, NativeFormat};
+use crate::claim::{KeyFormat, NativeFormat};
+
 pub use answers::{Answers, ErrorAnswers, HttpAnswers, Refusal};
 pub use key::{KeyExtractor, Payload};
 pub use layer::IdempotencyLayer;

@@ -368,6 +368,7 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// the plan (a stream record's under its `source`'s rule), and the first record of the
     /// batch with the same key, as the plan makes a later copy follow it. A stream record the
     /// consumer could not decode has no key, and why.
+    #[cfg(feature = "admin")]
     pub(crate) fn claims_of(
         &self,
         records: &[aws_lambda_events::sqs::SqsMessage],

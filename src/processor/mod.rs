@@ -54,6 +54,7 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::{Instrument, field, info};
 
+#[cfg(feature = "admin")]
 mod record_claim;
 #[cfg(feature = "streams")]
 pub(crate) mod stream_source;
@@ -63,6 +64,8 @@ pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
 pub use failure_destination::{FAILURE_ATTRIBUTE, FailureDestination, Permanent};
 pub use one_shot::OneShot;
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub use record_claim::RecordClaim;
 #[cfg(feature = "sqs")]
 pub use redelivery::Redelivery;

@@ -168,8 +168,8 @@ where
         type Ran = (usize, Outcome, Vec<(usize, Outcome)>);
         let batch = stream::iter(groups)
             .map(|group| async move {
-                // A place under the adaptive limit; `buffered` below only bounds how many
-                // messages' futures exist at once. A message for the store does not wait for
+                // A place under the adaptive limit; `buffer_unordered` below only bounds how
+                // many messages' futures exist at once. A message for the store does not wait for
                 // one behind calls to a store gone dark: it is reported at once (`execute`).
                 let permit = match group.work {
                     Work::Claim { .. } => liveness.unless_dark(self.limit().acquire()).await,
@@ -210,20 +210,20 @@ where
                     .collect();
                 (group.index, outcome, copies)
             })
-            .buffered(self.concurrency())
+            // Unordered: a slow message holds its own place in the window, not the places of
+            // those behind it (`buffered` starts nothing new while the oldest runs, however
+            // many after it finished). The outcomes are put back in batch order below.
+            .buffer_unordered(self.concurrency())
             .collect::<Vec<Ran>>();
         let ran = beside_packer(packer, batch).await;
         let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
-        let mut any_copies = false;
         for (index, outcome, copies) in ran {
             indexed.push((index, outcome));
-            any_copies |= !copies.is_empty();
             indexed.extend(copies);
         }
-        // Leaders come out in batch order; only copies need putting back in their place.
-        if any_copies {
-            indexed.sort_unstable_by_key(|(index, _)| *index);
-        }
+        // Leaders come out in the order they finished, copies beside their leader: back in
+        // batch order.
+        indexed.sort_unstable_by_key(|(index, _)| *index);
         indexed.into_iter().map(|(_, outcome)| outcome).collect()
     }
 
