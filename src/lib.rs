@@ -85,7 +85,7 @@
 //! | `postgres` | no | the PostgreSQL store |
 //! | `logging` | no | `logging::init()`: a `tracing-subscriber` set-up for Lambda (flat JSON or text, Lambda's log level) |
 //! | `idempotency` | no (`apigw` turns it on) | the [`idempotency`] layer: effectively-once handling of any Lambda event that is not an SQS batch (a `tower::Layer`; the response stored and replayed to a duplicate) |
-//! | `admin` | no | what an operator's tool reads of a consumer without running it: `ProcessorBuilder::record_keys` and `record_claims` (the keys and fingerprints it would claim for a captured batch), `processor::RecordClaim`, `claim::PayloadVerdict`; the `sqs-claim` command line turns it on |
+//! | `admin` | no | what an operator's tool reads of a consumer without running it: `ProcessorBuilder::record_keys` and `record_claims` (the keys and fingerprints it would claim for a captured batch), `processor::RecordClaim`, `claim::PayloadVerdict`; the settings' key-layout helpers, `markdown_table`, `Variable::find`, `Settings::cli_store`, `postgres::check_error`; the `sqs-claim` command line turns it on |
 //! | `apigw` | no | the API Gateway events (REST and HTTP API v2) for the [`idempotency`] layer: the `Idempotency-Key` header, JSON-body keys, HTTP 409/422/400 answers |
 //! | `powertools` | no | `powertools`: keys and payload hashes as Powertools for AWS Lambda (Python) computes them (`PowertoolsFormat`, a [`KeyFormat`](claim::KeyFormat) for either front door), to share its table (docs/powertools.md) |
 //! | `s3` | no | [`large`]: payloads the SQS and SNS extended clients offload to S3, read (the object is the payload the key, the payload check and the handler see) and optionally deleted once done; with `sqs`, `Publisher::offload_to` writes them (docs/large-messages.md) |
@@ -168,7 +168,7 @@ pub use retry::{Backoff, Retry, RetryPolicy};
 pub use store::{ClaimStore, Effects, MemoryStore};
 
 #[cfg(feature = "dynamodb")]
-pub use store::{DynamoDbSettings, DynamoDbStore};
+pub use store::dynamodb::{DynamoDbSettings, DynamoDbStore};
 
 #[cfg(feature = "sqs")]
 pub use processor::{FailureDestination, Redelivery};

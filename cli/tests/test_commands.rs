@@ -14,8 +14,9 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use sqs_claim::RedisStore;
 use sqs_claim::SqliteStore;
+use sqs_claim::store::dynamodb::DynamoDbStore;
 use sqs_claim::store::postgres::PostgresStore;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, DynamoDbStore};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sqs-claim");
 

@@ -3,8 +3,8 @@ use aws_lambda_events::http::HeaderMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+use super::Payload;
 use super::answers::{Answers, HttpAnswers};
-use super::key::Payload;
 use crate::Error;
 
 /// The answers of both API Gateway events.

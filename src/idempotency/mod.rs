@@ -95,7 +95,7 @@
 //! | `mod.rs` | [`Idempotency`] and its builder |
 //! | `service.rs` | the flow of one event ([`Idempotency::call`]): the claim's steps ([`crate::claim`]) mapped to responses and errors; [`IdempotencyService`] |
 //! | `layer.rs` | [`IdempotencyLayer`] |
-//! | `key.rs` | [`Payload`], [`KeyExtractor`] and the extractors ([`KeyFormat`] is the claim's: [`crate::claim`]) |
+//! | `payload.rs`, `key.rs` | [`Payload`], [`KeyExtractor`]; the extractors ([`KeyFormat`] is the claim's: [`crate::claim`]) |
 //! | `answers.rs` | [`Answers`]: [`HttpAnswers`], [`ErrorAnswers`] |
 //! | `response.rs` | [`IdempotentResponse`], [`WithEffects`] |
 //! | `apigw.rs` | the API Gateway events (feature `apigw`), and [`ApiGatewayRequest`] for a handler serving both payload formats |
@@ -106,6 +106,7 @@ mod answers;
 mod apigw;
 pub mod key;
 mod layer;
+mod payload;
 mod response;
 mod service;
 
@@ -115,8 +116,8 @@ use std::time::Duration;
 use crate::claim::{KeyFormat, NativeFormat};
 
 pub use answers::{Answers, ErrorAnswers, HttpAnswers, Refusal};
-pub use key::{KeyExtractor, Payload};
 pub use layer::IdempotencyLayer;
+pub use payload::{KeyExtractor, Payload};
 pub use response::{HandlerResponse, IdempotentResponse, WithEffects};
 pub use service::IdempotencyService;
 

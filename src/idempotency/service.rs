@@ -11,9 +11,9 @@ use tower::{Service, ServiceExt};
 use tracing::{error, warn};
 
 use super::answers::{Answers, Refusal};
-use super::key::{KeyExtractor, Payload};
 use super::response::{HandlerResponse, IdempotentResponse};
 use super::{Config, Idempotency};
+use super::{KeyExtractor, Payload};
 use crate::RetryPolicy;
 use crate::claim::{Attempt, Claimed, HandlerEnd, MissingKey, PayloadVerdict, Recorded, guarded};
 use crate::deadline::Budget;

@@ -121,17 +121,23 @@ impl Settings {
         #[cfg_attr(not(feature = "s3"), allow(unused_mut))]
         let mut builder = self.configure(builder);
         #[cfg(feature = "s3")]
-        if self.large_messages {
-            let client = crate::aws::s3_client(&crate::aws::load_config().await);
-            if let Some(large) = self.large_message_reader(&client) {
-                builder = builder.large_messages(large);
-            }
-        }
-        if self.failure_queue_url.is_none() && self.backoff.is_none() {
+        let needs_s3 = self.large_messages;
+        #[cfg(not(feature = "s3"))]
+        let needs_s3 = false;
+        if !needs_s3 && !self.needs_sqs() {
             return builder;
         }
-        let client = crate::aws::sqs_client(&crate::aws::load_config().await);
-        self.configure_sqs(builder, &client)
+        // One AWS configuration (one HTTPS client, one TLS context) for both clients.
+        let config = crate::aws::load_config().await;
+        #[cfg(feature = "s3")]
+        if needs_s3 && let Some(large) = self.large_message_reader(&crate::aws::s3_client(&config))
+        {
+            builder = builder.large_messages(large);
+        }
+        if !self.needs_sqs() {
+            return builder;
+        }
+        self.configure_sqs(builder, &crate::aws::sqs_client(&config))
     }
 
     /// The reader of the extended clients' S3 pointers these settings ask for

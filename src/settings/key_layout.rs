@@ -1,10 +1,17 @@
 //! The DynamoDB claims table's key layout as its two settings spell it, `NAME=TEMPLATE` each
 //! (`SQS_CLAIM_DYNAMODB_PARTITION_KEY`, `SQS_CLAIM_DYNAMODB_SORT_KEY`, or the CLI's flags).
+//! Public with feature `admin` (the operator's tool reads and writes the layout); the
+//! settings' own otherwise.
+#![cfg_attr(not(feature = "admin"), allow(unreachable_pub, dead_code))]
 
 use crate::store::dynamodb::{DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema};
 use crate::{Error, ErrorKind};
 
-use super::PARTITION_KEY_VAR;
+/// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
+pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
+
+/// The variable of the DynamoDB claims table's sort key (`NAME=TEMPLATE`).
+pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 
 /// The DynamoDB key layout from its two settings, each given as (where it came from, for the
 /// error: `environment variable ...` or a flag; its `NAME=TEMPLATE` value). No I/O.

@@ -40,7 +40,6 @@
 //! naming the variable and the feature, never a setting silently ignored. An `SQS_CLAIM_*`
 //! variable nothing reads is warned of with the nearest known name ([`unknown_variables`]).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 #[cfg(feature = "powertools")]
@@ -64,14 +63,25 @@ mod tests;
 mod unknown;
 mod variables;
 
-pub use key_layout::{describe_key_layout, key_layout, key_layout_values};
+// The key-layout helpers, the variables' table and the CLI's store are the operator tool's
+// (feature `admin`); a consumer reads the layout through `Settings::dynamodb_keys`.
+#[cfg(not(feature = "admin"))]
+pub(crate) use key_layout::{PARTITION_KEY_VAR, SORT_KEY_VAR, describe_key_layout, key_layout};
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub use key_layout::{
+    PARTITION_KEY_VAR, SORT_KEY_VAR, describe_key_layout, key_layout, key_layout_values,
+};
 pub use open::bounded_startup;
 #[cfg(feature = "powertools")]
 pub use powertools::powertools;
 pub use read::read;
 pub use store_url::{ServerUrl, StoreUrl};
-pub use unknown::{READ_ELSEWHERE, UnknownVariable, unknown_variables};
-pub use variables::{VARIABLES, Variable, markdown_table};
+pub use unknown::{UnknownVariable, unknown_variables};
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub use variables::markdown_table;
+pub use variables::{VARIABLES, Variable};
 
 use read::{
     BackoffFor, Entries, Messages, MetricsNamespace, Millis, QueueUrl, Receives, Seconds, Text,
@@ -79,12 +89,6 @@ use read::{
 };
 #[cfg(feature = "s3")]
 use read::{Bytes, OnOff};
-
-/// The variable of the DynamoDB claims table's partition key (`NAME=TEMPLATE`).
-pub const PARTITION_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_PARTITION_KEY";
-
-/// The variable of the DynamoDB claims table's sort key (`NAME=TEMPLATE`).
-pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 
 /// The variable that turns the Powertools interop on: the decorated record handler's
 /// `module.qualname`.
@@ -120,6 +124,7 @@ pub(crate) const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 pub(crate) const DEFAULT_METRICS_NAMESPACE: &str = "sqs-claim";
 
 /// The CLI's store when none is configured: a file under the current directory.
+#[cfg(any(feature = "admin", test))]
 pub(crate) const DEFAULT_CLI_STORE: &str = ".sqs-claim/claims.db";
 
 /// A consumer's settings. [`Settings::default`] is what an empty environment gives.
@@ -131,7 +136,7 @@ pub struct Settings {
     /// `SQS_CLAIM_TABLE`.
     pub table: Option<String>,
     /// `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked
-    /// ([`key_layout()`]); `None` for the store's default (`id={key}`).
+    /// (`SQS_CLAIM_DYNAMODB_PARTITION_KEY`, `SQS_CLAIM_DYNAMODB_SORT_KEY`); `None` for the store's default (`id={key}`).
     pub dynamodb_keys: Option<DynamoDbKeySchema>,
     /// `SQS_CLAIM_KEY`; unset, the consumer's own default.
     pub key: Option<KeySource>,
@@ -441,12 +446,14 @@ impl Settings {
     /// The store the `sqs-claim` CLI uses: [`Settings::store`], else
     /// `dynamodb:`[`Settings::table`], else the SQLite file `.sqs-claim/claims.db` (created on
     /// demand, so a second run of the same event finds every message already done); with
-    /// [`Settings::dynamodb_keys`] applied to either's DynamoDB table.
+    /// [`Settings::dynamodb_keys`] applied to either's DynamoDB table. With feature `admin`.
+    #[cfg(any(feature = "admin", test))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
     pub fn cli_store(&self) -> Result<StoreUrl, Error> {
         let url = match (&self.store, &self.table) {
             (Some(url), _) => url.clone(),
             (None, Some(table)) => StoreUrl::parse(&format!("dynamodb:{table}"))?,
-            (None, None) => StoreUrl::Sqlite(PathBuf::from(DEFAULT_CLI_STORE)),
+            (None, None) => StoreUrl::Sqlite(std::path::PathBuf::from(DEFAULT_CLI_STORE)),
         };
         Ok(url.with_key_schema(self.dynamodb_keys.clone()))
     }
@@ -471,7 +478,7 @@ impl Settings {
 }
 
 /// The claims table's key layout from `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and
-/// `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked together ([`key_layout()`]).
+/// `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked together (`key_layout`).
 fn dynamodb_keys(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<DynamoDbKeySchema>, Error> {
     let (partition, sort) = (
         read::<Text>(env, PARTITION_KEY_VAR)?,

@@ -3,7 +3,7 @@
 //! [`Settings::from_env`](super::Settings::from_env) warns of each, with the nearest known
 //! name; [`unknown_variables`] finds them for an app that reports them its own way.
 //!
-//! Known are the library's [`VARIABLES`], [`READ_ELSEWHERE`] (the names the repository's
+//! Known are the library's [`VARIABLES`], `READ_ELSEWHERE` (the names the repository's
 //! scripts, example app and tests read) and the names an app passes as its own
 //! ([`Settings::from_env_beside`](super::Settings::from_env_beside)).
 
@@ -18,7 +18,7 @@ const PREFIX: &str = "SQS_CLAIM_";
 /// (a shell that sourced the stand-ins' `.standins/env`, the example app's template) is not
 /// warned of: the example app's own settings, the scripts' (`scripts/`, `Makefile`), the
 /// tests' and benchmarks'.
-pub const READ_ELSEWHERE: &[&str] = &[
+pub(crate) const READ_ELSEWHERE: &[&str] = &[
     // The example app (examples/payments): its own settings.
     "SQS_CLAIM_ACCOUNTS_TABLE",
     "SQS_CLAIM_OUTPUT_QUEUE_URL",
@@ -88,7 +88,8 @@ impl fmt::Display for UnknownVariable {
 }
 
 /// The `SQS_CLAIM_*` names among `names` (a process environment's: `std::env::vars()`'s
-/// names) that are neither the library's ([`VARIABLES`]), nor [`READ_ELSEWHERE`], nor in
+/// names) that are neither the library's ([`VARIABLES`]), nor `READ_ELSEWHERE` (the names the
+/// repository's own scripts and example app read), nor in
 /// `beside` (an app's own), each with the nearest known name; in the order given.
 ///
 /// ```

@@ -46,7 +46,9 @@ impl Variable {
             .find(|feature| !super::feature_enabled(feature))
     }
 
-    /// The variable named `name` among `variables`.
+    /// The variable named `name` among `variables`. With feature `admin`.
+    #[cfg(any(feature = "admin", test))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
     pub fn find(variables: &[Variable], name: &str) -> Option<Variable> {
         variables.iter().copied().find(|v| v.name == name)
     }
@@ -54,6 +56,8 @@ impl Variable {
 
 /// The table of `variables` in Markdown, one row each, in their order, with its header: what
 /// docs/configuration.md holds between its `<!-- BEGIN ... -->` and `<!-- END ... -->` lines.
+/// With feature `admin`.
+#[cfg(any(feature = "admin", test))]
 pub fn markdown_table(variables: &[Variable]) -> String {
     let mut table =
         String::from("| variable | default | meaning |\n|----------|---------|---------|\n");

@@ -118,9 +118,6 @@ pub use cached::CachedStore;
 pub use capabilities::Capabilities;
 pub use memory::{MemoryEffect, MemoryStore};
 
-#[cfg(feature = "dynamodb")]
-pub use dynamodb::{DynamoDbSettings, DynamoDbStore};
-
 /// The state of a stored claim record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {

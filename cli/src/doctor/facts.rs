@@ -11,8 +11,8 @@ use aws_sdk_lambda::types::EventSourceMappingConfiguration;
 use sqs_claim::aws_config::{self, BehaviorVersion, SdkConfig, timeout::TimeoutConfig};
 use sqs_claim::aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TimeToLiveStatus};
 use sqs_claim::aws_sdk_sqs::types::QueueAttributeName;
-use sqs_claim::store::DynamoDbStore;
 use sqs_claim::store::dynamodb::DynamoDbKeySchema;
+use sqs_claim::store::dynamodb::DynamoDbStore;
 use sqs_claim::{Error, ErrorKind};
 
 use super::{DoctorArgs, Facts, template};

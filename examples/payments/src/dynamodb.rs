@@ -16,8 +16,9 @@ use sqs_claim::aws_sdk_dynamodb::types::{
 
 use super::{Ledger, Payment, read_balance};
 use sqs_claim::settings::key_layout_values;
+use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::dynamodb::DynamoDbKeySchema;
-use sqs_claim::store::{DynamoDbStore, StoreAdmin};
+use sqs_claim::store::dynamodb::DynamoDbStore;
 use sqs_claim::{Error, ErrorKind};
 
 /// The accounts table's partition key (a string) and balance attribute (a number).

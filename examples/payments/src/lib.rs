@@ -418,20 +418,22 @@ pub fn processor<L: Ledger>(
 /// boxed ([`BoxStore`]) and the handler boxed ([`PaymentService`]).
 pub async fn build<L: Ledger>(ledger: L, settings: &Settings) -> Result<Consumer, Error> {
     let ledger = BoxLedger::new(ledger);
-    let sqs = match settings.needs_sqs() {
-        false => None,
-        true => Some(sqs_claim::aws::sqs_client(
-            &sqs_claim::aws::load_config().await,
-        )),
-    };
     // Payments offloaded to S3 by the extended clients, and large notices offloaded the same
-    // way: one S3 client for both.
-    let s3 = match settings.large_messages || settings.offload_bucket.is_some() {
+    // way: one S3 client for both. One AWS configuration (one HTTPS client, one TLS context)
+    // for the SQS and S3 clients.
+    let needs_s3 = settings.large_messages || settings.offload_bucket.is_some();
+    let config = match settings.needs_sqs() || needs_s3 {
         false => None,
-        true => Some(sqs_claim::aws::s3_client(
-            &sqs_claim::aws::load_config().await,
-        )),
+        true => Some(sqs_claim::aws::load_config().await),
     };
+    let sqs = config
+        .as_ref()
+        .filter(|_| settings.needs_sqs())
+        .map(sqs_claim::aws::sqs_client);
+    let s3 = config
+        .as_ref()
+        .filter(|_| needs_s3)
+        .map(sqs_claim::aws::s3_client);
     let store = settings.with_warm_cache(ledger.store().clone());
     let one_shot = settings.output_queue_url.is_none()
         && settings.store_unavailable == sqs_claim::StoreUnavailable::FailClosed;

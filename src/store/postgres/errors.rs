@@ -127,7 +127,9 @@ pub(crate) fn connection_problem(e: &tokio_postgres::Error) -> Option<Connection
 /// (SQLSTATE 42P01) says to run `sqs-claim init`; a lost connection, a timeout or a permission
 /// says what it is, so nobody creates tables to fix a network problem.
 ///
-/// Public for the start-up checks of tables of your own beside the claims table.
+/// Public with feature `admin`, for the start-up checks of tables of your own beside the
+/// claims table (the example app's accounts table).
+#[cfg_attr(not(feature = "admin"), allow(unreachable_pub))]
 pub fn check_error(table: &str, e: tokio_postgres::Error) -> Error {
     if e.code() == Some(&SqlState::UNDEFINED_TABLE) {
         return Error::with_source(

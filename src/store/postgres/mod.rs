@@ -146,7 +146,11 @@ mod errors;
 mod schema;
 mod settings;
 
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub use errors::check_error;
+#[cfg(not(feature = "admin"))]
+pub(crate) use errors::check_error;
 pub use settings::PostgresSettings;
 
 // The children's own items, for one another (each child reads the parent's scope).
