@@ -27,7 +27,7 @@ use crate::{Error, ErrorKind};
 /// The API Gateway events (feature `apigw`) read the request from the body, the headers from
 /// the event's headers, and answer with HTTP responses (409, 422, 400).
 pub trait Payload: Serialize {
-    /// The request: what [`json_pointer`] reads and the fingerprint covers. Default: the whole
+    /// The request: what [`json_pointer`](super::key::json_pointer) reads and the fingerprint covers. Default: the whole
     /// payload, as JSON.
     fn request(&self) -> Result<Value, Error> {
         serde_json::to_value(self).map_err(|e| {
