@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use redis::AsyncCommands;
 use sqs_claim::store::StoreAdmin;
-use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, Completion, StoredResponse};
+use sqs_claim::store::{AnsweredBy, Claim, ClaimRequest, ClaimStore, Completion, StoredResponse};
 use sqs_claim::{
     Error, MemoryStore, Message, PgEffect, PostgresStore, Processor, RedisStore, TieredStore,
 };
@@ -183,7 +183,9 @@ async fn every_call_survives_a_dead_cache() {
         .await
         .expect("complete with Redis down");
     match store.claim(request("k", now)).await {
-        Ok(Claim::Completed(rec)) => assert_eq!(rec.fingerprint.as_deref(), Some("fp")),
+        Ok(Claim::Completed { record: rec, .. }) => {
+            assert_eq!(rec.fingerprint.as_deref(), Some("fp"))
+        }
         other => panic!("the durable store must answer Completed, got {other:?}"),
     }
 }
@@ -291,7 +293,11 @@ async fn a_completed_key_is_answered_from_redis_without_the_durable_store() {
             .claim(request("k", now + Duration::from_secs(60)))
             .await
         {
-            Ok(Claim::Completed(rec)) => {
+            Ok(Claim::Completed {
+                record: rec,
+                answered_by,
+            }) => {
+                assert_eq!(answered_by, AnsweredBy::Cache, "a marker hit says so");
                 assert_eq!(
                     rec.fingerprint.as_deref(),
                     Some("fp"),
@@ -343,7 +349,10 @@ async fn a_durable_completion_is_backfilled_into_redis() {
 
     assert!(matches!(
         store.claim(request("k", now)).await,
-        Ok(Claim::Completed(_))
+        Ok(Claim::Completed {
+            answered_by: AnsweredBy::Store,
+            ..
+        })
     ));
     assert_eq!(
         durable.claims(),
@@ -354,7 +363,10 @@ async fn a_durable_completion_is_backfilled_into_redis() {
     assert!(after, "and backfills the marker");
     assert!(matches!(
         store.claim(request("k", now)).await,
-        Ok(Claim::Completed(_))
+        Ok(Claim::Completed {
+            answered_by: AnsweredBy::Cache,
+            ..
+        })
     ));
     assert_eq!(
         durable.claims(),
@@ -420,7 +432,7 @@ async fn a_duplicate_answered_from_redis_replays_the_stored_response() {
     for (key, response) in cases {
         for _ in 0..2 {
             match store.claim(request(key, now)).await {
-                Ok(Claim::Completed(rec)) => assert_eq!(
+                Ok(Claim::Completed { record: rec, .. }) => assert_eq!(
                     rec.response.as_ref().map(StoredResponse::as_str),
                     response,
                     "{key}"
@@ -466,7 +478,7 @@ async fn an_older_marker_defers_to_the_durable_response() {
     let before = durable.claims();
     for _ in 0..2 {
         match store.claim(request("k", now)).await {
-            Ok(Claim::Completed(rec)) => assert_eq!(
+            Ok(Claim::Completed { record: rec, .. }) => assert_eq!(
                 rec.response.as_ref().map(StoredResponse::as_str),
                 Some("\"paid\"")
             ),
@@ -509,7 +521,7 @@ async fn a_retried_completion_caches_the_durable_response_not_the_retrys() {
         .expect("the retry is a no-op success");
     for _ in 0..2 {
         match store.claim(request("k", now)).await {
-            Ok(Claim::Completed(rec)) => assert_eq!(
+            Ok(Claim::Completed { record: rec, .. }) => assert_eq!(
                 rec.response.as_ref().map(StoredResponse::as_str),
                 Some("\"first\""),
                 "the durable record's response, from either tier"
