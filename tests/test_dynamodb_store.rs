@@ -597,7 +597,7 @@ async fn a_renamed_data_attribute_is_written_and_read_back() {
         Some("\"paid\"")
     );
     match store.claim(request("renamed", now)).await {
-        Ok(Claim::Completed(r)) => assert_eq!(
+        Ok(Claim::Completed { record: r, .. }) => assert_eq!(
             r.response.as_ref().map(StoredResponse::as_str),
             Some("\"paid\"")
         ),
@@ -612,7 +612,7 @@ async fn a_renamed_data_attribute_is_written_and_read_back() {
         )
         .await
     {
-        Ok(sqs_claim::store::OneShotWrite::Completed(r)) => assert_eq!(
+        Ok(sqs_claim::store::OneShotWrite::Completed { record: r, .. }) => assert_eq!(
             r.response.as_ref().map(StoredResponse::as_str),
             Some("\"paid\""),
             "a cancelled one-shot write reads the response from the old item"
@@ -1104,7 +1104,7 @@ async fn claims_share_a_table_with_business_items() {
     assert_eq!(seen.record.status, Status::Completed);
     assert_eq!(seen.token, Some(token));
     match store.claim(request(key, now)).await {
-        Ok(Claim::Completed(r)) => assert_eq!(
+        Ok(Claim::Completed { record: r, .. }) => assert_eq!(
             r.response.as_ref().map(StoredResponse::as_str),
             Some("\"done\"")
         ),

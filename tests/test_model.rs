@@ -447,7 +447,7 @@ fn agree(want: &Want, got: &Got, names: &Names) -> Result<Option<(Token, ClaimTo
         (Write::Answered(OneShotAnswer::Committed), Ok(OneShotWrite::Committed)) => true,
         (
             Write::Answered(OneShotAnswer::Completed { expires_at }),
-            Ok(OneShotWrite::Completed(r)),
+            Ok(OneShotWrite::Completed { record: r, .. }),
         ) => names.at(*expires_at) == r.expires_at,
         (
             Write::Answered(OneShotAnswer::HeldElsewhere { lease_until }),
@@ -474,7 +474,7 @@ fn agree(want: &Want, got: &Got, names: &Names) -> Result<Option<(Token, ClaimTo
         }
         (
             Want::Claim(ClaimAnswer::Completed { expires_at }),
-            Got::Claim(Ok(Claim::Completed(r))),
+            Got::Claim(Ok(Claim::Completed { record: r, .. })),
         ) => names.at(*expires_at) == r.expires_at,
         (
             Want::Claim(ClaimAnswer::HeldElsewhere { lease_until }),

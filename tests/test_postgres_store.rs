@@ -309,7 +309,7 @@ async fn a_table_without_the_response_column_is_upgraded_by_migrate() {
         r.expect("migrate upgrades the old table");
     }
     match store.claim(request("old-key", now)).await {
-        Ok(Claim::Completed(rec)) => {
+        Ok(Claim::Completed { record: rec, .. }) => {
             assert_eq!(rec.fingerprint.as_deref(), Some("fp-old"));
             assert_eq!(rec.response, None, "an old record has no response");
         }
@@ -335,7 +335,7 @@ async fn a_table_without_the_response_column_is_upgraded_by_migrate() {
             .await
             .expect("complete with a response on the upgraded table");
         match store.claim(request(key, now)).await {
-            Ok(Claim::Completed(rec)) => assert_eq!(
+            Ok(Claim::Completed { record: rec, .. }) => assert_eq!(
                 rec.response.as_ref().map(StoredResponse::as_str),
                 Some("{\"ok\":  true}")
             ),
@@ -425,7 +425,7 @@ async fn long_random_keys() {
             .expect("complete a long key");
     }
     match store.claim(request(&long, now)).await {
-        Ok(Claim::Completed(_)) => {}
+        Ok(Claim::Completed { .. }) => {}
         other => panic!("long key must dedupe, got {other:?}"),
     }
     drop_table(&store).await;

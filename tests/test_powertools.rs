@@ -255,7 +255,7 @@ async fn a_request_powertools_completed_is_a_duplicate_for_sqs_claim() {
         .await
         .unwrap()
     {
-        Claim::Completed(record) => {
+        Claim::Completed { record, .. } => {
             assert_eq!(record.status, Status::Completed);
             // Its `data`: the handler's response as `json.dumps(result, sort_keys=True)`.
             let response = record.response.expect("Powertools stored the response");
@@ -381,7 +381,7 @@ async fn powertools_sort_key_mode_table_is_shared_both_ways() {
     );
     assert_eq!(first["ran"], true, "{first}");
     let key = api_format().key(&json!("s-1"));
-    let Claim::Completed(record) = store
+    let Claim::Completed { record, .. } = store
         .claim(request(&key, SystemTime::now(), None))
         .await
         .unwrap()
@@ -433,7 +433,7 @@ async fn same_key_other_payload_is_a_mismatch_on_both_sides() {
     let key = format.key(&json!("req-3"));
     let same = format.fingerprint(&json!("payload A"));
     let other = format.fingerprint(&json!("payload B"));
-    let Claim::Completed(record) = store
+    let Claim::Completed { record, .. } = store
         .claim(request(&key, SystemTime::now(), Some(&other)))
         .await
         .unwrap()

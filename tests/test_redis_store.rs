@@ -261,7 +261,7 @@ async fn caller_clock_behind_the_server_still_dedupes() {
         .claim(request(key, now + Duration::from_secs(1)))
         .await
     {
-        Ok(Claim::Completed(rec)) => {
+        Ok(Claim::Completed { record: rec, .. }) => {
             assert_eq!(epoch_millis(rec.expires_at), epoch_millis(now) + 600_000)
         }
         other => panic!("expected Completed, got {other:?}"),
@@ -290,7 +290,7 @@ async fn a_record_without_the_response_field_reads_as_no_response() {
         .await
         .unwrap();
     match store.claim(request("old", now)).await {
-        Ok(Claim::Completed(rec)) => {
+        Ok(Claim::Completed { record: rec, .. }) => {
             assert_eq!(rec.fingerprint.as_deref(), Some("fp-old"));
             assert_eq!(rec.response, None, "an old record has no response");
         }

@@ -326,7 +326,9 @@ async fn completion_survives_reopen() {
     }
     let store = open(&db);
     match store.claim(request(&key, now)).await {
-        Ok(Claim::Completed(rec)) => assert_eq!(rec.fingerprint.as_deref(), Some("fp-1")),
+        Ok(Claim::Completed { record: rec, .. }) => {
+            assert_eq!(rec.fingerprint.as_deref(), Some("fp-1"))
+        }
         other => panic!("after reopen the key must be a duplicate, got {other:?}"),
     }
     assert!(
@@ -373,7 +375,7 @@ async fn a_table_without_the_response_column_is_upgraded_on_open() {
     }
     let store = open(&db);
     match store.claim(request("old-key", now)).await {
-        Ok(Claim::Completed(rec)) => {
+        Ok(Claim::Completed { record: rec, .. }) => {
             assert_eq!(rec.fingerprint.as_deref(), Some("fp-old"));
             assert_eq!(rec.response, None, "an old record has no response");
         }
@@ -402,7 +404,7 @@ async fn a_table_without_the_response_column_is_upgraded_on_open() {
     // Reopened: the column is there already, nothing to add, and the response was kept.
     let store = open(&db);
     match store.claim(request("new-key", now)).await {
-        Ok(Claim::Completed(rec)) => assert_eq!(
+        Ok(Claim::Completed { record: rec, .. }) => assert_eq!(
             rec.response.as_ref().map(StoredResponse::as_str),
             Some("{\"ok\": true}")
         ),
@@ -632,7 +634,7 @@ async fn a_refused_completion_in_a_group_leaves_the_others_alone() {
             assert!(effect, "{key}: effect committed");
             assert!(matches!(
                 store.claim(request(key, now)).await,
-                Ok(Claim::Completed(_))
+                Ok(Claim::Completed { .. })
             ));
         }
     }

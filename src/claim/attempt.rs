@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use tracing::{debug, warn};
 
 use super::lease::MIN_EXTENDED;
-use super::liveness::Liveness;
+use super::liveness::{Liveness, StoreAnswer};
 use super::locks::{Held, ItemLocks, claim_item};
 use super::{Lease, PayloadCheck, PayloadVerdict};
 use crate::RetryPolicy;
@@ -291,7 +291,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
     /// Sends a store write made by `send`, and sends it again, under the contention retry
     /// policy and never past the budget's hard stop, while it is cancelled on contention
     /// ([`ErrorKind::Contention`]: nothing was written). Counts conflicts and retries.
-    async fn contended<T, F, Fut>(&self, mut send: F) -> Result<T, Error>
+    async fn contended<T: StoreAnswer, F, Fut>(&self, mut send: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Error>>,
@@ -305,11 +305,10 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                     let sent_at = tokio::time::Instant::now();
                     let sent = send();
                     async move {
-                        // A duplicate a cache answered is no answer from the store behind it.
-                        let (answer, cached) = crate::store::answered_from_cache(sent).await;
-                        if let Some(liveness) = self.liveness
-                            && cached.is_empty()
-                        {
+                        let answer = sent.await;
+                        // A duplicate a cache answered says so (`AnsweredBy::Cache`): liveness
+                        // does not take it for an answer of the store behind.
+                        if let Some(liveness) = self.liveness {
                             liveness.observe(sent_at, &answer);
                         }
                         if answer
@@ -417,7 +416,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
                 Err(OutOfTime) => Claimed::CutOff,
                 Ok(Err(e)) => Claimed::Failed(e),
                 Ok(Ok(Claim::Acquired(token))) => Claimed::Won(token),
-                Ok(Ok(Claim::Completed(record))) => self.completed(record),
+                Ok(Ok(Claim::Completed { record, .. })) => self.completed(record),
                 Ok(Ok(Claim::HeldElsewhere { lease_until })) => {
                     if self.wait_lease(lease_until, waits).await {
                         waits += 1;
@@ -633,7 +632,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             Err(OutOfTime) => Claimed::CutOff,
             Ok(Err(e)) => Claimed::Failed(e),
             Ok(Ok(OneShotWrite::Committed)) => Claimed::Won(()),
-            Ok(Ok(OneShotWrite::Completed(record))) => self.completed(record),
+            Ok(Ok(OneShotWrite::Completed { record, .. })) => self.completed(record),
             Ok(Ok(OneShotWrite::HeldElsewhere { lease_until })) => {
                 Claimed::HeldElsewhere { lease_until }
             }

@@ -13,9 +13,10 @@
 //! * anything else (a refused or reset connection, throttling): neither. Such errors come back
 //!   at once, so nothing waits behind them anyway;
 //! * a duplicate answered by a **cache** in front of the store from what it remembers (a
-//!   `CachedStore` hit, a `TieredStore` marker): neither. It says nothing of the store behind,
-//!   and duplicates answered at once would otherwise hide a store gone dark for one more
-//!   timeout per window of messages (`store/remember.rs`: `answered_from_cache`).
+//!   `CachedStore` hit, a `TieredStore` marker: the answer says
+//!   [`AnsweredBy::Cache`](crate::store::AnsweredBy::Cache)): neither. It says nothing of the
+//!   store behind, and duplicates answered at once would otherwise hide a store gone dark for
+//!   one more timeout per window of messages.
 //!
 //! The store is dark once a call got no answer **and no call has answered since that call was
 //! sent**: the silence covers the whole time the call waited. From then on the processor starts
@@ -35,7 +36,41 @@ use std::sync::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::store::{AnsweredBy, Claim, OneShotWrite};
 use crate::{Error, ErrorKind};
+
+/// What a store call answered, as liveness reads it: who gave the answer. Every answer type an
+/// attempt sends for says it; a claim's or a one-shot write's duplicate carries its own
+/// [`AnsweredBy`].
+pub(crate) trait StoreAnswer {
+    /// Whether the store or a cache in front of it answered.
+    fn answered_by(&self) -> AnsweredBy;
+}
+
+/// A completion, an extension, a release: only the store answers them.
+impl StoreAnswer for () {
+    fn answered_by(&self) -> AnsweredBy {
+        AnsweredBy::Store
+    }
+}
+
+impl StoreAnswer for Claim {
+    fn answered_by(&self) -> AnsweredBy {
+        match self {
+            Claim::Completed { answered_by, .. } => *answered_by,
+            Claim::Acquired(_) | Claim::HeldElsewhere { .. } => AnsweredBy::Store,
+        }
+    }
+}
+
+impl StoreAnswer for OneShotWrite {
+    fn answered_by(&self) -> AnsweredBy {
+        match self {
+            OneShotWrite::Completed { answered_by, .. } => *answered_by,
+            OneShotWrite::Committed | OneShotWrite::HeldElsewhere { .. } => AnsweredBy::Store,
+        }
+    }
+}
 
 /// See the [module documentation](self).
 #[derive(Debug)]
@@ -68,9 +103,11 @@ impl Liveness {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records how a store call sent at `sent` ended.
-    pub(crate) fn observe<T>(&self, sent: Instant, result: &Result<T, Error>) {
+    /// Records how a store call sent at `sent` ended (an answer a cache gave is none of the
+    /// store's: see the [module documentation](self)).
+    pub(crate) fn observe<T: StoreAnswer>(&self, sent: Instant, result: &Result<T, Error>) {
         match result {
+            Ok(answer) if answer.answered_by() == AnsweredBy::Cache => {}
             Err(e) if e.is_no_answer() => self.unanswered(sent, e),
             Err(e) if e.kind() == ErrorKind::StoreUnavailable => {}
             _ => self.answered(),
@@ -183,6 +220,42 @@ mod tests {
         assert!(l.dark().is_some());
         l.observe(Instant::now(), &Ok(()));
         assert_eq!(l.dark(), None, "an answer after the silence: alive again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cache_answer_is_not_the_store_answering() {
+        use crate::store::{ClaimRecord, Status};
+        let record = ClaimRecord {
+            status: Status::Completed,
+            expires_at: std::time::SystemTime::UNIX_EPOCH,
+            lease_until: None,
+            fingerprint: None,
+            response: None,
+        };
+        let duplicate = |answered_by| {
+            Ok::<_, Error>(OneShotWrite::Completed {
+                record: record.clone(),
+                answered_by,
+            })
+        };
+        let l = Liveness::default();
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        // A cache answered a duplicate while the call waited: no proof the store is alive.
+        l.observe(Instant::now(), &duplicate(AnsweredBy::Cache));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        l.observe(sent, &silent());
+        assert!(l.dark().is_some(), "a cache hit hid the dark store");
+        l.observe(
+            Instant::now(),
+            &Ok::<_, Error>(Claim::Completed {
+                record: record.clone(),
+                answered_by: AnsweredBy::Cache,
+            }),
+        );
+        assert!(l.dark().is_some(), "a cache hit is no answer of the store");
+        l.observe(Instant::now(), &duplicate(AnsweredBy::Store));
+        assert_eq!(l.dark(), None, "the store's own duplicate answer: alive");
     }
 
     #[tokio::test(start_paused = true)]

@@ -29,9 +29,7 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{Notify, oneshot};
 
 use crate::claim::OneShotSink;
-use crate::store::{
-    ClaimRequest, ClaimStore, Effects, OneShotWrite, Packed, answered_from_cache, from_cache,
-};
+use crate::store::{ClaimRequest, ClaimStore, Effects, OneShotWrite, Packed};
 use crate::{Error, ErrorKind};
 
 /// A claim request that owns its key and fingerprint, so it can wait in the queue.
@@ -72,12 +70,11 @@ impl<S: ClaimStore> OneShotSink<S::Effect> for Packer<'_, S> {
 struct Waiting<E> {
     request: Request,
     effects: Arc<Effects<E>>,
-    answer: oneshot::Sender<Answer>,
+    /// The write's answer, as its pack gave it: a duplicate says who answered it (the store
+    /// or a cache in front of it), and the write's attempt, which watches whether the store
+    /// still answers, reads it there.
+    answer: oneshot::Sender<Result<OneShotWrite, Error>>,
 }
-
-/// A write's answer, and whether a cache in front of the store gave it (`store/remember.rs`):
-/// the write's attempt, which watches whether the store still answers, is told so.
-type Answer = (Result<OneShotWrite, Error>, bool);
 
 /// The one-shot writes of one batch, packed. See the [module documentation](self).
 pub(crate) struct Packer<'s, S: ClaimStore> {
@@ -132,16 +129,12 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
             answer,
         });
         self.arrived.notify_one();
-        let Ok((answer, cached)) = answered.await else {
-            return Err(Error::new(
+        answered.await.unwrap_or_else(|_| {
+            Err(Error::new(
                 ErrorKind::StoreUnavailable,
                 "the batch ended before this one-shot write was sent; nothing was written",
-            ));
-        };
-        if cached {
-            from_cache(0);
-        }
-        answer
+            ))
+        })
     }
 
     /// The next pack: writes from the front of the queue whose messages still wait, up to the
@@ -202,26 +195,22 @@ impl<'s, S: ClaimStore> Packer<'s, S> {
             .iter()
             .map(|w| (w.request.borrowed(), w.effects.as_slice().iter().collect()))
             .collect();
-        let (answers, cached) =
-            answered_from_cache(self.store.claim_completed_packed(writes)).await;
+        let answers = self.store.claim_completed_packed(writes).await;
         let mut unsent = Vec::new();
         let mut answers = answers.into_iter();
-        for (place, waiting) in pack.into_iter().enumerate() {
+        for waiting in pack {
             match answers.next() {
                 Some(Packed::Answered(answer)) => {
                     // A message gone meanwhile (cut off) has nobody to tell.
-                    let _ = waiting.answer.send((answer, cached.contains(&place)));
+                    let _ = waiting.answer.send(answer);
                 }
                 Some(Packed::Unsent) => unsent.push(waiting),
                 None => {
-                    let _ = waiting.answer.send((
-                        Err(Error::new(
-                            ErrorKind::StoreUnavailable,
-                            "the store answered fewer writes than the pack held; this one's \
-                             outcome is unknown",
-                        )),
-                        false,
-                    ));
+                    let _ = waiting.answer.send(Err(Error::new(
+                        ErrorKind::StoreUnavailable,
+                        "the store answered fewer writes than the pack held; this one's outcome \
+                         is unknown",
+                    )));
                 }
             }
         }
@@ -316,6 +305,9 @@ mod tests {
         let Either::Left((again, _)) = select(again, run).await else {
             panic!("the packer never ends by itself");
         };
-        assert!(matches!(again, Ok(OneShotWrite::Completed(_))), "{again:?}");
+        assert!(
+            matches!(again, Ok(OneShotWrite::Completed { .. })),
+            "{again:?}"
+        );
     }
 }

@@ -3,10 +3,10 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use super::remember::{Pending, answered_from_cache, from_cache, response_fits};
+use super::remember::{Pending, response_fits};
 use super::{
-    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Extension, Inspected, OneShotWrite, Packed, Status, StoreAdmin,
+    AnsweredBy, Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion,
+    Effects, Extension, Inspected, OneShotWrite, Packed, Status, StoreAdmin,
 };
 use crate::Error;
 
@@ -282,8 +282,10 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now) {
-            from_cache(0);
-            return Ok(Claim::Completed(record));
+            return Ok(Claim::Completed {
+                record,
+                answered_by: AnsweredBy::Cache,
+            });
         }
         let claim = self.inner.claim(req).await?;
         if let Some(record) = self.state.pending.claimed(&req, &claim) {
@@ -329,8 +331,10 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
         effects: Effects<S::Effect>,
     ) -> Result<OneShotWrite, Error> {
         if let Some(record) = self.cached(req.key, req.now) {
-            from_cache(0);
-            return Ok(OneShotWrite::Completed(record));
+            return Ok(OneShotWrite::Completed {
+                record,
+                answered_by: AnsweredBy::Cache,
+            });
         }
         let write = self.inner.claim_completed(req, effects).await?;
         self.remember_write(&req, &write);
@@ -350,34 +354,25 @@ impl<S: ClaimStore> ClaimStore for CachedStore<S> {
     ) -> Vec<Packed> {
         let mut answers: Vec<Option<Packed>> = Vec::with_capacity(writes.len());
         let mut sent = Vec::new();
-        // The place in `writes` of each write sent on.
-        let mut places = Vec::new();
-        for (place, (req, effects)) in writes.into_iter().enumerate() {
+        for (req, effects) in writes {
             match self.cached(req.key, req.now) {
-                Some(record) => {
-                    from_cache(place);
-                    answers.push(Some(Packed::Answered(Ok(OneShotWrite::Completed(record)))))
-                }
+                Some(record) => answers.push(Some(Packed::Answered(Ok(OneShotWrite::Completed {
+                    record,
+                    answered_by: AnsweredBy::Cache,
+                })))),
                 None => {
                     answers.push(None);
                     sent.push((req, effects));
-                    places.push(place);
                 }
             }
         }
         let requests: Vec<ClaimRequest<'_>> = sent.iter().map(|(req, _)| *req).collect();
+        // The inner store's answers are forwarded as they came, a cache behind this one's
+        // included.
         let mut packed = if sent.is_empty() {
             Vec::new()
         } else {
-            // A cache behind this one numbers the writes of the smaller pack it was handed.
-            let (packed, cached) =
-                answered_from_cache(self.inner.claim_completed_packed(sent)).await;
-            for write in cached {
-                if let Some(&place) = places.get(write) {
-                    from_cache(place);
-                }
-            }
-            packed
+            self.inner.claim_completed_packed(sent).await
         }
         .into_iter();
         let mut requests = requests.into_iter();
@@ -412,7 +407,7 @@ impl<S> CachedStore<S> {
                 };
                 self.remember(req.key, &record, req.now);
             }
-            OneShotWrite::Completed(record) => self.remember(req.key, record, req.now),
+            OneShotWrite::Completed { record, .. } => self.remember(req.key, record, req.now),
             OneShotWrite::HeldElsewhere { .. } => {}
         }
     }
@@ -512,10 +507,10 @@ mod tests {
         assert!(cache.order.len() <= 2 * 100, "{}", cache.order.len());
     }
 
-    /// In a pack, each write a cache answered is marked by its place in the pack handed to the
-    /// outermost cache, a cache behind it included (it numbers the smaller pack it gets).
+    /// In a pack, each write a cache answered says so in its own answer, a cache behind this
+    /// one included (its answers are forwarded as they came); the others are the store's.
     #[tokio::test]
-    async fn a_pack_marks_each_cached_write_by_its_place() {
+    async fn a_pack_says_which_writes_a_cache_answered() {
         let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
         let outer = CachedStore::new(CachedStore::new(crate::MemoryStore::new()));
         outer.remember("a", &record(100, None), at(1));
@@ -527,12 +522,35 @@ mod tests {
             expires_at: at(100),
             fingerprint: Some("fp"),
         };
-        let writes = ["a", "b", "c"].map(|k| (request(k), Vec::new())).to_vec();
-        let (answers, cached) = answered_from_cache(outer.claim_completed_packed(writes)).await;
+        // "d" is completed in the store itself: its duplicate is the store's answer.
+        outer
+            .inner
+            .inner
+            .claim_completed(request("d"), Effects::none())
+            .await
+            .expect("d committed");
+        let writes = ["a", "b", "c", "d"]
+            .map(|k| (request(k), Vec::new()))
+            .to_vec();
+        let answers = outer.claim_completed_packed(writes).await;
+        let by: Vec<Option<AnsweredBy>> = answers
+            .iter()
+            .map(|a| match a {
+                Packed::Answered(Ok(OneShotWrite::Completed { answered_by, .. })) => {
+                    Some(*answered_by)
+                }
+                _ => None,
+            })
+            .collect();
         assert_eq!(
-            cached,
-            [0, 2],
-            "a by the outer cache, c by the inner one; b by the store"
+            by,
+            [
+                Some(AnsweredBy::Cache),
+                None,
+                Some(AnsweredBy::Cache),
+                Some(AnsweredBy::Store)
+            ],
+            "a by the outer cache, c by the inner one, d by the store; b written"
         );
         assert!(matches!(
             answers[1],

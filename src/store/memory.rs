@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use super::{
-    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse,
+    AnsweredBy, Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion,
+    Effects, Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse,
 };
 use crate::{Error, ErrorKind};
 
@@ -255,7 +255,15 @@ impl ClaimStore for MemoryStore {
         self.injected_completion_failure()?;
         let mut records = self.records();
         match refusal(&records, &req) {
-            Some(Claim::Completed(record)) => return Ok(OneShotWrite::Completed(record)),
+            Some(Claim::Completed {
+                record,
+                answered_by,
+            }) => {
+                return Ok(OneShotWrite::Completed {
+                    record,
+                    answered_by,
+                });
+            }
             Some(Claim::HeldElsewhere { lease_until }) => {
                 return Ok(OneShotWrite::HeldElsewhere { lease_until });
             }
@@ -373,13 +381,16 @@ fn refusal(records: &HashMap<String, Entry>, req: &ClaimRequest<'_>) -> Option<C
         return None;
     }
     Some(match old.status {
-        Status::Completed => Claim::Completed(ClaimRecord {
-            status: old.status,
-            expires_at: old.expires_at,
-            lease_until: old.lease_until,
-            fingerprint: old.fingerprint.clone(),
-            response: old.response.clone(),
-        }),
+        Status::Completed => Claim::Completed {
+            record: ClaimRecord {
+                status: old.status,
+                expires_at: old.expires_at,
+                lease_until: old.lease_until,
+                fingerprint: old.fingerprint.clone(),
+                response: old.response.clone(),
+            },
+            answered_by: AnsweredBy::Store,
+        },
         Status::InProgress => Claim::HeldElsewhere {
             lease_until: old.lease_until,
         },

@@ -39,8 +39,10 @@
 //!
 //!   On success the store writes a fresh record with a new unique token and returns
 //!   [`Claim::Acquired`]. Otherwise it changes nothing and returns [`Claim::Completed`] with the
-//!   stored record, or [`Claim::HeldElsewhere`] with the time the other lease lapses. Of any
-//!   number of concurrent claimers of one key, exactly one acquires it.
+//!   stored record (answered by [`AnsweredBy::Store`]; a cache in front of a store says
+//!   [`AnsweredBy::Cache`] when it answers from what it remembers), or [`Claim::HeldElsewhere`]
+//!   with the time the other lease lapses. Of any number of concurrent claimers of one key,
+//!   exactly one acquires it.
 //! * **complete** ([`ClaimStore::complete_with`]) marks the record completed with a new
 //!   `expires_at` and, if given, the handler's response ([`Completion::response`]), and commits
 //!   the handler's effects in the same atomic step, only if the record still carries `token` and
@@ -106,7 +108,6 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 mod remember;
-pub(crate) use remember::{answered_from_cache, from_cache};
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 #[cfg(feature = "redis")]
@@ -389,13 +390,35 @@ impl Inspected {
     }
 }
 
+/// Who answered that a key is completed: the store itself, or a cache in front of it.
+///
+/// A store of its own answers [`AnsweredBy::Store`]; a store that wraps another and answers a
+/// duplicate from what it remembers ([`CachedStore`]'s map, `TieredStore`'s Redis markers)
+/// answers [`AnsweredBy::Cache`], and forwards the inner store's answer, origin and all,
+/// otherwise. It is part of the answer so that every wrapper must say it: the processor takes
+/// an answer from the store as proof that the store still answers (a store gone dark is
+/// noticed by its silence), and a cache's answer says nothing of the store behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredBy {
+    /// The store that keeps the record answered (a round trip to it).
+    Store,
+    /// A cache in front of the store answered from what it remembers; the store behind was
+    /// not asked.
+    Cache,
+}
+
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// This caller now holds the claim, with this owner token.
     Acquired(ClaimToken),
     /// The key was already processed; the record is returned (for fingerprint checks).
-    Completed(ClaimRecord),
+    Completed {
+        /// The stored record.
+        record: ClaimRecord,
+        /// Whether the store or a cache in front of it answered.
+        answered_by: AnsweredBy,
+    },
     /// Another worker holds a live lease on the key until this time.
     HeldElsewhere {
         /// When the other claimant's lease lapses.
@@ -409,7 +432,12 @@ pub enum OneShotWrite {
     /// The key was free: it is now completed, and the effects committed in the same step.
     Committed,
     /// The key was already completed (a duplicate): nothing was written.
-    Completed(ClaimRecord),
+    Completed {
+        /// The stored record.
+        record: ClaimRecord,
+        /// Whether the store or a cache in front of it answered.
+        answered_by: AnsweredBy,
+    },
     /// Another worker holds a live lease on the key: nothing was written.
     HeldElsewhere {
         /// When the other claimant's lease lapses.
@@ -628,7 +656,15 @@ pub trait ClaimStore: Send + Sync + 'static {
         async move {
             let token = match self.claim(req).await? {
                 Claim::Acquired(token) => token,
-                Claim::Completed(record) => return Ok(OneShotWrite::Completed(record)),
+                Claim::Completed {
+                    record,
+                    answered_by,
+                } => {
+                    return Ok(OneShotWrite::Completed {
+                        record,
+                        answered_by,
+                    });
+                }
                 Claim::HeldElsewhere { lease_until } => {
                     return Ok(OneShotWrite::HeldElsewhere { lease_until });
                 }

@@ -22,13 +22,13 @@
 //! * **bounded**: at most [`MAX_PENDING`] claims wait; beyond it a completion caches nothing
 //!   (its next duplicate asks the store behind, and caches then);
 //! * **a cache's answer is not the store's**: a duplicate answered from what a cache remembers
-//!   is marked ([`from_cache`]), so a batch that watches whether its store still answers
-//!   (`claim/liveness.rs`, through [`answered_from_cache`]) does not take it for one. Otherwise
+//!   says so in the answer ([`AnsweredBy::Cache`](super::AnsweredBy::Cache)), and an answer the
+//!   store behind gave is forwarded as it came, so a batch that watches whether its store still
+//!   answers (`claim/liveness.rs`) does not take a cache's answer for the store's. Otherwise
 //!   duplicates answered at once would hide a store gone dark behind them for one more timeout.
-//!   A pack's writes are marked each by its place in the pack, and the processor's packer hands
-//!   each mark to the write's own attempt with its answer.
+//!   A pack's writes each carry their own answer's origin, and the processor's packer hands
+//!   each answer to the write's own attempt as it came.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -36,32 +36,6 @@ use std::time::SystemTime;
 
 use super::{Claim, ClaimRecord, ClaimRequest, ClaimToken, Completion, Status, StoredResponse};
 use crate::Error;
-
-tokio::task_local! {
-    /// While a store call runs under [`answered_from_cache`]: the writes of it a cache answered.
-    static FROM_CACHE: RefCell<Vec<usize>>;
-}
-
-/// Runs the store call `call`, and says which of its writes a cache in front of the store
-/// answered from what it remembers ([`from_cache`]: a warm-cache or marker hit) rather than the
-/// store: such an answer says nothing of whether the store behind still answers. A single call
-/// is write 0; a pack's writes are numbered by their place in it. Empty (no allocation) when
-/// the store answered every write.
-pub(crate) async fn answered_from_cache<F: Future>(call: F) -> (F::Output, Vec<usize>) {
-    FROM_CACHE
-        .scope(RefCell::new(Vec::new()), async move {
-            let out = call.await;
-            (out, FROM_CACHE.with(RefCell::take))
-        })
-        .await
-}
-
-/// Marks `write` of the store call running now (0 for a single call, its place for a write of
-/// a pack) as answered from a cache. Outside [`answered_from_cache`] (a call nobody watches)
-/// it does nothing.
-pub(crate) fn from_cache(write: usize) {
-    let _ = FROM_CACHE.try_with(|hits| hits.borrow_mut().push(write));
-}
 
 /// At most this many claims in flight are remembered (see the [module documentation](self)).
 pub(crate) const MAX_PENDING: usize = 100_000;
@@ -123,7 +97,7 @@ impl Pending {
         claim: &'c Claim,
     ) -> Option<&'c ClaimRecord> {
         match claim {
-            Claim::Completed(record) => Some(record),
+            Claim::Completed { record, .. } => Some(record),
             Claim::Acquired(token) => {
                 let mut claims = self.claims();
                 if claims.len() < MAX_PENDING {
@@ -289,7 +263,10 @@ mod tests {
             fingerprint: None,
             response: None,
         };
-        let claim = Claim::Completed(record.clone());
+        let claim = Claim::Completed {
+            record: record.clone(),
+            answered_by: crate::store::AnsweredBy::Store,
+        };
         assert_eq!(pending.claimed(&request(at(10)), &claim), Some(&record));
         assert_eq!(pending.claims().len(), 0);
     }

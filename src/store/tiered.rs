@@ -5,10 +5,10 @@ use std::time::{Duration, Instant, SystemTime};
 use redis::AsyncCommands;
 
 use super::redis::RedisStore;
-use super::remember::{Pending, from_cache, response_fits};
+use super::remember::{Pending, response_fits};
 use super::{
-    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Extension,
-    Inspected, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
+    AnsweredBy, Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion,
+    Extension, Inspected, Status, StoreAdmin, StoredResponse, epoch_millis, from_epoch_millis,
 };
 use crate::Error;
 
@@ -39,9 +39,9 @@ const MARKER_V2: &str = "v2:";
 /// store answers those from Redis, one `GET` each, without a write to the durable store:
 ///
 /// * **claim**: `GET` the completion marker in Redis. If there is one and it has not expired
-///   (by the caller's `now`), answer [`Claim::Completed`] without touching the durable store.
-///   Otherwise claim on the durable store, and if that says `Completed`, write the marker back
-///   (backfill) so the next duplicate is cheap.
+///   (by the caller's `now`), answer [`Claim::Completed`] without touching the durable store
+///   (answered by [`AnsweredBy::Cache`]). Otherwise claim on the durable store, and if that
+///   says `Completed`, write the marker back (backfill) so the next duplicate is cheap.
 /// * **complete**: complete on the durable store (with the effects and the response,
 ///   atomically there); on success, write the marker with the same expiry and the same
 ///   response.
@@ -316,8 +316,10 @@ impl<D: ClaimStore> ClaimStore for TieredStore<D> {
 
     async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, Error> {
         if let Some(record) = self.cached(req.key, req.now).await {
-            from_cache(0);
-            return Ok(Claim::Completed(record));
+            return Ok(Claim::Completed {
+                record,
+                answered_by: AnsweredBy::Cache,
+            });
         }
         let claim = self.durable.claim(req).await?;
         if let Some(record) = self.state.pending.claimed(&req, &claim) {

@@ -71,7 +71,10 @@ impl DynamoDbStore {
             {
                 Claim::Acquired(token)
             }
-            Some(p) if p.record.status == Status::Completed => Claim::Completed(p.record),
+            Some(p) if p.record.status == Status::Completed => Claim::Completed {
+                record: p.record,
+                answered_by: AnsweredBy::Store,
+            },
             Some(p) => Claim::HeldElsewhere {
                 lease_until: p.record.lease_until,
             },
@@ -573,7 +576,10 @@ impl DynamoDbStore {
             {
                 OneShotWrite::Committed
             }
-            Some(p) if p.record.status == Status::Completed => OneShotWrite::Completed(p.record),
+            Some(p) if p.record.status == Status::Completed => OneShotWrite::Completed {
+                record: p.record,
+                answered_by: AnsweredBy::Store,
+            },
             Some(p) => OneShotWrite::HeldElsewhere {
                 lease_until: p.record.lease_until,
             },

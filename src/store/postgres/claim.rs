@@ -217,13 +217,16 @@ impl PostgresStore {
         let fingerprint: Option<String> = row.try_get(4).map_err(bad)?;
         let response: Option<String> = row.try_get(5).map_err(bad)?;
         match Status::parse(&status) {
-            Some(Status::Completed) => Ok(Claim::Completed(ClaimRecord {
-                status: Status::Completed,
-                expires_at: from_epoch_millis(expires_at),
-                lease_until: lease_until.map(from_epoch_millis),
-                fingerprint,
-                response: response.map(StoredResponse::new),
-            })),
+            Some(Status::Completed) => Ok(Claim::Completed {
+                record: ClaimRecord {
+                    status: Status::Completed,
+                    expires_at: from_epoch_millis(expires_at),
+                    lease_until: lease_until.map(from_epoch_millis),
+                    fingerprint,
+                    response: response.map(StoredResponse::new),
+                },
+                answered_by: AnsweredBy::Store,
+            }),
             Some(Status::InProgress) => Ok(Claim::HeldElsewhere {
                 lease_until: lease_until.map(from_epoch_millis),
             }),
@@ -258,7 +261,15 @@ impl PostgresStore {
             .await?
         {
             Claim::Acquired(_) => {}
-            Claim::Completed(record) => return Ok(OneShotWrite::Completed(record)),
+            Claim::Completed {
+                record,
+                answered_by,
+            } => {
+                return Ok(OneShotWrite::Completed {
+                    record,
+                    answered_by,
+                });
+            }
             Claim::HeldElsewhere { lease_until } => {
                 return Ok(OneShotWrite::HeldElsewhere { lease_until });
             }

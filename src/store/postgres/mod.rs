@@ -134,8 +134,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
 use super::{
-    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
+    AnsweredBy, Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion,
+    Effects, Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
     from_epoch_millis,
 };
 use crate::{Error, ErrorKind};

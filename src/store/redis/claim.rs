@@ -241,14 +241,17 @@ impl ClaimStore for RedisStore {
             Some("COMPLETED") => {
                 let expires_at = parse_millis(reply.get(2).and_then(Option::as_ref))
                     .ok_or_else(|| bad_reply("claim of", req.key, &reply))?;
-                Ok(Claim::Completed(ClaimRecord {
-                    status: Status::Completed,
-                    expires_at: from_epoch_millis(expires_at),
-                    lease_until: parse_millis(reply.get(1).and_then(Option::as_ref))
-                        .map(from_epoch_millis),
-                    fingerprint: reply.get(3).cloned().flatten(),
-                    response: reply.get(4).cloned().flatten().map(StoredResponse::new),
-                }))
+                Ok(Claim::Completed {
+                    record: ClaimRecord {
+                        status: Status::Completed,
+                        expires_at: from_epoch_millis(expires_at),
+                        lease_until: parse_millis(reply.get(1).and_then(Option::as_ref))
+                            .map(from_epoch_millis),
+                        fingerprint: reply.get(3).cloned().flatten(),
+                        response: reply.get(4).cloned().flatten().map(StoredResponse::new),
+                    },
+                    answered_by: AnsweredBy::Store,
+                })
             }
             _ => Err(bad_reply("claim of", req.key, &reply)),
         }

@@ -74,13 +74,16 @@ pub(super) fn claim_blocking(
         };
         let lease_until = lease.map(from_epoch_millis);
         match Status::parse(&status) {
-            Some(Status::Completed) => Claim::Completed(ClaimRecord {
-                status: Status::Completed,
-                expires_at: from_epoch_millis(expires),
-                lease_until,
-                fingerprint,
-                response: response.map(StoredResponse::new),
-            }),
+            Some(Status::Completed) => Claim::Completed {
+                record: ClaimRecord {
+                    status: Status::Completed,
+                    expires_at: from_epoch_millis(expires),
+                    lease_until,
+                    fingerprint,
+                    response: response.map(StoredResponse::new),
+                },
+                answered_by: AnsweredBy::Store,
+            },
             Some(Status::InProgress) => Claim::HeldElsewhere { lease_until },
             None => {
                 return Err(Error::new(
@@ -232,7 +235,13 @@ impl ClaimStore for SqliteStore {
                     )?;
                     Ok(OneShotWrite::Committed)
                 }
-                Claim::Completed(record) => Ok(OneShotWrite::Completed(record)),
+                Claim::Completed {
+                    record,
+                    answered_by,
+                } => Ok(OneShotWrite::Completed {
+                    record,
+                    answered_by,
+                }),
                 Claim::HeldElsewhere { lease_until } => {
                     Ok(OneShotWrite::HeldElsewhere { lease_until })
                 }

@@ -8,8 +8,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 
 use super::{
-    Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion, Effects,
-    Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
+    AnsweredBy, Capabilities, Claim, ClaimRecord, ClaimRequest, ClaimStore, ClaimToken, Completion,
+    Effects, Extension, Inspected, OneShotWrite, Status, StoreAdmin, StoredResponse, epoch_millis,
     from_epoch_millis,
 };
 use crate::{Error, ErrorKind};

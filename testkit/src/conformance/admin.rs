@@ -82,7 +82,7 @@ pub(super) async fn admin_operations<S: ClaimStore + StoreAdmin>(store: &S) {
         "force_release must not delete a completed record"
     );
     match store.claim(request(&key, now)).await {
-        Ok(Claim::Completed(_)) => {}
+        Ok(Claim::Completed { .. }) => {}
         other => panic!("force_release of a completed record must change nothing, got {other:?}"),
     }
     assert!(

@@ -23,7 +23,7 @@ pub(super) async fn completed_key_is_a_duplicate<S: ClaimStore>(store: &S) {
         .expect("complete with the owner token must succeed");
     // Even long after the lease would have lapsed, a completed record is a duplicate.
     match store.claim(request(&key, now + LEASE * 10)).await {
-        Ok(Claim::Completed(rec)) => assert_eq!(rec.status, Status::Completed),
+        Ok(Claim::Completed { record: rec, .. }) => assert_eq!(rec.status, Status::Completed),
         other => panic!("claim of a completed key must return Completed, got {other:?}"),
     }
 }
@@ -124,7 +124,7 @@ pub(super) async fn short_ttl_never_ends_a_live_lease<S: ClaimStore>(store: &S) 
         .claim(request(&key, now + Duration::from_secs(30)))
         .await
     {
-        Ok(Claim::Completed(_)) => {}
+        Ok(Claim::Completed { .. }) => {}
         other => panic!("a completed short-TTL claim must be a duplicate, got {other:?}"),
     }
 
@@ -161,7 +161,7 @@ pub(super) async fn expiry_boundary_is_inclusive<S: ClaimStore>(store: &S) {
         .claim(request(&key, expires_at - Duration::from_millis(1)))
         .await
     {
-        Ok(Claim::Completed(_)) => {}
+        Ok(Claim::Completed { .. }) => {}
         other => panic!(
             "one millisecond before expires_at a completed record must still be a duplicate, \
              got {other:?}"
@@ -265,7 +265,7 @@ pub(super) async fn stale_token_cannot_release<S: ClaimStore>(store: &S) {
         .expect_err("a completed record must not be released");
     assert_eq!(err.kind(), ErrorKind::LostClaim);
     match store.claim(request(&key, later)).await {
-        Ok(Claim::Completed(_)) => {}
+        Ok(Claim::Completed { .. }) => {}
         other => panic!("release of a completed record must change nothing, got {other:?}"),
     }
 }
@@ -311,7 +311,7 @@ pub(super) async fn fingerprint_is_returned<S: ClaimStore>(store: &S) {
         .await
         .expect("complete");
     match store.claim(request(&key, now)).await {
-        Ok(Claim::Completed(rec)) => {
+        Ok(Claim::Completed { record: rec, .. }) => {
             assert_eq!(rec.fingerprint.as_deref(), Some("abc123"), "fingerprint")
         }
         other => panic!("expected Completed, got {other:?}"),
@@ -335,7 +335,7 @@ pub(super) async fn long_and_odd_keys<S: ClaimStore>(store: &S) {
             .await
             .expect("complete odd key");
         match store.claim(request(&key, now)).await {
-            Ok(Claim::Completed(_)) => {}
+            Ok(Claim::Completed { .. }) => {}
             other => panic!("odd key must dedupe, got {other:?}"),
         }
     }

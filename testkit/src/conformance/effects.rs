@@ -84,7 +84,7 @@ pub(super) async fn atomic_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S, 
         "a committed completion must apply its effect"
     );
     match store.claim(request(&key, now)).await {
-        Ok(Claim::Completed(_)) => {}
+        Ok(Claim::Completed { .. }) => {}
         other => panic!("expected Completed after commit, got {other:?}"),
     }
 
@@ -173,7 +173,7 @@ pub(super) async fn one_shot_effects<S: ClaimStore, P: EffectProbe<S>>(store: &S
         .claim_completed(request(&key, now), vec![probe.write(&m_dup)].into())
         .await
     {
-        Ok(OneShotWrite::Completed(_)) => {}
+        Ok(OneShotWrite::Completed { .. }) => {}
         other => panic!("one-shot on a completed key: expected Completed, got {other:?}"),
     }
     assert!(
@@ -243,7 +243,7 @@ pub(super) async fn packed_one_shot<S: ClaimStore, P: EffectProbe<S>>(store: &S,
         answer(0)
     );
     assert!(
-        matches!(answer(1), Ok(OneShotWrite::Completed(_))),
+        matches!(answer(1), Ok(OneShotWrite::Completed { .. })),
         "packed duplicate: {:?}",
         answer(1)
     );

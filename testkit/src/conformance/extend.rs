@@ -115,7 +115,7 @@ pub(super) async fn only_a_claim_in_progress_is_extended<S: ClaimStore>(store: &
         .expect_err("a completed record must not be extended");
     assert_eq!(err.kind(), ErrorKind::LostClaim, "extend completed: {err}");
     match store.claim(request(&done, now)).await {
-        Ok(Claim::Completed(record)) => assert_eq!(record.status, Status::Completed),
+        Ok(Claim::Completed { record, .. }) => assert_eq!(record.status, Status::Completed),
         other => panic!("an extension must not touch a completed record, got {other:?}"),
     }
     let released = format!("{p}#released");

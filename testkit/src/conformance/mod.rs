@@ -146,7 +146,7 @@ fn completed_record(
     why: &str,
 ) -> sqs_claim::store::ClaimRecord {
     match found {
-        Ok(Claim::Completed(record)) => record,
+        Ok(Claim::Completed { record, .. }) => record,
         other => panic!("{why}: expected Completed, got {other:?}"),
     }
 }

@@ -19,7 +19,7 @@ pub(super) async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
         other => panic!("one-shot on a fresh key: expected Committed, got {other:?}"),
     }
     match store.claim(request(&fresh, now)).await {
-        Ok(Claim::Completed(r)) => {
+        Ok(Claim::Completed { record: r, .. }) => {
             assert_eq!(r.status, Status::Completed);
             assert_eq!(
                 r.fingerprint.as_deref(),
@@ -33,7 +33,9 @@ pub(super) async fn one_shot_claims_completed<S: ClaimStore>(store: &S) {
         .claim_completed(request(&fresh, now), Effects::none())
         .await
     {
-        Ok(OneShotWrite::Completed(r)) => assert_eq!(r.fingerprint.as_deref(), Some("fp-1")),
+        Ok(OneShotWrite::Completed { record: r, .. }) => {
+            assert_eq!(r.fingerprint.as_deref(), Some("fp-1"))
+        }
         other => panic!("one-shot on a completed key: expected Completed, got {other:?}"),
     }
 

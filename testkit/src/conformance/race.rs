@@ -82,7 +82,7 @@ pub(super) async fn one_shot_race<S: ClaimStore>(store: &S, keys: usize, writers
                 .await
             {
                 Ok(OneShotWrite::Committed) => true,
-                Ok(OneShotWrite::Completed(_) | OneShotWrite::HeldElsewhere { .. }) => false,
+                Ok(OneShotWrite::Completed { .. } | OneShotWrite::HeldElsewhere { .. }) => false,
                 Err(e) => panic!("one-shot race on {key:?}: {e}"),
             };
             (key.clone(), won)

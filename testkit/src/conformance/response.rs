@@ -36,7 +36,7 @@ pub(super) async fn stored_response<S: ClaimStore>(store: &S) {
         .claim_completed(request(&key, now), Effects::none())
         .await
     {
-        Ok(OneShotWrite::Completed(record)) => assert_eq!(
+        Ok(OneShotWrite::Completed { record, .. }) => assert_eq!(
             record.response.as_ref().map(StoredResponse::as_str),
             Some(AWKWARD_RESPONSE),
             "a one-shot write finding the key completed returns its response"
@@ -158,7 +158,7 @@ pub(super) async fn expired_response_is_not_inherited<S: ClaimStore>(store: &S) 
                 .expect("complete without a response");
         }
         match store.claim(request(&key, later)).await {
-            Ok(Claim::Completed(record)) => assert_eq!(
+            Ok(Claim::Completed { record, .. }) => assert_eq!(
                 record.response, None,
                 "the record that replaced an expired one (one-shot: {one_shot}) has no response"
             ),
