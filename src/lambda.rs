@@ -387,7 +387,10 @@ where
 /// Under Lambda it serves with `lambda_runtime::run`, or `run_concurrent` when
 /// `AWS_LAMBDA_MAX_CONCURRENCY` is set. Returns the process's exit status.
 ///
-/// ```no_run
+/// With the idempotency layer (feature `idempotency`):
+///
+#[cfg_attr(feature = "idempotency", doc = "```no_run")]
+#[cfg_attr(not(feature = "idempotency"), doc = "```ignore")]
 /// use lambda_runtime::LambdaEvent;
 /// use sqs_claim::MemoryStore;
 /// use sqs_claim::idempotency::{Idempotency, key};

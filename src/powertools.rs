@@ -202,7 +202,10 @@ impl PowertoolsFormat {
 /// for an API Gateway event with a JSON body (`"body"` for one that is not JSON), and of
 /// `"@"` for a `LambdaEvent<serde_json::Value>`.
 ///
-/// ```
+/// With the idempotency layer (feature `idempotency`):
+///
+#[cfg_attr(feature = "idempotency", doc = "```")]
+#[cfg_attr(not(feature = "idempotency"), doc = "```ignore")]
 /// use sqs_claim::MemoryStore;
 /// use sqs_claim::idempotency::{Idempotency, key};
 /// use sqs_claim::powertools::PowertoolsFormat;

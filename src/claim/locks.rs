@@ -13,7 +13,7 @@
 //! an effect, [`claim_item`] for a claim's own record). A write takes the locks of all its
 //! items in ascending order, so two writes that share several items cannot deadlock. The
 //! locks are fair (first come, first served), so writes on one item go in the order they
-//! asked, which for a standard-queue batch is batch order. A lock nobody holds or waits for
+//! asked (in a standard-queue batch, the order its messages reached the lock). A lock nobody holds or waits for
 //! is removed, so the table holds only the items in use.
 
 use std::collections::HashMap;

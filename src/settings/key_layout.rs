@@ -22,7 +22,8 @@ pub const SORT_KEY_VAR: &str = "SQS_CLAIM_DYNAMODB_SORT_KEY";
 /// (checked by `DynamoDbStore::with_key_schema`: an empty name or template, no `{key}` in either
 /// template, ...), or when a key has the name of one of the record's other attributes.
 ///
-/// ```
+#[cfg_attr(feature = "admin", doc = "```")]
+#[cfg_attr(not(feature = "admin"), doc = "```ignore")]
 /// use sqs_claim::settings::key_layout;
 ///
 /// let partition = Some(("--partition-key", "pk=CLAIM#{key}"));

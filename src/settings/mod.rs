@@ -136,7 +136,7 @@ pub struct Settings {
     /// `SQS_CLAIM_TABLE`.
     pub table: Option<String>,
     /// `SQS_CLAIM_DYNAMODB_PARTITION_KEY` and `SQS_CLAIM_DYNAMODB_SORT_KEY`, checked
-    /// (`SQS_CLAIM_DYNAMODB_PARTITION_KEY`, `SQS_CLAIM_DYNAMODB_SORT_KEY`); `None` for the store's default (`id={key}`).
+    /// together; `None` for the store's default (`id={key}`).
     pub dynamodb_keys: Option<DynamoDbKeySchema>,
     /// `SQS_CLAIM_KEY`; unset, the consumer's own default.
     pub key: Option<KeySource>,
