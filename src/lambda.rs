@@ -62,10 +62,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tower::{Service, ServiceExt};
 
-use crate::message::Message;
 use crate::outcome::{BatchReport, Outcome};
-use crate::processor::Processor;
-use crate::store::{ClaimStore, Effects};
+use crate::processor::{Handler, Processor};
+use crate::store::ClaimStore;
 use crate::{BoxError, Error, ErrorKind};
 
 /// The function timeout [`run`] simulates outside Lambda when `--timeout` is not given: the
@@ -82,10 +81,7 @@ const SERVE_USAGE: &str = "usage: --event FILE [--timeout SECS]";
 pub async fn run<S, H>(processor: Processor<S, H>) -> ExitCode
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     if in_lambda() {
         return match serve_lambda(processor).await {
@@ -177,10 +173,7 @@ where
 pub async fn run_when_ready<S, H, R>(processor: Processor<S, H>, ready: R) -> ExitCode
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
     R: Future<Output = Result<(), Error>> + Send + 'static,
 {
     if !in_lambda() {
@@ -261,10 +254,7 @@ where
 impl<S, H> Service<LambdaEvent<SqsEvent>> for Gated<S, H>
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     type Response = SqsBatchResponse;
     type Error = lambda_runtime::Error;
@@ -332,8 +322,8 @@ fn in_lambda() -> bool {
     std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_some_and(|v| !v.is_empty())
 }
 
-/// Serves an SQS batch service under Lambda: `lambda_runtime::run`, or `run_concurrent` with
-/// `AWS_LAMBDA_MAX_CONCURRENCY`.
+/// Serves an SQS batch service under Lambda with `lambda_runtime::run_concurrent`: sequential,
+/// or `AWS_LAMBDA_MAX_CONCURRENCY` workers.
 async fn serve_lambda<Svc>(service: Svc) -> Result<(), lambda_runtime::Error>
 where
     Svc: Service<LambdaEvent<SqsEvent>, Response = SqsBatchResponse, Error = lambda_runtime::Error>
@@ -342,14 +332,11 @@ where
         + 'static,
     Svc::Future: Send + 'static,
 {
-    // `run` only warns about AWS_LAMBDA_MAX_CONCURRENCY and serves one invocation at a time;
-    // `run_concurrent` polls with that many workers. The processor fits its bounds: a clone is
-    // an `Arc` bump, and every processor future is `Send + 'static`.
-    if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
-        lambda_runtime::run_concurrent(service).await
-    } else {
-        lambda_runtime::run(service).await
-    }
+    // `run_concurrent` makes the choice itself (lambda_runtime 1.5): with
+    // AWS_LAMBDA_MAX_CONCURRENCY above 1, that many polling workers; unset or at most 1, one
+    // invocation at a time, as `run`. The processor fits its bounds: a clone is an `Arc` bump,
+    // and every processor future is `Send + 'static`.
+    lambda_runtime::run_concurrent(service).await
 }
 
 /// Reads the SQS event in `path` ([`read_event_file`]) and processes it with `processor`, as
@@ -364,10 +351,7 @@ pub async fn run_event_file<S, H>(
 ) -> Result<BatchReport, Error>
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     let event = read_event_file(path)?;
     processor
@@ -417,12 +401,9 @@ where
     if in_lambda() {
         // The runtime reports errors through its `Diagnostic`, which a `BoxError` converts to.
         let service = service.map_err(Into::<BoxError>::into);
-        let served =
-            if std::env::var_os("AWS_LAMBDA_MAX_CONCURRENCY").is_some_and(|v| !v.is_empty()) {
-                lambda_runtime::run_concurrent(service).await
-            } else {
-                lambda_runtime::run(service).await
-            };
+        // One invocation at a time, or AWS_LAMBDA_MAX_CONCURRENCY's workers: the runtime's
+        // choice (`serve_lambda`).
+        let served = lambda_runtime::run_concurrent(service).await;
         return match served {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(1, &one_line(e.as_ref())),
@@ -744,6 +725,7 @@ fn fail(code: u8, message: &str) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Message;
 
     fn parse(args: &[&str]) -> Result<LocalArgs, String> {
         LocalArgs::parse(

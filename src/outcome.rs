@@ -246,6 +246,18 @@ impl FailureKind {
             .map(|(_, e)| *e)
     }
 
+    /// The failure of a message whose *claim* failed with an error of `kind`: the store's
+    /// failure, whatever kind the error carries (a store of yours that answers a claim with
+    /// `missing_key` must not send the message to the failure queue as if its body were at
+    /// fault). The transient kinds of [`From<ErrorKind>`](#impl-From%3CErrorKind%3E-for-FailureKind)
+    /// are kept (`store_unavailable`, `contention`); any other is `store_rejected`.
+    pub(crate) fn of_claim(kind: ErrorKind) -> FailureKind {
+        match FailureKind::from(kind) {
+            k @ (FailureKind::StoreUnavailable | FailureKind::Contention) => k,
+            _ => FailureKind::StoreRejected,
+        }
+    }
+
     /// The relation between the two taxonomies, written once: each failure kind that is also
     /// an [`ErrorKind`], beside it. A message's store step that fails with one of these error
     /// kinds fails the message with the failure kind beside it; with any other, the store
@@ -481,6 +493,22 @@ impl BatchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A failed claim is the store's failure whatever kind its error carries: only the
+    /// transient kinds stay (a claim answered `missing_key` must not look like a bad body).
+    #[test]
+    fn a_failed_claim_is_the_stores_failure() {
+        for (error, failure) in [
+            (ErrorKind::StoreUnavailable, FailureKind::StoreUnavailable),
+            (ErrorKind::Contention, FailureKind::Contention),
+            (ErrorKind::MissingKey, FailureKind::StoreRejected),
+            (ErrorKind::PayloadMismatch, FailureKind::StoreRejected),
+            (ErrorKind::LostClaim, FailureKind::StoreRejected),
+            (ErrorKind::Other, FailureKind::StoreRejected),
+        ] {
+            assert_eq!(FailureKind::of_claim(error), failure, "{error:?}");
+        }
+    }
 
     /// The relation is one table: both directions read it, and the names users see (reports,
     /// metrics, `SQS_CLAIM_BACKOFF_FOR`, failure queue attributes) stay each taxonomy's own.

@@ -114,12 +114,11 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tower::Service;
 
-use crate::message::Message;
 use crate::outcome::BatchReport;
 use crate::processor::stream_source::{Source, canonical};
-use crate::processor::{Processor, ProcessorBuilder, STREAM_UNDECODABLE};
-use crate::store::{ClaimStore, Effects};
-use crate::{BoxError, Error, ErrorKind};
+use crate::processor::{Handler, Processor, ProcessorBuilder, STREAM_UNDECODABLE};
+use crate::store::ClaimStore;
+use crate::{Error, ErrorKind};
 
 /// The message attribute holding a DynamoDB Streams record's item keys with its sequence
 /// number, for `KeySource::MessageAttribute`.
@@ -170,10 +169,7 @@ macro_rules! consumer {
         impl<S, H> $name<S, H>
         where
             S: ClaimStore,
-            H: Service<Message> + Clone + Send + Sync + 'static,
-            H::Future: Send + 'static,
-            H::Response: Into<Effects<S::Effect>>,
-            H::Error: Into<BoxError>,
+            H: Handler<S::Effect>,
         {
             /// The consumer of the processor `builder` describes (store, handler, key,
             /// namespace, one-shot, TTL, lease, metrics, ...), run in order per shard (per
@@ -213,10 +209,7 @@ macro_rules! consumer {
         impl<S, H> Service<LambdaEvent<Value>> for $name<S, H>
         where
             S: ClaimStore,
-            H: Service<Message> + Clone + Send + Sync + 'static,
-            H::Future: Send + 'static,
-            H::Response: Into<Effects<S::Effect>>,
-            H::Error: Into<BoxError>,
+            H: Handler<S::Effect>,
         {
             type Response = Answer<$response>;
             type Error = lambda_runtime::Error;
@@ -380,10 +373,7 @@ async fn run<S, H, T>(
 ) -> Result<(Vec<T>, BatchReport), Error>
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     let (payload, context) = event.into_parts();
     let records = read(payload)?;

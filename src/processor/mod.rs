@@ -54,6 +54,7 @@ use lambda_runtime::LambdaEvent;
 use tower::Service;
 use tracing::{Instrument, field, info};
 
+mod handler;
 #[cfg(feature = "admin")]
 mod record_claim;
 #[cfg(feature = "streams")]
@@ -63,6 +64,7 @@ pub(crate) use config::Config;
 pub use config::{FifoMode, ProcessorBuilder, StoreUnavailable};
 #[cfg(feature = "sqs")]
 pub use failure_destination::{FAILURE_ATTRIBUTE, FailureDestination, Permanent};
+pub use handler::Handler;
 pub use one_shot::OneShot;
 #[cfg(feature = "admin")]
 #[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
@@ -121,10 +123,7 @@ impl<S, H> std::fmt::Debug for Processor<S, H> {
 impl<S, H> Processor<S, H>
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     /// A processor with every default.
     pub fn new(store: S, handler: H) -> Self {
@@ -402,10 +401,7 @@ where
 impl<S, H> Service<LambdaEvent<SqsEvent>> for Processor<S, H>
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     type Response = SqsBatchResponse;
     type Error = lambda_runtime::Error;

@@ -21,14 +21,14 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, join_all};
 use futures::stream::{self, StreamExt};
 use tokio::sync::oneshot;
-use tower::{Service, ServiceExt};
+use tower::ServiceExt;
 use tracing::{Instrument, error, warn};
 
-use super::Inner;
 use super::config::{FifoMode, StoreUnavailable};
 use super::limit::Limit;
 use super::pack::Packer;
 use super::plan::{Action, Meta, Plan, Work};
+use super::{Handler, Inner};
 use crate::claim::{
     Attempt, Claimed, HandlerEnd, Liveness, PayloadCheck, PayloadVerdict, Recorded, guarded,
 };
@@ -38,7 +38,7 @@ use crate::message::Message;
 use crate::metrics::BatchStats;
 use crate::outcome::{Failure, FailureKind, ItemReport, NotStarted, Outcome, Step};
 use crate::store::{ClaimStore, ClaimToken, Effects};
-use crate::{BoxError, Error, ErrorKind};
+use crate::{Error, ErrorKind};
 
 /// A FIFO item's result, as the later copies of its key see it (the next item of its lane
 /// is told whether the lane goes on by a channel).
@@ -62,10 +62,7 @@ enum HandlerCall<E> {
 impl<S, H> Inner<S, H>
 where
     S: ClaimStore,
-    H: Service<Message> + Clone + Send + Sync + 'static,
-    H::Future: Send + 'static,
-    H::Response: Into<Effects<S::Effect>>,
-    H::Error: Into<BoxError>,
+    H: Handler<S::Effect>,
 {
     /// Runs every item of `plan` and reports them in batch order, counting the store calls
     /// in `stats`.
@@ -721,17 +718,14 @@ where
     }
 }
 
-/// A claim that failed, as the message's failure. It is the store's failure, whatever kind its
-/// error carries: a store of yours that answers a claim with, say, `missing_key` must not send
-/// the message to the failure queue as if its body were at fault.
+/// A claim that failed, as the message's failure: the store's failure, whatever kind its
+/// error carries ([`FailureKind::of_claim`], beside the rest of the relation).
 fn claim_failed(e: &Error) -> Failure {
-    let (kind, what) = match e.kind() {
-        ErrorKind::StoreUnavailable => (FailureKind::StoreUnavailable, "claim failed, nothing ran"),
-        ErrorKind::Contention => (FailureKind::Contention, "claim not written, nothing ran"),
-        _ => (
-            FailureKind::StoreRejected,
-            "claim refused by the store, nothing ran",
-        ),
+    let kind = FailureKind::of_claim(e.kind());
+    let what = match kind {
+        FailureKind::StoreUnavailable => "claim failed, nothing ran",
+        FailureKind::Contention => "claim not written, nothing ran",
+        _ => "claim refused by the store, nothing ran",
     };
     Failure::new(kind, format!("{what}: {e:#}"))
 }
