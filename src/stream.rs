@@ -114,6 +114,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tower::Service;
 
+#[cfg(doc)]
+use crate::message::Message; // the module docs name it
 use crate::outcome::BatchReport;
 use crate::processor::stream_source::{Source, canonical};
 use crate::processor::{Handler, Processor, ProcessorBuilder, STREAM_UNDECODABLE};
