@@ -254,20 +254,8 @@ impl ClaimStore for MemoryStore {
         self.injected_contention()?;
         self.injected_completion_failure()?;
         let mut records = self.records();
-        match refusal(&records, &req) {
-            Some(Claim::Completed {
-                record,
-                answered_by,
-            }) => {
-                return Ok(OneShotWrite::Completed {
-                    record,
-                    answered_by,
-                });
-            }
-            Some(Claim::HeldElsewhere { lease_until }) => {
-                return Ok(OneShotWrite::HeldElsewhere { lease_until });
-            }
-            Some(Claim::Acquired(_)) | None => {}
+        if let Some(Err(refused)) = refusal(&records, &req).map(Claim::acquired_or_refused) {
+            return Ok(refused);
         }
         let applies = checked(effects)?;
         for apply in applies {

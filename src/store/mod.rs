@@ -426,6 +426,27 @@ pub enum Claim {
     },
 }
 
+impl Claim {
+    /// The token of an acquired claim, or, for a claim refused, the one-shot write's answer
+    /// of the same meaning (a duplicate, with who answered; a live lease elsewhere): how every
+    /// one-shot write built on a claim answers a key it did not get.
+    pub(crate) fn acquired_or_refused(self) -> Result<ClaimToken, OneShotWrite> {
+        match self {
+            Claim::Acquired(token) => Ok(token),
+            Claim::Completed {
+                record,
+                answered_by,
+            } => Err(OneShotWrite::Completed {
+                record,
+                answered_by,
+            }),
+            Claim::HeldElsewhere { lease_until } => {
+                Err(OneShotWrite::HeldElsewhere { lease_until })
+            }
+        }
+    }
+}
+
 /// The answer to a one-shot commit ([`ClaimStore::claim_completed`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OneShotWrite {
@@ -654,20 +675,9 @@ pub trait ClaimStore: Send + Sync + 'static {
         effects: Effects<Self::Effect>,
     ) -> impl Future<Output = Result<OneShotWrite, Error>> + Send {
         async move {
-            let token = match self.claim(req).await? {
-                Claim::Acquired(token) => token,
-                Claim::Completed {
-                    record,
-                    answered_by,
-                } => {
-                    return Ok(OneShotWrite::Completed {
-                        record,
-                        answered_by,
-                    });
-                }
-                Claim::HeldElsewhere { lease_until } => {
-                    return Ok(OneShotWrite::HeldElsewhere { lease_until });
-                }
+            let token = match self.claim(req).await?.acquired_or_refused() {
+                Ok(token) => token,
+                Err(refused) => return Ok(refused),
             };
             let completion = Completion::new(req.expires_at).with_effects(effects);
             match self.complete_with(req.key, &token, completion).await {

@@ -256,23 +256,11 @@ impl PostgresStore {
             .await?
             .map_err(err)?;
         let token = ClaimToken::generate();
-        match self
+        let claimed = self
             .claim_on(&txn, req, &token, req.expires_at, None)
-            .await?
-        {
-            Claim::Acquired(_) => {}
-            Claim::Completed {
-                record,
-                answered_by,
-            } => {
-                return Ok(OneShotWrite::Completed {
-                    record,
-                    answered_by,
-                });
-            }
-            Claim::HeldElsewhere { lease_until } => {
-                return Ok(OneShotWrite::HeldElsewhere { lease_until });
-            }
+            .await?;
+        if let Err(refused) = claimed.acquired_or_refused() {
+            return Ok(refused);
         }
         self.run_effects(&txn, req.key, effects.as_slice()).await?;
         self.answer("one-shot commit", txn.commit())

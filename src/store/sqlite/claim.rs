@@ -222,8 +222,10 @@ impl ClaimStore for SqliteStore {
         let completed_expires = epoch_millis(req.expires_at);
         let effects = effects.into_vec();
         self.run(move |conn| {
-            match claim_blocking(conn, &key, now, lease, expires, fingerprint.as_deref())? {
-                Claim::Acquired(token) => {
+            match claim_blocking(conn, &key, now, lease, expires, fingerprint.as_deref())?
+                .acquired_or_refused()
+            {
+                Ok(token) => {
                     // A one-shot write stores no response.
                     complete_blocking(
                         conn,
@@ -235,16 +237,7 @@ impl ClaimStore for SqliteStore {
                     )?;
                     Ok(OneShotWrite::Committed)
                 }
-                Claim::Completed {
-                    record,
-                    answered_by,
-                } => Ok(OneShotWrite::Completed {
-                    record,
-                    answered_by,
-                }),
-                Claim::HeldElsewhere { lease_until } => {
-                    Ok(OneShotWrite::HeldElsewhere { lease_until })
-                }
+                Err(refused) => Ok(refused),
             }
         })
         .await
