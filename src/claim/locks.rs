@@ -13,8 +13,8 @@
 //! an effect, [`claim_item`] for a claim's own record). A write takes the locks of all its
 //! items in ascending order, so two writes that share several items cannot deadlock. The
 //! locks are fair (first come, first served), so writes on one item go in the order they
-//! asked (in a standard-queue batch, the order its messages reached the lock). A lock nobody holds or waits for
-//! is removed, so the table holds only the items in use.
+//! asked (in a standard-queue batch, the order its messages reached the lock). A lock nobody
+//! holds or waits for is removed, so the table holds only the items in use.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};

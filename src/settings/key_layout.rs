@@ -2,7 +2,7 @@
 //! (`SQS_CLAIM_DYNAMODB_PARTITION_KEY`, `SQS_CLAIM_DYNAMODB_SORT_KEY`, or the CLI's flags).
 //! Public with feature `admin` (the operator's tool reads and writes the layout); the
 //! settings' own otherwise.
-#![cfg_attr(not(feature = "admin"), allow(unreachable_pub, dead_code))]
+#![cfg_attr(not(feature = "admin"), allow(unreachable_pub))]
 
 use crate::store::dynamodb::{DynamoDbAttributes, DynamoDbKeyAttribute, DynamoDbKeySchema};
 use crate::{Error, ErrorKind};
