@@ -1,4 +1,5 @@
-//! The `sqs-claim` CLI as a user runs it: the built binary, in a fresh directory.
+//! The app's `payments` command line as a user runs it (and the operator's `sqs-claim` on its
+//! store, for `prune`): the built binaries, in a fresh directory.
 //!
 //! * every sample event (`events/*.json`, plus one written here) runs as `events/expected.json`
 //!   says; a second run finds every success a duplicate and leaves the balances unchanged;
@@ -23,6 +24,13 @@ use serde_json::{Value, json};
 
 const BIN: &str = env!("CARGO_BIN_EXE_payments");
 const CONSUMER: &str = env!("CARGO_BIN_EXE_consumer");
+
+// The operator's `sqs-claim` binary (the one helper `tests/support` has; this file does not
+// include the rest of it).
+#[path = "support/operator.rs"]
+mod operator;
+
+use operator::sqs_claim_bin;
 
 /// A fresh working directory, removed on drop.
 struct TempDir(PathBuf);
@@ -79,7 +87,8 @@ impl Run {
 
 /// Runs `program` in `dir` with a clean sqs-claim environment (no `SQS_CLAIM_*`, no
 /// `RUST_LOG`, no AWS endpoint) plus `env`.
-fn run_program(program: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+fn run_program(program: impl AsRef<Path>, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let program = program.as_ref();
     let mut cmd = Command::new(program);
     cmd.args(args).current_dir(dir);
     for (name, _) in std::env::vars_os() {
@@ -91,7 +100,7 @@ fn run_program(program: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -
     cmd.envs(env.iter().copied());
     let out = cmd
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -99,14 +108,21 @@ fn run_program(program: &str, dir: &Path, args: &[&str], env: &[(&str, &str)]) -
     }
 }
 
-fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+/// The app's `payments` ([`run_program`]).
+fn payments(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     run_program(BIN, dir, args, env)
+}
+
+/// The operator's `sqs-claim` ([`run_program`]): `prune` and the other operator's commands are
+/// its, on the store `payments` uses.
+fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run_program(sqs_claim_bin(), dir, args, env)
 }
 
 fn balances(dir: &Path, store: &[&str], env: &[(&str, &str)]) -> BTreeMap<String, i64> {
     let mut args = vec!["balances"];
     args.extend_from_slice(store);
-    let run = sqs_claim(dir, &args, env).ok("balances");
+    let run = payments(dir, &args, env).ok("balances");
     run.stdout
         .lines()
         .map(|line| {
@@ -240,7 +256,7 @@ fn run_twice(dir: &Path, event: &Path, store: &[&str], env: &[(&str, &str)]) {
 
     let mut args = vec!["invoke", path, "--report", "json"];
     args.extend_from_slice(store);
-    let first = sqs_claim(dir, &args, env).ok(&format!("first invoke of {name}"));
+    let first = payments(dir, &args, env).ok(&format!("first invoke of {name}"));
     let report = first.json();
     let outcomes = report["outcomes"].as_array().expect("outcomes").clone();
     assert_eq!(outcomes.len(), records, "{name}: one outcome per record");
@@ -282,7 +298,7 @@ fn run_twice(dir: &Path, event: &Path, store: &[&str], env: &[(&str, &str)]) {
     // Second run, as Lambda's answer: the batch response on stdout.
     let mut args = vec!["invoke", path];
     args.extend_from_slice(store);
-    let second = sqs_claim(dir, &args, env).ok(&format!("second invoke of {name}"));
+    let second = payments(dir, &args, env).ok(&format!("second invoke of {name}"));
     let response = second.json();
     let failed_first: Vec<String> = failures(&report["response"]);
     assert_eq!(
@@ -299,7 +315,7 @@ fn run_twice(dir: &Path, event: &Path, store: &[&str], env: &[(&str, &str)]) {
     // Third run, with the report: every earlier success is now a duplicate.
     let mut args = vec!["invoke", path, "--report", "json"];
     args.extend_from_slice(store);
-    let third = sqs_claim(dir, &args, env)
+    let third = payments(dir, &args, env)
         .ok(&format!("third invoke of {name}"))
         .json();
     assert_eq!(
@@ -345,7 +361,7 @@ fn every_sample_event_runs_twice_on_the_default_store() {
     // The written event's numbers, checked by hand: m-1 twice and o-2 twice are duplicates,
     // the negative amount fails, a zero credit opens the account.
     let dir = TempDir::new();
-    let report = sqs_claim(
+    let report = payments(
         dir.path(),
         &[
             "invoke",
@@ -390,7 +406,7 @@ fn explicit_sqlite_and_memory_stores() {
     );
     assert!(dir.path().join("ledger.db").is_file());
     // A missing directory is created, as for the default store.
-    sqs_claim(
+    payments(
         dir.path(),
         &["invoke", event, "--store", "sqlite:nested/dir/x.db"],
         &[],
@@ -403,7 +419,7 @@ fn explicit_sqlite_and_memory_stores() {
     );
     // SQS_CLAIM_STORE is honoured when --store is absent.
     let env_store = [("SQS_CLAIM_STORE", "sqlite:ledger.db")];
-    let again = sqs_claim(
+    let again = payments(
         dir.path(),
         &["invoke", event, "--report", "json"],
         &env_store,
@@ -417,7 +433,7 @@ fn explicit_sqlite_and_memory_stores() {
     );
     // memory: remembers nothing between runs.
     for _ in 0..2 {
-        let run = sqs_claim(
+        let run = payments(
             dir.path(),
             &["invoke", event, "--store", "memory:", "--report", "json"],
             &[],
@@ -428,8 +444,9 @@ fn explicit_sqlite_and_memory_stores() {
     }
 }
 
-/// `prune` deletes expired claims (bounded by `--limit`) and leaves live ones; on a store that
-/// expires records by itself it says so and deletes nothing.
+/// The operator's `sqs-claim prune`, on the store `payments invoke` used, deletes expired claims
+/// (bounded by `--limit`) and leaves live ones; on a store that expires records by itself it
+/// says so and deletes nothing.
 #[test]
 fn prune_deletes_only_expired_claims_in_bounded_runs() {
     let dir = TempDir::new();
@@ -439,7 +456,7 @@ fn prune_deletes_only_expired_claims_in_bounded_runs() {
     let short_ttl = [("SQS_CLAIM_TTL_SECS", "1")];
     let mut args = vec!["invoke", event];
     args.extend_from_slice(&store);
-    sqs_claim(dir.path(), &args, &short_ttl).ok("invoke");
+    payments(dir.path(), &args, &short_ttl).ok("invoke");
     let prune = |limit: &str| {
         let mut args = vec!["prune", "--limit", limit];
         args.extend_from_slice(&store);
@@ -459,7 +476,7 @@ fn prune_deletes_only_expired_claims_in_bounded_runs() {
     // Pruned keys are gone, so the same event runs again: the claims were the only memory.
     let mut args = vec!["invoke", event, "--report", "json"];
     args.extend_from_slice(&store);
-    let again = sqs_claim(dir.path(), &args, &[]).ok("rerun").json();
+    let again = payments(dir.path(), &args, &[]).ok("rerun").json();
     assert_eq!(again["counts"]["processed"], json!(3));
 
     let memory = sqs_claim(dir.path(), &["prune", "--store", "memory:"], &[]).ok("memory");
@@ -471,7 +488,7 @@ fn prune_deletes_only_expired_claims_in_bounded_runs() {
     );
     let bad = sqs_claim(dir.path(), &["prune", "--limit", "0"], &[]);
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
-    let misplaced = sqs_claim(dir.path(), &["balances", "--limit", "5"], &[]);
+    let misplaced = payments(dir.path(), &["balances", "--limit", "5"], &[]);
     assert_eq!(misplaced.code, Some(2), "{}", misplaced.stderr);
 }
 
@@ -485,7 +502,7 @@ fn settings_come_from_the_environment() {
         ("SQS_CLAIM_KEY", "message-id"),
         ("SQS_CLAIM_NAMESPACE", "other"),
     ];
-    let report = sqs_claim(dir.path(), &["invoke", event, "--report", "json"], &env)
+    let report = payments(dir.path(), &["invoke", event, "--report", "json"], &env)
         .ok("message-id key")
         .json();
     assert_eq!(report["counts"]["processed"], json!(4), "{report}");
@@ -496,7 +513,7 @@ fn settings_come_from_the_environment() {
         ("SQS_CLAIM_FIFO_MODE", "strict"),
         ("SQS_CLAIM_TTL_SECS", "0"),
     ] {
-        let run = sqs_claim(dir.path(), &["invoke", event], &[(var, value)]);
+        let run = payments(dir.path(), &["invoke", event], &[(var, value)]);
         assert_one_line_error(&run, &format!("{var}={value}"));
         assert!(
             run.stderr.contains(var),
@@ -586,8 +603,8 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         ),
     ];
     for (args, needle) in cases {
-        let run = sqs_claim(dir.path(), args, &[]);
-        let what = format!("sqs-claim {}", args.join(" "));
+        let run = payments(dir.path(), args, &[]);
+        let what = format!("payments {}", args.join(" "));
         assert_one_line_error(&run, &what);
         assert!(
             run.stderr.contains(needle),
@@ -614,8 +631,8 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         &["balances", "--store", "dynamodb:claims"][..],
         &["init", "--store", "dynamodb:claims"][..],
     ] {
-        let run = sqs_claim(dir.path(), args, &unreachable);
-        let what = format!("sqs-claim {} (unreachable)", args.join(" "));
+        let run = payments(dir.path(), args, &unreachable);
+        let what = format!("payments {} (unreachable)", args.join(" "));
         assert_one_line_error(&run, &what);
         assert!(
             run.stderr.contains("could not reach"),
@@ -631,7 +648,7 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     // None of the failures above created the default store.
     assert!(!dir.path().join(".sqs-claim").exists());
     // --help is not an error.
-    let help = sqs_claim(dir.path(), &["--help"], &[]).ok("--help");
+    let help = payments(dir.path(), &["--help"], &[]).ok("--help");
     assert!(help.stdout.contains("payments invoke EVENT.json"));
 }
 
@@ -672,7 +689,7 @@ fn every_sample_event_runs_twice_on_dynamodb_local() {
         let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
         let store = format!("dynamodb:{table}");
         // Before init: one clear error that says what to run.
-        let run = sqs_claim(
+        let run = payments(
             dir.path(),
             &["invoke", event.to_str().expect("path"), "--store", &store],
             &env,
@@ -681,7 +698,7 @@ fn every_sample_event_runs_twice_on_dynamodb_local() {
         assert!(run.stderr.contains("payments init"), "{}", run.stderr);
         // init is idempotent.
         for _ in 0..2 {
-            let init = sqs_claim(dir.path(), &["init", "--store", &store], &env).ok("init");
+            let init = payments(dir.path(), &["init", "--store", &store], &env).ok("init");
             assert!(init.stderr.contains(&table), "{}", init.stderr);
         }
         run_twice(dir.path(), event, &["--store", &store], &env);
@@ -703,18 +720,18 @@ fn every_sample_event_runs_twice_on_dynamodb_local() {
     ];
     let mut init = vec!["init"];
     init.extend_from_slice(&with_accounts);
-    let out = sqs_claim(dir.path(), &init, &env).ok("init with accounts table");
+    let out = payments(dir.path(), &init, &env).ok("init with accounts table");
     assert!(out.stderr.contains(&accounts), "{}", out.stderr);
     let event = events[0].to_str().expect("path");
     let mut invoke = vec!["invoke", event];
     invoke.extend_from_slice(&with_accounts);
-    sqs_claim(dir.path(), &invoke, &env).ok("invoke with accounts table");
+    payments(dir.path(), &invoke, &env).ok("invoke with accounts table");
     assert_eq!(
         balances(dir.path(), &with_accounts, &env).get("alice"),
         Some(&1000)
     );
     // The default accounts table was never created, so reading it fails, clearly.
-    let run = sqs_claim(dir.path(), &["balances", "--store", &store], &env);
+    let run = payments(dir.path(), &["balances", "--store", &store], &env);
     assert_one_line_error(&run, "balances on a missing accounts table");
 }
 
@@ -762,7 +779,7 @@ fn consumer_refuses_invalid_settings_at_startup() {
     }
 }
 
-/// Two `sqs-claim invoke` processes on the same event and the same SQLite file at once, as two
+/// Two `payments invoke` processes on the same event and the same SQLite file at once, as two
 /// Lambda invocations given the same batch: every credit lands exactly once, each message is
 /// processed by at most one of them, and the other sees it as a duplicate or held elsewhere.
 /// (SQLite's lock is not fair, so one process often does most of the work; the cross-process
@@ -785,7 +802,7 @@ fn two_processes_on_one_store_credit_once() {
             .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        cmd.spawn().expect("spawn sqs-claim")
+        cmd.spawn().expect("spawn payments")
     };
     let (a, b) = (spawn(), spawn());
     let reports: Vec<Value> = [a, b]
@@ -813,7 +830,7 @@ fn two_processes_on_one_store_credit_once() {
     }
     // A third run settles what is left (messages the other process held); then the balances
     // are those of one clean run.
-    sqs_claim(dir.path(), &["invoke", &path], &[]).ok("settling run");
+    payments(dir.path(), &["invoke", &path], &[]).ok("settling run");
     let name = event
         .file_name()
         .expect("name")
@@ -891,7 +908,7 @@ async fn output_queue_gets_one_notice_per_credit() {
     let mut notices = Vec::new();
     for run in 0..2 {
         // Blocking is fine here: nothing else runs on this test's runtime meanwhile.
-        let out = sqs_claim(dir.path(), &["invoke", &event], &env);
+        let out = payments(dir.path(), &["invoke", &event], &env);
         let out = out.ok(&format!("invoke #{run} with an output queue"));
         assert_eq!(failures(&out.json()), vec!["m-4"], "run {run}");
         // Drain what this run published.
@@ -956,7 +973,7 @@ async fn output_queue_gets_one_notice_per_credit() {
 }
 
 /// The balance range through the CLI on DynamoDB Local, where odd amounts once left the
-/// accounts table in a state `sqs-claim balances` could not read: an amount past
+/// accounts table in a state `payments balances` could not read: an amount past
 /// `Payment::MAX_AMOUNT_CENTS` fails its message (`bad_body`), a credit that would take a
 /// balance past `Payment::MAX_BALANCE_CENTS` fails its message (`effect_rejected`) and leaves
 /// the balance readable and unchanged; and a balance `balances` cannot read (put there by
@@ -971,7 +988,7 @@ async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
     let table = format!("cli-range-{}", uuid::Uuid::new_v4().simple());
     let store = format!("dynamodb:{table}");
     let accounts = format!("{table}-accounts");
-    sqs_claim(dir.path(), &["init", "--store", &store], &env).ok("init");
+    payments(dir.path(), &["init", "--store", &store], &env).ok("init");
     let client = {
         let config = aws_sdk_dynamodb::Config::builder()
             .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
@@ -1011,7 +1028,7 @@ async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
             "awsRegion": "us-east-1"
         }]});
         let path = dir.write(name, &event.to_string());
-        let report = sqs_claim(
+        let report = payments(
             dir.path(),
             &[
                 "invoke",
@@ -1055,7 +1072,7 @@ async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
     put("odd", "18446744073709551616")
         .await
         .expect("put an unreadable balance");
-    let run = sqs_claim(dir.path(), &["balances", "--store", &store], &env);
+    let run = payments(dir.path(), &["balances", "--store", &store], &env);
     assert_one_line_error(&run, "balances with an unreadable balance");
     assert!(
         run.stderr.contains("\"odd\"") && run.stderr.contains("beyond the 64-bit range"),
@@ -1067,29 +1084,42 @@ async fn the_balance_range_holds_through_the_cli_on_dynamodb() {
     }
 }
 
+/// The name a binary is run by: `payments`, `sqs-claim`.
+fn program_name(program: &Path) -> String {
+    program
+        .file_stem()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// `--version` names the program and its version; every command has its own help, as
-/// `help COMMAND` and as `COMMAND --help`, on stdout with exit 0.
+/// `help COMMAND` and as `COMMAND --help`, on stdout with exit 0 (the operator's `prune` in
+/// `sqs-claim`'s).
 #[test]
 fn version_and_help_per_command() {
     let dir = TempDir::new();
-    let version = sqs_claim(dir.path(), &["--version"], &[]).ok("--version");
+    let version = payments(dir.path(), &["--version"], &[]).ok("--version");
     assert_eq!(
         version.stdout.trim(),
         format!("payments {}", env!("CARGO_PKG_VERSION"))
     );
-    for (command, needles) in [
+    let (app, operator) = (Path::new(BIN), sqs_claim_bin());
+    for (program, command, needles) in [
         (
+            app,
             "invoke",
             &["EVENT.json", "--report", "--store", "SQS_CLAIM_STORE"][..],
         ),
-        ("balances", &["tab-separated", "--accounts-table"]),
-        ("init", &["idempotent", "--table"]),
-        ("prune", &["--limit", "expired"]),
+        (app, "balances", &["tab-separated", "--accounts-table"]),
+        (app, "init", &["idempotent", "--table"]),
+        (operator.as_path(), "prune", &["--limit", "expired"]),
     ] {
+        let name = program_name(program);
         for args in [vec!["help", command], vec![command, "--help"]] {
-            let run = sqs_claim(dir.path(), &args, &[]).ok(&args.join(" "));
+            let run = run_program(program, dir.path(), &args, &[])
+                .ok(&format!("{name} {}", args.join(" ")));
             assert!(
-                run.stdout.contains(&format!("payments {command}")),
+                run.stdout.contains(&format!("{name} {command}")),
                 "{args:?}: {}",
                 run.stdout
             );
@@ -1110,34 +1140,65 @@ fn version_and_help_per_command() {
 }
 
 /// A usage mistake, whether this program or clap finds it, is exit code 2 and one `error:`
-/// line: no usage body, no tip, nothing on stdout. Bad input found later stays exit code 1.
+/// line: no usage body, no tip, nothing on stdout (`payments`, and the operator's `sqs-claim`
+/// for `prune`). Bad input found later stays exit code 1.
 #[test]
 fn usage_mistakes_exit_2_in_one_line() {
     let dir = TempDir::new();
     let good = dir.write("good.json", &own_event());
     let good = good.to_str().expect("path");
-    for args in [
-        &["balances", "--bogus"][..],
-        &["--bogus", "balances"],
-        &["invoke", good, "--repot", "json"],
-        &[],
-        &["frobnicate"],
-        &["invoke"],
-        &["invoke", good, "--report", "yaml"],
-        &["balances", "--store"],
-        &["balances", "--store", "memory:", "--store", "memory:"],
-        &["balances", "--store", "memory:", "--table", "claims"],
-        &["prune", "--limit", "-1"],
+    let (app, operator) = (Path::new(BIN), sqs_claim_bin());
+    for (program, args) in [
+        (app, &["balances", "--bogus"][..]),
+        (app, &["--bogus", "balances"]),
+        (app, &["invoke", good, "--repot", "json"]),
+        (app, &[]),
+        (app, &["frobnicate"]),
+        (app, &["invoke"]),
+        (app, &["invoke", good, "--report", "yaml"]),
+        (app, &["balances", "--store"]),
+        (
+            app,
+            &["balances", "--store", "memory:", "--store", "memory:"],
+        ),
+        (
+            app,
+            &["balances", "--store", "memory:", "--table", "claims"],
+        ),
+        (operator.as_path(), &["prune", "--limit", "-1"]),
     ] {
-        let run = sqs_claim(dir.path(), args, &[]);
-        let what = format!("sqs-claim {}", args.join(" "));
+        let run = run_program(program, dir.path(), args, &[]);
+        let what = format!("{} {}", program_name(program), args.join(" "));
         assert_one_line_error(&run, &what);
         assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
         assert!(!run.stderr.contains("Usage"), "{what}: {}", run.stderr);
     }
-    let run = sqs_claim(dir.path(), &["invoke", "missing.json"], &[]);
+    let run = payments(dir.path(), &["invoke", "missing.json"], &[]);
     assert_one_line_error(&run, "a missing event file");
     assert_eq!(run.code, Some(1), "bad input is not a usage mistake");
+}
+
+/// The operator's commands are `sqs-claim`'s, not the app's: `payments prune` (or `inspect`,
+/// ...) is a usage mistake, exit code 2 and one `error:` line that names the command to run.
+#[test]
+fn operator_commands_point_to_sqs_claim() {
+    let dir = TempDir::new();
+    for args in [&["prune", "--store", "memory:"][..], &["inspect", "k"]] {
+        let run = payments(dir.path(), args, &[]);
+        let what = format!("payments {}", args.join(" "));
+        assert_eq!(run.code, Some(2), "{what}: {}", run.stderr);
+        assert!(
+            run.stderr.starts_with("error: ") && run.stderr.trim_end().lines().count() == 1,
+            "{what}: one error line expected: {}",
+            run.stderr
+        );
+        let command = format!("sqs-claim {}", args[0]);
+        assert!(
+            run.stderr.contains(&command),
+            "{what}: the error must name `{command}`: {}",
+            run.stderr
+        );
+    }
 }
 
 /// `SQS_CLAIM_STORE` is the store when no flag names one; `--store` (or `--table`) given on the
@@ -1148,7 +1209,7 @@ fn the_store_flag_falls_back_to_sqs_claim_store() {
     let event = dir.write("credits.json", &own_event());
     let event = event.to_str().expect("path");
     let env = [("SQS_CLAIM_STORE", "sqlite:from-env.db")];
-    let first = sqs_claim(dir.path(), &["invoke", event, "--report", "json"], &env)
+    let first = payments(dir.path(), &["invoke", event, "--report", "json"], &env)
         .ok("store from the environment")
         .json();
     assert_eq!(first["counts"]["processed"], json!(3), "{first}");
@@ -1159,7 +1220,7 @@ fn the_store_flag_falls_back_to_sqs_claim_store() {
     );
     assert_eq!(balances(dir.path(), &[], &env).get("alice"), Some(&1000));
     // The flag wins: a fresh memory store processes everything again, the file is untouched.
-    let flagged = sqs_claim(
+    let flagged = payments(
         dir.path(),
         &["invoke", event, "--store", "memory:", "--report", "json"],
         &env,
@@ -1169,15 +1230,15 @@ fn the_store_flag_falls_back_to_sqs_claim_store() {
     assert_eq!(flagged["counts"]["processed"], json!(3), "{flagged}");
     assert_eq!(balances(dir.path(), &[], &env).get("alice"), Some(&1000));
     // A bad value names where it came from.
-    let run = sqs_claim(dir.path(), &["balances"], &[("SQS_CLAIM_STORE", "ftp://x")]);
+    let run = payments(dir.path(), &["balances"], &[("SQS_CLAIM_STORE", "ftp://x")]);
     assert_one_line_error(&run, "bad SQS_CLAIM_STORE");
     assert!(run.stderr.contains("SQS_CLAIM_STORE"), "{}", run.stderr);
-    let run = sqs_claim(dir.path(), &["balances", "--store", "ftp://x"], &[]);
+    let run = payments(dir.path(), &["balances", "--store", "ftp://x"], &[]);
     assert_one_line_error(&run, "bad --store");
     assert!(run.stderr.contains("--store"), "{}", run.stderr);
 }
 
-/// The command in the "create the tables with `sqs-claim init ...`" hint, split into words
+/// The command in the "create the tables with `payments init ...`" hint, split into words
 /// (without the program name).
 fn init_hint(stderr: &str) -> Vec<String> {
     let start = stderr
@@ -1192,7 +1253,7 @@ fn init_hint(stderr: &str) -> Vec<String> {
         .collect()
 }
 
-/// Before `init`, `invoke` on DynamoDB says which `sqs-claim init` to run, and that command,
+/// Before `init`, `invoke` on DynamoDB says which `payments init` to run, and that command,
 /// run as printed, creates the tables this run looks for: the accounts table given by
 /// `--accounts-table` (or `SQS_CLAIM_ACCOUNTS_TABLE`) included, with the store given by
 /// `--store` or `--table`.
@@ -1218,7 +1279,7 @@ fn the_init_hint_keeps_the_accounts_table() {
                 ("SQS_CLAIM_ACCOUNTS_TABLE", accounts.as_str()),
             ]),
         }
-        let run = sqs_claim(dir.path(), &args, &env);
+        let run = payments(dir.path(), &args, &env);
         assert_one_line_error(&run, &format!("{how}: invoke before init"));
         let hint = init_hint(&run.stderr);
         assert_eq!(
@@ -1234,8 +1295,8 @@ fn the_init_hint_keeps_the_accounts_table() {
             .copied()
             .filter(|(k, _)| k.starts_with("AWS_"))
             .collect();
-        sqs_claim(dir.path(), &hint, &aws_only).ok(&format!("{how}: the hint"));
-        let report = sqs_claim(
+        payments(dir.path(), &hint, &aws_only).ok(&format!("{how}: the hint"));
+        let report = payments(
             dir.path(),
             &[&args[..], &["--report", "json"]].concat(),
             &env,
@@ -1259,7 +1320,7 @@ fn the_init_hint_keeps_the_accounts_table() {
     let dir = TempDir::new();
     let table = format!("cli-{}", uuid::Uuid::new_v4().simple());
     let store = format!("dynamodb:{table}");
-    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &env);
+    let run = payments(dir.path(), &["invoke", event, "--store", &store], &env);
     assert_eq!(init_hint(&run.stderr), ["init", "--store", &store]);
 }
 
@@ -1286,8 +1347,9 @@ const SINGLE_TABLE: [(&str, &str); 2] = [
 /// `SQS_CLAIM_DYNAMODB_SORT_KEY=sk=CLAIM`): the init hint keeps the layout and, run as printed,
 /// creates the composite table (HASH + RANGE, TTL on); `events/plain.json` runs twice (the
 /// second run all duplicates, balances unchanged); each claim is the item `CLAIM#<key>` /
-/// `CLAIM`, `inspect` shows it, `forget` deletes it alone; business items of other types in the
-/// same table, one in the same partition as a claim, are never touched.
+/// `CLAIM`, the operator's `sqs-claim inspect` shows it, `sqs-claim forget` deletes it alone;
+/// business items of other types in the same table, one in the same partition as a claim, are
+/// never touched.
 #[tokio::test]
 async fn a_single_table_layout_runs_twice_beside_business_items() {
     use aws_sdk_dynamodb::types::{AttributeValue, KeyType, TimeToLiveStatus};
@@ -1304,7 +1366,7 @@ async fn a_single_table_layout_runs_twice_beside_business_items() {
 
     // Before init: the hint names the layout, and run as printed (no layout in the
     // environment) it creates the table this run looks for.
-    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &env);
+    let run = payments(dir.path(), &["invoke", event, "--store", &store], &env);
     assert_one_line_error(&run, "invoke before init");
     let hint = init_hint(&run.stderr);
     assert_eq!(
@@ -1322,7 +1384,7 @@ async fn a_single_table_layout_runs_twice_beside_business_items() {
         run.stderr
     );
     let hint: Vec<&str> = hint.iter().map(String::as_str).collect();
-    let init = sqs_claim(dir.path(), &hint, &aws_only).ok("the init hint");
+    let init = payments(dir.path(), &hint, &aws_only).ok("the init hint");
     assert!(
         init.stderr.contains("keys: pk=CLAIM#{key}, sk=CLAIM"),
         "{}",
@@ -1384,7 +1446,7 @@ async fn a_single_table_layout_runs_twice_beside_business_items() {
 
     run_twice(dir.path(), Path::new(event), &["--store", &store], &env);
 
-    // The claim is the item CLAIM#<key> / CLAIM, and `inspect` shows it.
+    // The claim is the item CLAIM#<key> / CLAIM, and `sqs-claim inspect` shows it.
     let get = |pk: &str, sk: &str| {
         client
             .get_item()
@@ -1440,7 +1502,8 @@ async fn a_single_table_layout_runs_twice_beside_business_items() {
         assert!(!found.contains_key("id"), "{found:?}");
     }
 
-    // `forget` deletes the claim's item alone; `release` of a completed claim is refused.
+    // `sqs-claim forget` deletes the claim's item alone; `release` of a completed claim is
+    // refused.
     let release = sqs_claim(
         dir.path(),
         &["release", "payments#ord-1001", "--store", &store, "--yes"],
@@ -1492,8 +1555,8 @@ fn a_key_layout_that_does_not_match_the_table_stops_the_start() {
     // A default table, a single-table layout.
     let default_table = format!("cli-default-{}", uuid::Uuid::new_v4().simple());
     let store = format!("dynamodb:{default_table}");
-    sqs_claim(dir.path(), &["init", "--store", &store], &aws).ok("init a default table");
-    let run = sqs_claim(
+    payments(dir.path(), &["init", "--store", &store], &aws).ok("init a default table");
+    let run = payments(
         dir.path(),
         &["invoke", event, "--store", &store],
         &with_layout,
@@ -1508,7 +1571,7 @@ fn a_key_layout_that_does_not_match_the_table_stops_the_start() {
     ] {
         assert!(run.stderr.contains(needle), "no {needle:?}: {}", run.stderr);
     }
-    // The flags say the same; inspect checks too.
+    // The flags say the same; the operator's inspect checks too.
     let run = sqs_claim(
         dir.path(),
         &[
@@ -1555,8 +1618,8 @@ fn a_key_layout_that_does_not_match_the_table_stops_the_start() {
     // A single-table table, the default layout.
     let single = format!("cli-single-{}", uuid::Uuid::new_v4().simple());
     let store = format!("dynamodb:{single}");
-    sqs_claim(dir.path(), &["init", "--store", &store], &with_layout).ok("init a single table");
-    let run = sqs_claim(dir.path(), &["invoke", event, "--store", &store], &aws);
+    payments(dir.path(), &["init", "--store", &store], &with_layout).ok("init a single table");
+    let run = payments(dir.path(), &["invoke", event, "--store", &store], &aws);
     assert_one_line_error(&run, "the default layout on a single table");
     for needle in [
         "has the key schema pk (HASH, S) + sk (RANGE, S)",
@@ -1565,7 +1628,7 @@ fn a_key_layout_that_does_not_match_the_table_stops_the_start() {
         assert!(run.stderr.contains(needle), "no {needle:?}: {}", run.stderr);
     }
     // With the layout it runs.
-    let report = sqs_claim(
+    let report = payments(
         dir.path(),
         &["invoke", event, "--store", &store, "--report", "json"],
         &with_layout,
@@ -1595,7 +1658,7 @@ fn a_key_layout_that_does_not_match_the_table_stops_the_start() {
         if needle == "--sort-key" {
             args.extend(["--partition-key", "pk=CLAIM#{key}"]);
         }
-        let run = sqs_claim(dir.path(), &args, &[&aws[..], vars].concat());
+        let run = payments(dir.path(), &args, &[&aws[..], vars].concat());
         assert_one_line_error(&run, needle);
         assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
     }

@@ -1,7 +1,8 @@
 //! The example app's ledgers on every store: each keeps every balance within
 //! `0..=Payment::MAX_BALANCE_CENTS` (refused in the store, with the completion), names an
-//! unreadable balance with its account, and the `sqs-claim` CLI credits once on each server
-//! store. Moved here from the library's store tests when the app left the library.
+//! unreadable balance with its account, and the `payments` command line credits once on each
+//! server store (the operator's `sqs-claim` prunes, inspects, releases and forgets there). Moved
+//! here from the library's store tests when the app left the library.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,7 +11,7 @@ mod support;
 use sqs_claim_testkit::local as dynamodb_local;
 #[cfg(feature = "postgres")]
 use sqs_claim_testkit::silent;
-// The `sqs-claim` CLI scenario shared by every server store.
+// The `payments` and `sqs-claim` scenario shared by every server store.
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use support::cli;
 use support::{ledger, servers};
@@ -221,8 +222,8 @@ mod dynamodb {
         );
     }
 
-    /// The operator's commands (`inspect`, `release`, `forget`) through the CLI on a
-    /// single-table layout given by the environment, after `init` made the composite table.
+    /// The operator's commands (`sqs-claim inspect`, `release`, `forget`) on a single-table
+    /// layout given by the environment, after `payments init` made the composite table.
     #[cfg(any(feature = "redis", feature = "postgres"))]
     #[tokio::test]
     async fn operator_commands_on_a_single_table_layout() {

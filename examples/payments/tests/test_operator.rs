@@ -1,6 +1,7 @@
-//! The operator's commands for one key (`sqs-claim inspect`, `release`, `forget`) as a user
-//! runs them: on the default SQLite store (a stuck in-progress claim released, a completed one
-//! forgotten, each refusing the other status) and on DynamoDB Local. Redis, PostgreSQL and the
+//! The operator's commands for one key (`sqs-claim inspect`, `release`, `forget`) as an operator
+//! of this app runs them: the operator's `sqs-claim` binary on the store the app's `payments`
+//! binary uses, the default SQLite store (a stuck in-progress claim released, a completed one
+//! forgotten, each refusing the other status) and DynamoDB Local. Redis, PostgreSQL and the
 //! tiered store run the same scenario in `tests/test_ledgers.rs`.
 
 use std::path::Path;
@@ -15,17 +16,23 @@ use sqs_claim::store::{Claim, ClaimRequest, ClaimStore};
 mod support;
 
 use support::cli;
+use support::operator::sqs_claim_bin;
 
 const BIN: &str = env!("CARGO_BIN_EXE_payments");
 
-/// Runs the CLI in `dir` with a clean environment: exit code, stdout, stderr.
-fn sqs_claim(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+/// `SQS_CLAIM_NAMESPACE` as an operator of this app sets it: the app's default namespace, which
+/// `sqs-claim` does not assume.
+const APP_NAMESPACE: [(&str, &str); 1] = [("SQS_CLAIM_NAMESPACE", "payments")];
+
+/// Runs `program` in `dir` with a clean environment plus `env`: exit code, stdout, stderr.
+fn run(program: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(program)
         .args(args)
         .current_dir(dir)
         .env_clear()
+        .envs(env.iter().copied())
         .output()
-        .expect("run sqs-claim");
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     (
@@ -35,9 +42,19 @@ fn sqs_claim(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// A claim left in progress, as by a run killed midway: taken straight on the CLI's SQLite file.
+/// Runs the app's `payments` in `dir` with a clean environment.
+fn payments(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    run(Path::new(BIN), dir, args, &[])
+}
+
+/// Runs the operator's `sqs-claim` in `dir` with a clean environment.
+fn sqs_claim(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    run(&sqs_claim_bin(), dir, args, &[])
+}
+
+/// A claim left in progress, as by a run killed midway: taken straight on the app's SQLite file.
 async fn stuck_claim(db: &Path, key: &str, lease: Duration) {
-    let store = SqliteStore::open(db).expect("open the CLI's SQLite file");
+    let store = SqliteStore::open(db).expect("open the app's SQLite file");
     let now = SystemTime::now();
     let claim = store
         .claim(ClaimRequest {
@@ -56,7 +73,7 @@ async fn stuck_claim(db: &Path, key: &str, lease: Duration) {
 async fn release_frees_a_stuck_claim_and_refuses_a_completed_one() {
     let dir = tempfile::tempdir().expect("temp dir");
     let events = concat!(env!("CARGO_MANIFEST_DIR"), "/../../events/plain.json");
-    let (code, _, stderr) = sqs_claim(dir.path(), &["invoke", events]);
+    let (code, _, stderr) = payments(dir.path(), &["invoke", events]);
     assert_eq!(code, 0, "{stderr}");
     let db = dir.path().join(".sqs-claim/claims.db");
     stuck_claim(&db, "payments#stuck-1", Duration::from_secs(120)).await;
@@ -127,25 +144,45 @@ async fn release_frees_a_stuck_claim_and_refuses_a_completed_one() {
 #[test]
 fn usage_mistakes_exit_2_and_unknown_keys_exit_1() {
     let dir = tempfile::tempdir().expect("temp dir");
-    for (args, code, want) in [
-        (&["inspect"][..], 2, "KEY"),
-        (&["inspect", "no-namespace"], 2, "payments#no-namespace"),
-        (&["inspect", "k", "--namespace", ""], 2, "--namespace"),
-        (&["inspect", "p#k", "--report", "yaml"], 2, "yaml"),
-        (&["release", "p#k", "--bogus"], 2, "--bogus"),
-        (&["inspect", "payments#nothing-here"], 1, "no claim record"),
+    for (args, env, code, want) in [
+        (&["inspect"][..], &[][..], 2, "KEY"),
+        // A raw key: the hint names the full key, in the app's namespace when the environment
+        // names it, else a placeholder (sqs-claim never guesses a namespace).
+        (
+            &["inspect", "no-namespace"],
+            &APP_NAMESPACE,
+            2,
+            "payments#no-namespace",
+        ),
+        (
+            &["inspect", "no-namespace"],
+            &[],
+            2,
+            "NAMESPACE#no-namespace",
+        ),
+        (&["inspect", "k", "--namespace", ""], &[], 2, "--namespace"),
+        (&["inspect", "p#k", "--report", "yaml"], &[], 2, "yaml"),
+        (&["release", "p#k", "--bogus"], &[], 2, "--bogus"),
+        (
+            &["inspect", "payments#nothing-here"],
+            &[],
+            1,
+            "no claim record",
+        ),
         (
             &["release", "payments#nothing-here", "--yes"],
+            &[],
             1,
             "no claim record",
         ),
         (
             &["forget", "payments#nothing-here", "--yes"],
+            &[],
             1,
             "no claim record",
         ),
     ] {
-        let (got, _, stderr) = sqs_claim(dir.path(), args);
+        let (got, _, stderr) = run(&sqs_claim_bin(), dir.path(), args, env);
         assert_eq!(got, code, "{args:?}: {stderr}");
         assert!(
             stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1,

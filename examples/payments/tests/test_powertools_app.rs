@@ -1,5 +1,5 @@
-//! The example app on a table Powertools for AWS Lambda (Python) writes: the `sqs-claim` CLI
-//! with `SQS_CLAIM_POWERTOOLS_*` set, and Powertools-Python 3.37.0 itself (a `BatchProcessor`
+//! The example app on a table Powertools for AWS Lambda (Python) writes: its `payments` command
+//! line with `SQS_CLAIM_POWERTOOLS_*` set, and Powertools-Python 3.37.0 itself (a `BatchProcessor`
 //! with an `@idempotent_function` record handler keyed on `powertools_json(body).order_id`,
 //! the app's default key `json:/order_id`; `scripts/powertools/app.py`, run by
 //! `scripts/powertools/driver.py` from the venv `scripts/powertools/venv.sh` installs on first
@@ -7,14 +7,15 @@
 //!
 //! Each side runs `events/plain.json` (or some of its records, written to a temp dir) and
 //! must find what the other completed a duplicate: not credited again by the app, not run
-//! again by Powertools. `sqs-claim inspect` and `forget` find Powertools' records from the raw
-//! order id.
+//! again by Powertools. The operator's `sqs-claim inspect` and `forget`, with the same settings,
+//! find Powertools' records from the raw order id.
 //!
 //! DynamoDB Local must be running: `scripts/standins.sh up` (or `make test`); its endpoint is
 //! `SQS_CLAIM_DYNAMODB_ENDPOINT`, default `http://127.0.0.1:8000`.
 
 mod support;
 
+use support::operator::sqs_claim_bin;
 use support::powertools;
 
 use std::collections::BTreeMap;
@@ -59,12 +60,12 @@ impl Run {
     }
 }
 
-/// The CLI in `dir`, with no `SQS_CLAIM_*`, `AWS_*` or `RUST_LOG` from this process, the
+/// `program` in `dir`, with no `SQS_CLAIM_*`, `AWS_*` or `RUST_LOG` from this process, the
 /// DynamoDB Local environment, and `env`.
-fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+fn run(program: &Path, dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let endpoint = std::env::var("SQS_CLAIM_DYNAMODB_ENDPOINT")
         .unwrap_or_else(|_| "http://127.0.0.1:8000".to_owned());
-    let mut cmd = Command::new(BIN);
+    let mut cmd = Command::new(program);
     cmd.args(args).current_dir(dir);
     for (name, _) in std::env::vars_os() {
         let n = name.to_string_lossy();
@@ -80,7 +81,9 @@ fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ]);
     cmd.envs(env.iter().copied());
-    let out = cmd.output().expect("run sqs-claim");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
     Run {
         code: out.status.code(),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -88,16 +91,26 @@ fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-/// A fresh claims table (and its accounts table) on DynamoDB Local, made by `sqs-claim init`;
+/// The app's `payments` command line, as [`run`] runs it.
+fn payments(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run(Path::new(BIN), dir, args, env)
+}
+
+/// The operator's `sqs-claim` on the same store, as [`run`] runs it.
+fn sqs_claim(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run(&sqs_claim_bin(), dir, args, env)
+}
+
+/// A fresh claims table (and its accounts table) on DynamoDB Local, made by `payments init`;
 /// its `--store` URL.
 fn fresh_table(dir: &Path, prefix: &str) -> String {
     let store = format!("dynamodb:{prefix}-{}", uuid::Uuid::new_v4().simple());
-    sqs_claim(dir, &["init", "--store", &store], &[]).ok("init (is DynamoDB Local up?)");
+    payments(dir, &["init", "--store", &store], &[]).ok("init (is DynamoDB Local up?)");
     store
 }
 
 fn balances(dir: &Path, store: &str) -> BTreeMap<String, i64> {
-    let run = sqs_claim(dir, &["balances", "--store", store], &[]).ok("balances");
+    let run = payments(dir, &["balances", "--store", store], &[]).ok("balances");
     run.stdout
         .lines()
         .filter_map(|line| line.split_once('\t'))
@@ -199,7 +212,7 @@ fn orders_powertools_completed_are_duplicates_for_the_app_and_not_credited() {
     assert_eq!(ran, message_ids(&[0, 1]));
 
     let plain = plain();
-    let run = sqs_claim(
+    let run = payments(
         dir.path(),
         &[
             "invoke",
@@ -264,7 +277,8 @@ fn orders_powertools_completed_are_duplicates_for_the_app_and_not_credited() {
         &INTEROP,
     );
     assert_eq!(run.code, Some(2), "{}", run.stderr);
-    // Without the interop the CLI keeps its own keys: `payments#ord-1001` is not there.
+    // Without the interop sqs-claim looks for the app's own keys: `payments#ord-1001` is not
+    // there.
     let run = sqs_claim(
         dir.path(),
         &["inspect", "payments#ord-1001", "--store", &store],
@@ -284,7 +298,7 @@ fn orders_the_app_completed_are_skipped_by_powertools() {
         ("AWS_LAMBDA_FUNCTION_NAME", FUNCTION),
     ];
     let some = plain_records(dir.path(), &[0, 2]);
-    let run = sqs_claim(
+    let run = payments(
         dir.path(),
         &[
             "invoke",

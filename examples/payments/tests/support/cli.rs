@@ -1,51 +1,67 @@
-//! The `sqs-claim` CLI on this store: init twice, credits, a repeated run that finds every
-//! message a duplicate and leaves the balances alone.
+//! The `payments` command line on this store: init twice, credits, a repeated run that finds
+//! every message a duplicate and leaves the balances alone; and the operator's `sqs-claim` on
+//! the same store (`prune`, `inspect`, `release`, `forget`).
 
-use std::process::Command;
+use std::path::Path;
+use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
+use super::operator::sqs_claim_bin;
+
 const BIN: &str = env!("CARGO_BIN_EXE_payments");
 
-/// Runs the CLI with a clean environment plus `env`; panics unless it exits 0.
-pub fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
-    let dir = std::env::temp_dir();
-    let out = Command::new(BIN)
+/// Runs `program` with a clean environment plus `env`, in the temp dir.
+fn output(program: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(program)
         .args(args)
-        .current_dir(&dir)
+        .current_dir(std::env::temp_dir())
         .env_clear()
         .envs(env.iter().copied())
         .output()
-        .expect("run sqs-claim");
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+}
+
+/// Runs `program` as [`output`] does; panics unless it exits 0.
+fn succeeds(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    let out = output(program, args, env);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     );
     // Cargo does not copy a fresh binary to target/debug again, so a `cargo build --bin
-    // sqs-claim` with other features (`make demo`) in the same target dir leaves a binary
-    // without this store behind: say so rather than fail mysteriously.
+    // payments` with other features in the same target dir leaves a binary without this store
+    // behind (`sqs-claim` has every store): say so rather than fail mysteriously.
     assert!(
         !stderr.contains("which this build lacks"),
-        "{BIN} was built without `--all-features` (a build with other features replaced \
-         it): `touch payments/src/bin/sqs-claim.rs` and run the tests again\n{stderr}"
+        "{} was built without `--all-features` (a build with other features replaced it): \
+         `touch examples/payments/src/bin/payments.rs` and run the tests again\n{stderr}",
+        program.display()
     );
     assert!(
         out.status.success(),
-        "sqs-claim {args:?} failed:\n{stdout}\n{stderr}"
+        "{} {args:?} failed:\n{stdout}\n{stderr}",
+        program.display()
     );
     (stdout, stderr)
 }
 
-/// Runs the CLI expecting a failure: a non-zero exit and one `error: ...` line.
+/// Runs `payments` with a clean environment plus `env`; panics unless it exits 0.
+pub fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    succeeds(Path::new(BIN), args, env)
+}
+
+/// Runs the operator's `sqs-claim` ([`sqs_claim_bin`]) with a clean environment plus `env`;
+/// panics unless it exits 0.
+pub fn sqs_claim(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
+    succeeds(&sqs_claim_bin(), args, env)
+}
+
+/// Runs `payments` expecting a failure: a non-zero exit and one `error: ...` line.
 pub fn fails(args: &[&str]) -> String {
-    let out = Command::new(BIN)
-        .args(args)
-        .current_dir(std::env::temp_dir())
-        .env_clear()
-        .output()
-        .expect("run sqs-claim");
+    let out = output(Path::new(BIN), args, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "sqs-claim {args:?} must fail");
+    assert!(!out.status.success(), "payments {args:?} must fail");
     assert!(
         stderr.starts_with("error: ") && stderr.trim_end().lines().count() == 1,
         "one error line expected: {stderr}"
@@ -112,24 +128,19 @@ pub fn credits_once(store: &str) {
     assert_eq!(first, ["alice\t1005", "bob\t250"]);
     report("duplicate");
     assert_eq!(balances(), first, "a repeated run must not credit again");
-    // Nothing has expired (24 h TTL): prune answers with a count (0) or says the store
-    // expires records by itself, and changes nothing.
-    let (pruned, _) = run(&["prune", "--store", store], &env);
+    // Nothing has expired (24 h TTL): the operator's `sqs-claim prune` answers with a count (0)
+    // or says the store expires records by itself, and changes nothing.
+    let (pruned, _) = sqs_claim(&["prune", "--store", store], &env);
     assert_eq!(pruned.trim(), "0", "prune on fresh claims");
     report("duplicate");
     let _ = std::fs::remove_file(path);
 }
 
-/// Runs the CLI with a clean environment plus `env`, expecting it to fail: returns the exit
-/// code and the one `error: ...` line (panics if there is not exactly one, or on exit 0).
-pub fn fails_with(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let out = Command::new(BIN)
-        .args(args)
-        .current_dir(std::env::temp_dir())
-        .env_clear()
-        .envs(env.iter().copied())
-        .output()
-        .expect("run sqs-claim");
+/// Runs the operator's `sqs-claim` with a clean environment plus `env`, expecting it to fail:
+/// returns the exit code and the one `error: ...` line (panics if there is not exactly one, or
+/// on exit 0).
+pub fn sqs_claim_fails(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let out = output(&sqs_claim_bin(), args, env);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "sqs-claim {args:?} must fail");
     let errors: Vec<&str> = stderr
@@ -141,9 +152,10 @@ pub fn fails_with(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), errors[0].to_owned())
 }
 
-/// The operator's commands on `store`: `inspect` a completed key (full, and raw with
-/// `--namespace`), `release` refuses it, `forget` needs `--yes` off a terminal, then deletes it,
-/// and the message runs (and credits) again.
+/// The operator's commands on `store`, run with `sqs-claim` beside `payments invoke` and
+/// `balances` (the same `env`, the app's namespace in `SQS_CLAIM_NAMESPACE`): `inspect` a
+/// completed key (full, and raw with `--namespace`), `release` refuses it, `forget` needs
+/// `--yes` off a terminal, then deletes it, and the message runs (and credits) again.
 pub fn operator_commands(store: &str, env: &[(&str, &str)]) {
     let namespace = format!("op-{}", uuid::Uuid::new_v4().simple());
     let mut env = env.to_vec();
@@ -167,7 +179,7 @@ pub fn operator_commands(store: &str, env: &[(&str, &str)]) {
     let before = alice();
     let key = format!("{namespace}#o-1");
 
-    let (stdout, _) = run(
+    let (stdout, _) = sqs_claim(
         &["inspect", &key, "--store", store, "--report", "json"],
         env,
     );
@@ -178,7 +190,7 @@ pub fn operator_commands(store: &str, env: &[(&str, &str)]) {
     assert!(seen["token"].is_string(), "{seen}");
     assert!(seen["fingerprint"].is_string(), "{seen}");
     assert!(seen["lease_until"].is_null(), "{seen}");
-    let (text, _) = run(
+    let (text, _) = sqs_claim(
         &[
             "inspect",
             "o-1",
@@ -191,26 +203,26 @@ pub fn operator_commands(store: &str, env: &[(&str, &str)]) {
     );
     assert!(text.contains("completed, remembered until "), "{text}");
 
-    let (code, err) = fails_with(&["inspect", "o-1", "--store", store], env);
+    let (code, err) = sqs_claim_fails(&["inspect", "o-1", "--store", store], env);
     assert_eq!(code, 2, "a raw key without --namespace: {err}");
     assert!(err.contains(&key), "the hint names the full key: {err}");
-    let (code, err) = fails_with(&["release", &key, "--store", store, "--yes"], env);
+    let (code, err) = sqs_claim_fails(&["release", &key, "--store", store, "--yes"], env);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is completed"), "{err}");
-    let (code, err) = fails_with(&["forget", &key, "--store", store], env);
+    let (code, err) = sqs_claim_fails(&["forget", &key, "--store", store], env);
     assert_eq!(code, 2, "no terminal, no --yes: {err}");
     assert!(err.contains("--yes"), "{err}");
 
-    let (stdout, stderr) = run(&["forget", &key, "--store", store, "--yes"], env);
+    let (stdout, stderr) = sqs_claim(&["forget", &key, "--store", store, "--yes"], env);
     assert_eq!(stdout.trim(), format!("forgotten {key}"));
     assert!(
         stderr.contains("credits the account a second time"),
         "{stderr}"
     );
-    let (code, err) = fails_with(&["inspect", &key, "--store", store], env);
+    let (code, err) = sqs_claim_fails(&["inspect", &key, "--store", store], env);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("no claim record"), "{err}");
-    let (code, err) = fails_with(&["forget", &key, "--store", store, "--yes"], env);
+    let (code, err) = sqs_claim_fails(&["forget", &key, "--store", store, "--yes"], env);
     assert_eq!(code, 1, "{err}");
 
     // What the warning said: the forgotten message runs again, and credits again.

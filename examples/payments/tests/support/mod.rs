@@ -1,6 +1,6 @@
-//! What the example app's tests share: the `sqs-claim` CLI and the `consumer` binary run as a
-//! user runs them, the ledgers' balance range, stores on the real servers, the Powertools
-//! driver, and log capture.
+//! What the example app's tests share: the `payments` command line, the operator's `sqs-claim`
+//! on the same store and the `consumer` binary run as a user runs them, the ledgers' balance
+//! range, stores on the real servers, the Powertools driver, and log capture.
 //!
 //! The fake Runtime API, the fault proxy, silent endpoints, the EMF checker and the event
 //! builders are `sqs-claim-testkit`'s. Each test binary uses a different part of these
@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod consumer;
 pub mod ledger;
+pub mod operator;
 // The library's own test support, compiled here too (one copy; why not a crate: the header of
 // `servers.rs`).
 #[path = "../../../../tests/support/powertools.rs"]
