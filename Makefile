@@ -12,6 +12,11 @@ STORE ?=
 # The stand-ins' env file: in SQS_CLAIM_RUN when set, as scripts/standins.sh writes it there.
 STANDINS_ENV := $(or $(SQS_CLAIM_RUN),$(CURDIR)/.standins)/env
 APP := $(or $(CARGO_TARGET_DIR),target)/debug/payments
+# The `payments` binary with only what the run needs: the command line and the embedded stores,
+# plus Redis or PostgreSQL when STORE names one (issue 37: `make demo` builds no CLI crate, no
+# Redis, no PostgreSQL).
+comma := ,
+APP_FEATURES := cli$(if $(findstring redis,$(STORE)),$(comma)redis)$(if $(findstring postgres,$(STORE)),$(comma)postgres)
 # make chaos: seconds of chaos per store (the control run lasts a sixth of it, at least 5 s).
 CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
@@ -30,16 +35,16 @@ cli: ## Build the operator's sqs-claim (target/debug/sqs-claim); install it with
 	$(CARGO) build -p sqs-claim-cli --bin sqs-claim
 
 demo: ## Run the example consumer on events/plain.json with the embedded store (run it again: all duplicates)
-	$(CARGO) build -p payments --all-features --bin payments
+	$(CARGO) build -p payments --features $(APP_FEATURES) --bin payments
 	$(APP) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 	$(APP) balances $(if $(STORE),--store $(STORE))
 
 invoke: ## Run the example consumer on EVENT=events/....json [STORE=url]
-	$(CARGO) build -p payments --all-features --bin payments
+	$(CARGO) build -p payments --features $(APP_FEATURES) --bin payments
 	$(APP) invoke $(EVENT) $(if $(STORE),--store $(STORE))
 
 balances: ## Print account balances [STORE=url]
-	$(CARGO) build -p payments --all-features --bin payments
+	$(CARGO) build -p payments --features $(APP_FEATURES) --bin payments
 	$(APP) balances $(if $(STORE),--store $(STORE))
 
 clean-state: ## Forget the embedded store (.sqs-claim/)

@@ -1,7 +1,8 @@
-//! The commands themselves, for the `sqs-claim` binary and for an app's binary that offers them
-//! beside its own (the example app's `payments` flattens [`AdminCommand`] into its commands):
-//! the store flags and how they beat the environment, `init`, `prune`, `doctor` and the
-//! operator's commands for one key, and the one-line errors with their exit codes.
+//! The commands themselves, for the `sqs-claim` binary and for a team's binary that offers them
+//! beside its own (flatten [`AdminCommand`] into its commands): the store flags and how they
+//! beat the environment (the library's [`StoreFlags`]), `init`, `prune`, `doctor` and the
+//! operator's commands for one key, and the one-line errors with their exit codes. The example
+//! app's `payments` does not: it is built on the library alone.
 
 use std::fmt;
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use clap::{ArgMatches, Args, Subcommand};
 use sqs_claim::store::{BoxStore, StoreAdmin};
 
 use crate::{Settings, StoreUrl, doctor, operator};
-use sqs_claim::settings::{PARTITION_KEY_VAR, SORT_KEY_VAR, key_layout, key_layout_values};
+pub use sqs_claim::settings::StoreFlags;
 
 /// The help of `--store`, with every URL form.
 pub const STORE_HELP: &str = "Where claims live: sqlite:PATH | memory: | dynamodb:TABLE | \
@@ -26,7 +27,7 @@ tiered:REDIS_URL|DURABLE_URL [default: sqlite:.sqs-claim/claims.db] [env: SQS_CL
 pub struct StoreArgs {
     // The help is a string, not a doc comment: rustdoc would read its brackets as links. No
     // `env = ...` on these flags: their variables are read once, by the settings
-    // (`sqs_claim::settings::Settings`), and a flag beats them there ([`StoreFlags::apply`]).
+    // (`sqs_claim::settings::Settings`), and a flag beats them there ([`apply_store_flags`]).
     // The help still names each flag's variable, as clap's `env` did, for whoever reads it.
     #[arg(long, global = true, value_name = "URL", help = STORE_HELP)]
     store: Option<String>,
@@ -47,32 +48,19 @@ pub struct StoreArgs {
     sort_key: Option<String>,
 }
 
-/// The store flags typed on the command line (not from the environment: those are already in
-/// [`Settings`], whose errors name the variable). An empty value counts as not given.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StoreFlags {
-    /// `--store`.
-    pub store: Option<String>,
-    /// `--table`.
-    pub table: Option<String>,
-    /// `--partition-key`.
-    pub partition_key: Option<String>,
-    /// `--sort-key`.
-    pub sort_key: Option<String>,
-}
-
-impl StoreFlags {
-    /// The flags of `args` that `matches` says were typed (before or after the command), not
-    /// taken from their variables. `--store` and `--table` together are a usage mistake.
-    pub fn typed(matches: &ArgMatches, args: StoreArgs, program: &str) -> Result<Self, CliError> {
+impl StoreArgs {
+    /// The flags that `matches` says were typed (before or after the command), not taken from
+    /// their variables: the library's [`StoreFlags`], which applies them over the
+    /// environment's settings ([`apply_store_flags`]). `--store` and `--table` together are a
+    /// usage mistake.
+    pub fn typed(self, matches: &ArgMatches, program: &str) -> Result<StoreFlags, CliError> {
         let flags = StoreFlags {
-            store: typed(matches, "store", args.store),
-            table: typed(matches, "table", args.table),
-            partition_key: typed(matches, "partition_key", args.partition_key),
-            sort_key: typed(matches, "sort_key", args.sort_key),
+            store: typed(matches, "store", self.store),
+            table: typed(matches, "table", self.table),
+            partition_key: typed(matches, "partition_key", self.partition_key),
+            sort_key: typed(matches, "sort_key", self.sort_key),
         };
-        if flags.store.is_some() && flags.table.is_some() {
+        if flags.names_the_store_twice() {
             return Err(CliError::usage(
                 program,
                 "--store and --table both name the store: give one",
@@ -80,53 +68,11 @@ impl StoreFlags {
         }
         Ok(flags)
     }
+}
 
-    /// Applies the flags over the environment's settings: a flag beats any variable, so
-    /// `--table` drops an `SQS_CLAIM_STORE` from the environment and `--store` an
-    /// `SQS_CLAIM_TABLE`. Errors name the flag.
-    pub fn apply(self, settings: &mut Settings) -> Result<(), CliError> {
-        if let Some(store) = self.store {
-            let url = store
-                .parse::<StoreUrl>()
-                .map_err(|e| CliError::failed(format!("--store: {e:#}")))?;
-            settings.store = Some(url);
-            settings.table = None;
-        } else if let Some(table) = self.table {
-            format!("dynamodb:{table}")
-                .parse::<StoreUrl>()
-                .map_err(|e| CliError::failed(format!("--table: {e:#}")))?;
-            settings.store = None;
-            settings.table = Some(table.trim().to_owned());
-        }
-        if self.partition_key.is_some() || self.sort_key.is_some() {
-            // Each flag beats its own variable; the other half of the layout may come from
-            // the environment, and the two are checked together.
-            let (env_partition, env_sort) = match &settings.dynamodb_keys {
-                Some(schema) => {
-                    let (partition, sort) = key_layout_values(schema);
-                    (Some(partition), sort)
-                }
-                None => (None, None),
-            };
-            let pick = |flag: &Option<String>, name: &'static str, env: Option<String>, var| match (
-                flag, env,
-            ) {
-                (Some(value), _) => Some((name.to_owned(), value.clone())),
-                (None, Some(value)) => Some((format!("environment variable {var}"), value)),
-                (None, None) => None,
-            };
-            let partition = pick(
-                &self.partition_key,
-                "--partition-key",
-                env_partition,
-                PARTITION_KEY_VAR,
-            );
-            let sort = pick(&self.sort_key, "--sort-key", env_sort, SORT_KEY_VAR);
-            settings.dynamodb_keys =
-                key_layout(as_refs(&partition), as_refs(&sort)).map_err(CliError::failed)?;
-        }
-        Ok(())
-    }
+/// [`StoreFlags::apply`]: a flag beats any variable; the error (exit 1) names the flag.
+pub fn apply_store_flags(flags: StoreFlags, settings: &mut Settings) -> Result<(), CliError> {
+    flags.apply(settings).map_err(CliError::failed)
 }
 
 /// `value` if the flag `id` was typed and is not blank.
@@ -139,13 +85,6 @@ fn typed(matches: &ArgMatches, id: &str, value: Option<String>) -> Option<String
 pub fn from_command_line(matches: &ArgMatches, id: &str) -> bool {
     let typed = |m: &ArgMatches| m.value_source(id) == Some(ValueSource::CommandLine);
     typed(matches) || matches.subcommand().is_some_and(|(_, sub)| typed(sub))
-}
-
-/// A setting as [`key_layout`] takes it: (where it came from, its value).
-fn as_refs(setting: &Option<(String, String)>) -> Option<(&str, &str)> {
-    setting
-        .as_ref()
-        .map(|(source, value)| (source.as_str(), value.as_str()))
 }
 
 /// The commands that need nothing but the claims table, whatever the consumer: flattened into
@@ -333,7 +272,7 @@ pub enum Parsed<T> {
 /// Parses `args` with the clap command `P`, without I/O: help and version come back as text to
 /// print, any other clap error goes through `usage` (usually [`usage_error`]) to become one
 /// line. The matches come with the value, to tell typed flags from their variables
-/// ([`StoreFlags::typed`]).
+/// ([`StoreArgs::typed`]).
 pub fn parse<P: clap::Parser>(
     args: impl IntoIterator<Item = std::ffi::OsString>,
     usage: impl FnOnce(&clap::Error) -> CliError,
@@ -401,115 +340,4 @@ pub fn fail(e: CliError) -> ExitCode {
     let one_line = e.message.split_whitespace().collect::<Vec<_>>().join(" ");
     eprintln!("error: {one_line}");
     ExitCode::from(e.code)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(vars: &[(&str, &str)]) -> Settings {
-        Settings::from_lookup(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| (*v).to_owned())
-        })
-        .expect("valid settings")
-    }
-
-    /// `--partition-key` and `--sort-key` set the DynamoDB key layout, each over its own
-    /// variable (the other half may come from the environment), checked together; a bad value
-    /// names the flag.
-    #[test]
-    fn the_key_layout_flags_beat_their_variables() {
-        use sqs_claim::store::dynamodb::DynamoDbKeySchema;
-        let flags = StoreFlags {
-            table: Some("app".into()),
-            partition_key: Some("pk=CLAIM#{key}".into()),
-            sort_key: Some("sk=CLAIM".into()),
-            ..StoreFlags::default()
-        };
-        let mut s = settings(&[]);
-        flags.apply(&mut s).expect("valid flags");
-        let single_table =
-            DynamoDbKeySchema::partition("pk", "CLAIM#{key}").with_sort("sk", "CLAIM");
-        assert_eq!(
-            s.cli_store().expect("url"),
-            StoreUrl::DynamoDb {
-                table: "app".into(),
-                key_schema: Some(single_table.clone()),
-            }
-        );
-        // The flag replaces its variable only: the sort key stays the environment's.
-        let mut s = settings(&[
-            ("SQS_CLAIM_DYNAMODB_PARTITION_KEY", "id={key}"),
-            ("SQS_CLAIM_DYNAMODB_SORT_KEY", "sk=CLAIM"),
-        ]);
-        let flags = StoreFlags {
-            partition_key: Some("pk=CLAIM#{key}".into()),
-            ..StoreFlags::default()
-        };
-        flags.apply(&mut s).expect("valid");
-        assert_eq!(s.dynamodb_keys, Some(single_table));
-        // A bad flag names the flag, not the variable.
-        let mut s = settings(&[]);
-        let flags = StoreFlags {
-            partition_key: Some("pk=CLAIM".into()),
-            ..StoreFlags::default()
-        };
-        let err = flags.apply(&mut s).expect_err("no {key}");
-        assert!(
-            err.message.contains("--partition-key") && err.message.contains("{key}"),
-            "{}",
-            err.message
-        );
-        let mut s = settings(&[]);
-        let flags = StoreFlags {
-            sort_key: Some("sk".into()),
-            partition_key: Some("pk={key}".into()),
-            ..StoreFlags::default()
-        };
-        let err = flags.apply(&mut s).expect_err("not NAME=TEMPLATE");
-        assert!(err.message.contains("--sort-key"), "{}", err.message);
-    }
-
-    #[test]
-    fn a_flag_beats_the_environment() {
-        let env = [
-            ("SQS_CLAIM_STORE", "memory:"),
-            ("SQS_CLAIM_TABLE", "envtable"),
-        ];
-        let mut s = settings(&env);
-        StoreFlags::default().apply(&mut s).expect("no flags");
-        assert_eq!(s.cli_store().expect("url"), StoreUrl::Memory);
-
-        let mut s = settings(&env);
-        let flags = StoreFlags {
-            table: Some("claims".into()),
-            ..StoreFlags::default()
-        };
-        flags.apply(&mut s).expect("--table");
-        assert_eq!(
-            s.cli_store().expect("url"),
-            StoreUrl::DynamoDb {
-                table: "claims".into(),
-                key_schema: None,
-            }
-        );
-
-        let mut s = settings(&[("SQS_CLAIM_TABLE", "envtable")]);
-        let flags = StoreFlags {
-            store: Some("sqlite:x.db".into()),
-            ..StoreFlags::default()
-        };
-        flags.apply(&mut s).expect("--store");
-        assert_eq!(s.cli_store().expect("url"), StoreUrl::Sqlite("x.db".into()));
-
-        let mut s = settings(&[]);
-        let bad = StoreFlags {
-            table: Some("a b".into()),
-            ..StoreFlags::default()
-        };
-        let err = bad.apply(&mut s).expect_err("not a table name");
-        assert!(err.message.starts_with("--table: "), "{}", err.message);
-    }
 }

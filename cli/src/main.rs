@@ -93,7 +93,7 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
         command::Parsed::Run(parsed) => parsed,
         command::Parsed::Print(text) => return Ok(Parsed::Print(text)),
     };
-    let flags = StoreFlags::typed(&matches, cli.store, PROGRAM)?;
+    let flags = cli.store.typed(&matches, PROGRAM)?;
     Ok(Parsed::Run((cli.command, Box::new(flags))))
 }
 
@@ -107,7 +107,7 @@ fn app_command(e: &clap::Error) -> bool {
 
 async fn run(command: Command, flags: StoreFlags) -> Result<(), CliError> {
     let mut settings = Settings::from_env().map_err(CliError::failed)?;
-    flags.apply(&mut settings)?;
+    command::apply_store_flags(flags, &mut settings)?;
     let url = settings.cli_store().map_err(CliError::failed)?;
     let store = url.to_string();
     match command {

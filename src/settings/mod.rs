@@ -20,7 +20,7 @@
 //! | `store_url.rs` | [`StoreUrl`], [`ServerUrl`] (passwords hidden) |
 //! | `open.rs` | [`StoreUrl::open`], [`StoreUrl::open_checked`], [`bounded_startup`] |
 //! | `configure.rs` | [`Settings::open_store`], [`Settings::configure`], the SQS steps |
-//! | `key_layout.rs`, `powertools.rs` | the DynamoDB key layout, the Powertools interop |
+//! | `key_layout.rs`, `flags.rs`, `powertools.rs` | the DynamoDB key layout, the store flags of a command line (`admin`), the Powertools interop |
 //!
 //! Every variable is optional; an invalid value is a startup error naming the variable (a
 //! consumer that starts with a typo in its configuration would quietly do the wrong thing).
@@ -52,6 +52,8 @@ use crate::{
 };
 
 mod configure;
+#[cfg(feature = "admin")]
+mod flags;
 mod key_layout;
 mod open;
 #[cfg(feature = "powertools")]
@@ -65,6 +67,9 @@ mod variables;
 
 // The key-layout helpers, the variables' table and the CLI's store are the operator tool's
 // (feature `admin`); a consumer reads the layout through `Settings::dynamodb_keys`.
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
+pub use flags::StoreFlags;
 #[cfg(not(feature = "admin"))]
 pub(crate) use key_layout::{PARTITION_KEY_VAR, SORT_KEY_VAR, describe_key_layout, key_layout};
 #[cfg(feature = "admin")]

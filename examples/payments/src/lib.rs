@@ -29,8 +29,9 @@
 //! | settings from the environment (every consumer's, from [`sqs_claim::settings`], and the accounts table) | [`config`] |
 //! | the same credits from Kinesis, DynamoDB Streams or Kafka (the `stream-consumer` binary) | [`stream`] |
 //!
-//! The operator's commands (`doctor`, `inspect`, `release`, `forget`, `prune`) are
-//! `sqs-claim`'s (the `sqs-claim-cli` crate); the `payments` binary offers them on the app's store too.
+//! The app depends on the library alone. The operator's commands (`doctor`, `inspect`,
+//! `release`, `forget`, `prune`) are `sqs-claim`'s (the `sqs-claim-cli` crate), run on the app's
+//! store with `SQS_CLAIM_NAMESPACE=payments`.
 
 use std::future::Future;
 use std::task::{Context, Poll};

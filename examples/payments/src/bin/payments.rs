@@ -1,45 +1,46 @@
 //! `payments`: the example app's command line. It runs the reference consumer locally, over
 //! an SQS event file, exactly as Lambda would, against an embedded SQLite file (the default),
-//! memory, DynamoDB, Redis, PostgreSQL or a tiered store; prints the balances; creates the
-//! claims and accounts tables; and offers the operator's commands of `sqs-claim`
-//! ([`sqs_claim_cli::command::AdminCommand`]) on the same store.
+//! memory, DynamoDB, Redis, PostgreSQL or a tiered store; prints the balances; and creates the
+//! claims and accounts tables. It is built on the library alone: the operator's commands
+//! (`prune`, `doctor`, `inspect`, `release`, `forget`) are the `sqs-claim` binary's
+//! (`cargo install --path cli`), on the same store.
 //!
 //! ```text
 //! payments invoke EVENT.json [--store URL] [--accounts-table NAME] [--report json]
 //! payments balances [--store URL] [--accounts-table NAME]
 //! payments init [--store URL] [--accounts-table NAME] [--partition-key K=T] [--sort-key K=T]
-//! payments prune|doctor|inspect|release|forget ...   (as sqs-claim's)
 //! ```
 //!
 //! Bad input (a missing file, not JSON, not an SQS event, an unknown store URL, a store that
 //! does not answer) is one `error: ...` line on stderr and exit code 1; a usage mistake (an
-//! unknown command or flag, a missing value) is one such line and exit code 2. A batch that ran
-//! exits 0 even if messages failed: the batch response says which.
+//! unknown command or flag, a missing value, an operator's command) is one such line and exit
+//! code 2. A batch that ran exits 0 even if messages failed: the batch response says which.
 
 use std::ffi::OsString;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use lambda_runtime::{Context, LambdaEvent};
 use payments::{BoxLedger, Ledger, Settings};
 use sqs_claim::BatchReport;
 use sqs_claim::events::SqsEvent;
-use sqs_claim_cli::command::{self, AdminCommand, CliError, StoreArgs, StoreFlags};
+use sqs_claim::settings::StoreFlags;
 
 const PROGRAM: &str = "payments";
 
-const COMMANDS: &str = "invoke, balances, init, prune, doctor, inspect, release or forget";
+const COMMANDS: &str = "invoke, balances or init";
+
+/// The operator's commands, which are `sqs-claim`'s: named here only to point there.
+const OPERATOR_COMMANDS: [&str; 5] = ["prune", "doctor", "inspect", "release", "forget"];
 
 const USAGE: &str = "\
 payments invoke EVENT.json [--store URL] [--report json]
        payments balances [--store URL]
        payments init [--store URL]
-       payments prune [--store URL] [--limit N]
-       payments doctor [--queue-url URL] [--function NAME] [--store URL] [--report json]
-       payments inspect KEY [--namespace NS] [--report json]
-       payments inspect --event FILE [--namespace NS] [--report json]
-       payments release|forget KEY [--namespace NS] [--yes]
        payments help [COMMAND]";
 
 const AFTER_HELP: &str = "\
@@ -50,7 +51,16 @@ DynamoDB endpoint, region and credentials come from the standard AWS environment
 (AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:8000 for DynamoDB Local). Opening the store and \
 checking its tables may take SQS_CLAIM_STARTUP_TIMEOUT_MS (default 15000). The consumer's other \
 settings (SQS_CLAIM_KEY, SQS_CLAIM_NAMESPACE, ...) are read from the environment as the Lambda \
-reads them. RUST_LOG=info shows the processor's logs on stderr.";
+reads them. RUST_LOG=info shows the processor's logs on stderr.
+
+The operator's commands (prune, doctor, inspect, release, forget) are sqs-claim's, on the same \
+store: cargo install --path cli, then e.g. SQS_CLAIM_NAMESPACE=payments sqs-claim inspect KEY.";
+
+/// The help of `--store`, with every URL form.
+const STORE_HELP: &str = "Where claims and accounts live: sqlite:PATH | memory: | \
+dynamodb:TABLE | redis://HOST[:PORT][/DB][?prefix=P] | rediss://... (TLS) | \
+postgres://USER@HOST[:PORT]/DB | tiered:REDIS_URL|DURABLE_URL [default: \
+sqlite:.sqs-claim/claims.db] [env: SQS_CLAIM_STORE]";
 
 /// Run the sqs-claim example app (a payments consumer) locally.
 #[derive(Debug, Parser)]
@@ -68,13 +78,31 @@ struct Cli {
     command: Command,
 }
 
+/// Flags of every command. No `env = ...`: their variables are read once, by the settings
+/// (`payments::config`), and a flag beats them there ([`StoreFlags::apply`]); the help still
+/// names each flag's variable.
 #[derive(Debug, Args)]
 struct AppArgs {
-    #[command(flatten)]
-    store: StoreArgs,
+    // The help is a string, not a doc comment: rustdoc would read its brackets as links.
+    #[arg(long, global = true, value_name = "URL", help = STORE_HELP)]
+    store: Option<String>,
+
+    /// The DynamoDB claims table, when no store URL is given: the same as --store dynamodb:NAME
+    /// [env: SQS_CLAIM_TABLE]
+    #[arg(long, global = true, value_name = "NAME")]
+    table: Option<String>,
+
+    /// The DynamoDB claims table's partition key, NAME=TEMPLATE: pk=CLAIM#{key} [default:
+    /// id={key}] [env: SQS_CLAIM_DYNAMODB_PARTITION_KEY]
+    #[arg(long, global = true, value_name = "NAME=TEMPLATE")]
+    partition_key: Option<String>,
+
+    /// The DynamoDB claims table's sort key, NAME=TEMPLATE: sk=CLAIM [default: none] [env:
+    /// SQS_CLAIM_DYNAMODB_SORT_KEY]
+    #[arg(long, global = true, value_name = "NAME=TEMPLATE")]
+    sort_key: Option<String>,
 
     /// The DynamoDB accounts table [default: TABLE-accounts] [env: SQS_CLAIM_ACCOUNTS_TABLE]
-    // No `env = ...`: the variable is read once, by the settings (`payments::config`).
     #[arg(long, global = true, value_name = "NAME")]
     accounts_table: Option<String>,
 }
@@ -86,7 +114,7 @@ enum Command {
     /// Prints the batch response (or, with --report json, every message's outcome) on stdout,
     /// a summary on stderr. A batch that ran exits 0 even if messages failed: the batch
     /// response says which. The store must be ready: embedded stores (memory, SQLite) create
-    /// their tables; DynamoDB, Redis and PostgreSQL tables come from `sqs-claim init`.
+    /// their tables; DynamoDB, Redis and PostgreSQL tables come from `payments init`.
     Invoke {
         /// The SQS event file (JSON, as Lambda delivers it: {"Records": [...]})
         #[arg(value_name = "EVENT.json")]
@@ -105,9 +133,6 @@ enum Command {
     /// DynamoDB tables are never created otherwise: `invoke` and the Lambda consumer only
     /// check that they exist.
     Init,
-
-    #[command(flatten)]
-    Admin(AdminCommand),
 }
 
 /// `invoke --report`: the one report format.
@@ -117,39 +142,126 @@ enum Report {
     Json,
 }
 
-/// The flags of the command line: the store's, and the accounts table.
+/// The flags typed on the command line: the store's, and the accounts table.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Flags {
     store: StoreFlags,
     accounts_table: Option<String>,
 }
 
-/// What the command line asks for (the flags boxed: they would make the enum large for the
-/// text variant).
-type Parsed = command::Parsed<(Command, Box<Flags>)>;
+/// What the command line asks for: a command to run, or text to print (help, version).
+#[derive(Debug)]
+enum Parsed {
+    Run(Command, Box<Flags>),
+    Print(String),
+}
+
+/// An error for the user: one `error: ...` line on stderr and its exit code (2 for a usage
+/// mistake, 1 for anything else).
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    code: u8,
+}
+
+impl Failure {
+    /// A usage mistake (exit 2), with a pointer to the help.
+    fn usage(message: impl fmt::Display) -> Self {
+        Failure {
+            message: format!("{message} (see {PROGRAM} --help)"),
+            code: 2,
+        }
+    }
+
+    /// Exit 1 with `message`, its causes included (`{:#}`).
+    fn failed(message: impl fmt::Display) -> Self {
+        Failure {
+            message: format!("{message:#}"),
+            code: 1,
+        }
+    }
+}
 
 /// Parses the command line. No I/O: help and version come back as text to print.
-fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
-    let usage = |e: &clap::Error| command::usage_error(e, PROGRAM, COMMANDS);
-    let (cli, matches) = match command::parse::<Cli>(args, usage)? {
-        command::Parsed::Run(parsed) => parsed,
-        command::Parsed::Print(text) => return Ok(Parsed::Print(text)),
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, Failure> {
+    let matches = match Cli::command().try_get_matches_from(args) {
+        Ok(matches) => matches,
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            return Ok(Parsed::Print(e.render().to_string()));
+        }
+        Err(e) => return Err(usage_error(&e)),
     };
-    let accounts_table = cli
-        .args
-        .accounts_table
-        .filter(|v| command::from_command_line(&matches, "accounts_table") && !v.trim().is_empty());
+    let cli = Cli::from_arg_matches(&matches).map_err(|e| usage_error(&e))?;
+    // A flag counts when typed (before or after the command) and not blank.
+    let typed = |id: &str, value: Option<String>| {
+        let on_line = |m: &ArgMatches| m.value_source(id) == Some(ValueSource::CommandLine);
+        let typed = on_line(&matches) || matches.subcommand().is_some_and(|(_, m)| on_line(m));
+        value.filter(|v| typed && !v.trim().is_empty())
+    };
+    let args = cli.args;
     let flags = Flags {
-        store: StoreFlags::typed(&matches, cli.args.store, PROGRAM)?,
-        accounts_table,
+        store: StoreFlags {
+            store: typed("store", args.store),
+            table: typed("table", args.table),
+            partition_key: typed("partition_key", args.partition_key),
+            sort_key: typed("sort_key", args.sort_key),
+        },
+        accounts_table: typed("accounts_table", args.accounts_table),
     };
-    Ok(Parsed::Run((cli.command, Box::new(flags))))
+    if flags.store.names_the_store_twice() {
+        return Err(Failure::usage(
+            "--store and --table both name the store: give one",
+        ));
+    }
+    Ok(Parsed::Run(cli.command, Box::new(flags)))
+}
+
+/// clap's error as one line, in the words users may have scripted around.
+fn usage_error(e: &clap::Error) -> Failure {
+    let context = |kind| match e.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(", ")),
+        _ => None,
+    };
+    let arg = context(ContextKind::InvalidArg).unwrap_or_default();
+    let message = match e.kind() {
+        ErrorKind::MissingSubcommand | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            format!("missing command: {COMMANDS}")
+        }
+        ErrorKind::InvalidSubcommand => match context(ContextKind::InvalidSubcommand) {
+            Some(command) if OPERATOR_COMMANDS.contains(&command.as_str()) => format!(
+                "{command} is an operator command: run sqs-claim {command} with the same store \
+                 flags (cargo install --path cli; SQS_CLAIM_NAMESPACE=payments for this app's \
+                 keys)"
+            ),
+            _ => first_line(e),
+        },
+        ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
+            format!("invoke needs an event file: {PROGRAM} invoke EVENT.json")
+        }
+        ErrorKind::InvalidValue if context(ContextKind::InvalidValue).as_deref() == Some("") => {
+            let flag = arg.split_whitespace().next().unwrap_or(&arg);
+            format!("{flag} needs a value")
+        }
+        _ => first_line(e),
+    };
+    Failure::usage(message)
+}
+
+/// The first line of clap's rendered error, without its `error: `.
+fn first_line(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or_default();
+    first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
 /// The command line's flags over the environment's: a flag beats any variable. Errors name
 /// the flag.
-fn apply_flags(settings: &mut Settings, flags: Flags) -> Result<(), CliError> {
-    flags.store.apply(&mut settings.consumer)?;
+fn apply_flags(settings: &mut Settings, flags: Flags) -> Result<(), Failure> {
+    flags
+        .store
+        .apply(&mut settings.consumer)
+        .map_err(Failure::failed)?;
     if let Some(accounts) = flags.accounts_table {
         settings.accounts_table = Some(accounts);
     }
@@ -159,8 +271,8 @@ fn apply_flags(settings: &mut Settings, flags: Flags) -> Result<(), CliError> {
 /// Reads and checks an SQS event file, as `sqs_claim::lambda::run` does: every failure names
 /// the file and what is wrong, never the content (a type error is given by line and column:
 /// serde's own message would quote the value, which may be a body).
-fn read_event(path: &Path) -> Result<SqsEvent, CliError> {
-    sqs_claim::lambda::read_event_file(path).map_err(CliError::failed)
+fn read_event(path: &Path) -> Result<SqsEvent, Failure> {
+    sqs_claim::lambda::read_event_file(path).map_err(Failure::failed)
 }
 
 /// `invoke` on whichever ledger is open: the batch response (or the `--report json`
@@ -171,13 +283,13 @@ async fn invoke(
     event: SqsEvent,
     format: Option<Report>,
     store: &str,
-) -> Result<(), CliError> {
+) -> Result<(), Failure> {
     let report = invoke_on(ledger.clone(), settings, event).await?;
     let out = match format {
         Some(Report::Json) => report.to_json(),
-        None => serde_json::to_value(report.response()).map_err(CliError::failed)?,
+        None => serde_json::to_value(report.response()).map_err(Failure::failed)?,
     };
-    let text = serde_json::to_string_pretty(&out).map_err(CliError::failed)?;
+    let text = serde_json::to_string_pretty(&out).map_err(Failure::failed)?;
     println!("{text}");
     eprint!("{}", summary(&report, store));
     Ok(())
@@ -188,15 +300,15 @@ async fn invoke_on(
     ledger: BoxLedger,
     settings: &Settings,
     event: SqsEvent,
-) -> Result<BatchReport, CliError> {
+) -> Result<BatchReport, Failure> {
     let processor = payments::build(ledger, settings)
         .await
-        .map_err(CliError::failed)?;
+        .map_err(Failure::failed)?;
     // A default context: no deadline (0), as outside Lambda; leases use SQS_CLAIM_LEASE_SECS.
     processor
         .process(LambdaEvent::new(event, Context::default()))
         .await
-        .map_err(|e| CliError::failed(format!("the batch was refused: {e:#}")))
+        .map_err(|e| Failure::failed(format!("the batch was refused: {e:#}")))
 }
 
 fn summary(report: &BatchReport, store: &str) -> String {
@@ -212,11 +324,11 @@ fn summary(report: &BatchReport, store: &str) -> String {
 }
 
 /// `balances`: one `account<TAB>cents` line per account on stdout.
-async fn balances(ledger: &BoxLedger, store: &str) -> Result<(), CliError> {
+async fn balances(ledger: &BoxLedger, store: &str) -> Result<(), Failure> {
     let balances = ledger
         .balances()
         .await
-        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
+        .map_err(|e| Failure::failed(format!("store {store}: {e:#}")))?;
     if balances.is_empty() {
         eprintln!("no accounts yet (store {store})");
     }
@@ -227,17 +339,17 @@ async fn balances(ledger: &BoxLedger, store: &str) -> Result<(), CliError> {
 }
 
 /// `init`: creates the store's tables.
-async fn init(ledger: &BoxLedger, store: &str) -> Result<(), CliError> {
+async fn init(ledger: &BoxLedger, store: &str) -> Result<(), Failure> {
     ledger
         .init()
         .await
-        .map_err(|e| CliError::failed(format!("store {store}: {e:#}")))?;
+        .map_err(|e| Failure::failed(format!("store {store}: {e:#}")))?;
     eprintln!("initialized {store}");
     Ok(())
 }
 
-async fn run(command: Command, flags: Flags) -> Result<(), CliError> {
-    let mut settings = Settings::from_env().map_err(CliError::failed)?;
+async fn run(command: Command, flags: Flags) -> Result<(), Failure> {
+    let mut settings = Settings::from_env().map_err(Failure::failed)?;
     // Metrics lines are for Lambda's log pipeline; the CLI's output is its report.
     settings.metrics_namespace = None;
     // Read the event before touching the store: a typo in the path should not create files.
@@ -246,9 +358,9 @@ async fn run(command: Command, flags: Flags) -> Result<(), CliError> {
         _ => None,
     };
     apply_flags(&mut settings, flags)?;
-    let app = settings.cli_store().map_err(CliError::failed)?;
+    let app = settings.cli_store().map_err(Failure::failed)?;
     let store = app.to_string();
-    let cannot_open = |e| CliError::failed(format!("cannot open store {store}: {e:#}"));
+    let cannot_open = |e| Failure::failed(format!("cannot open store {store}: {e:#}"));
     // Opening the store and its readiness check are bounded (SQS_CLAIM_STARTUP_TIMEOUT_MS).
     let startup = settings.startup_timeout;
     match command {
@@ -269,31 +381,58 @@ async fn run(command: Command, flags: Flags) -> Result<(), CliError> {
             let ledger = payments::open(&app).await.map_err(cannot_open)?;
             init(&ledger, &store).await
         }
-        Command::Admin(admin) => {
-            // The operator's commands see this app's namespace when the environment names
-            // none, as its consumer does.
-            let mut consumer = settings.consumer.clone();
-            consumer
-                .namespace
-                .get_or_insert_with(|| settings.namespace().to_owned());
-            admin.run(&consumer, &app.claims, &store).await
-        }
     }
 }
 
 fn main() -> ExitCode {
-    command::main(parse(std::env::args_os()), |(command, flags)| {
-        run(command, *flags)
-    })
+    let (command, flags) = match parse(std::env::args_os()) {
+        Ok(Parsed::Run(command, flags)) => (command, *flags),
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(e),
+    };
+    let ran = start_logging().and_then(|()| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::failed(format!("cannot start the async runtime: {e}")))?
+            .block_on(run(command, flags))
+    });
+    match ran {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+/// Sets up logging when `RUST_LOG` is set: the library's set-up on stderr (stdout is the
+/// command's output), colour codes only on a terminal.
+fn start_logging() -> Result<(), Failure> {
+    if std::env::var_os("RUST_LOG").is_some_and(|v| !v.is_empty()) {
+        sqs_claim::logging::Logging::from_env()
+            .stderr()
+            .ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init()
+            .map_err(Failure::failed)?;
+    }
+    Ok(())
+}
+
+/// Prints the error as exactly one line (causes from SDKs can span lines) and gives its exit
+/// code.
+fn fail(e: Failure) -> ExitCode {
+    let one_line = e.message.split_whitespace().collect::<Vec<_>>().join(" ");
+    eprintln!("error: {one_line}");
+    ExitCode::from(e.code)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
     use payments::config::StoreUrl;
 
-    fn parse_words(words: &[&str]) -> Result<Parsed, CliError> {
+    fn parse_words(words: &[&str]) -> Result<Parsed, Failure> {
         parse(
             std::iter::once("payments")
                 .chain(words.iter().copied())
@@ -303,7 +442,7 @@ mod tests {
 
     fn run_of(words: &[&str]) -> (Command, Flags) {
         match parse_words(words) {
-            Ok(Parsed::Run((command, flags))) => (command, *flags),
+            Ok(Parsed::Run(command, flags)) => (command, *flags),
             other => panic!("{words:?}: expected a command, got {other:?}"),
         }
     }
@@ -352,28 +491,48 @@ mod tests {
         assert_eq!(flags.accounts_table.as_deref(), Some("ledger"));
         // An empty value counts as not given, as before.
         assert_eq!(run_of(&["balances", "--store", ""]).1, Flags::default());
-        let (command, _) = run_of(&["prune"]);
-        assert!(matches!(
-            command,
-            Command::Admin(AdminCommand::Prune {
-                limit: command::DEFAULT_PRUNE_LIMIT
-            })
-        ));
+        let (_, flags) = run_of(&[
+            "init",
+            "--partition-key",
+            "pk=A#{key}",
+            "--sort-key",
+            "sk=A",
+        ]);
+        assert_eq!(flags.store.partition_key.as_deref(), Some("pk=A#{key}"));
+        assert_eq!(flags.store.sort_key.as_deref(), Some("sk=A"));
     }
 
     #[test]
     fn usage_mistakes_are_one_line_in_the_old_words() {
-        assert!(usage(&[]).contains("missing command: invoke, balances, init"));
+        assert!(usage(&[]).contains("missing command: invoke, balances or init"));
         assert!(usage(&["invoke"]).contains("invoke needs an event file: payments invoke"));
         assert!(usage(&["balances", "--store"]).contains("--store needs a value"));
         assert!(usage(&["balances", "--bogus"]).contains("--bogus"));
         assert!(usage(&["frobnicate"]).contains("frobnicate"));
         assert!(usage(&["invoke", "e.json", "--report", "yaml"]).contains("yaml"));
-        assert!(usage(&["prune", "--limit", "0"]).contains("--limit"));
         assert!(usage(&["balances", "--limit", "5"]).contains("--limit"));
         assert!(usage(&["balances", "--store", "a", "--store", "b"]).contains("--store"));
         assert!(usage(&["balances", "--store", "memory:", "--table", "t"]).contains("--table"));
-        for words in [&[][..], &["invoke"], &["balances", "--bogus"]] {
+        // The operator's commands are sqs-claim's: the line says where they went.
+        for command in OPERATOR_COMMANDS {
+            for words in [
+                &[command][..],
+                &[command, "k", "--store", "memory:"],
+                &[command, "--help"],
+            ] {
+                let message = usage(words);
+                assert!(
+                    message.contains(&format!("run sqs-claim {command}")),
+                    "{message}"
+                );
+            }
+        }
+        for words in [
+            &[][..],
+            &["invoke"],
+            &["balances", "--bogus"],
+            &["prune", "--limit", "0"],
+        ] {
             let message = usage(words);
             assert!(!message.contains('\n'), "{words:?}: {message:?}");
             assert!(message.ends_with("(see payments --help)"), "{message}");
@@ -387,7 +546,6 @@ mod tests {
             (&["--version"], env!("CARGO_PKG_VERSION")),
             (&["help", "invoke"], "--report"),
             (&["invoke", "--help"], "--report"),
-            (&["prune", "--help"], "--limit"),
             (&["init", "--help"], "--accounts-table"),
         ] {
             match parse_words(words) {

@@ -29,13 +29,14 @@ fn succeeds(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Str
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     );
-    // Cargo does not copy a fresh binary to target/debug again, so a `cargo build --bin
-    // payments` with other features in the same target dir leaves a binary without this store
-    // behind (`sqs-claim` has every store): say so rather than fail mysteriously.
+    // `make demo` builds target/debug/payments with `--features cli` only; `cargo test` copies
+    // its own build back there before running, but a demo built while the tests run leaves a
+    // binary without this store behind (`sqs-claim` has every store): say so rather than fail
+    // mysteriously.
     assert!(
         !stderr.contains("which this build lacks"),
         "{} was built without `--all-features` (a build with other features replaced it): \
-         `touch examples/payments/src/bin/payments.rs` and run the tests again\n{stderr}",
+         run the tests again (cargo test copies its own build back)\n{stderr}",
         program.display()
     );
     assert!(
