@@ -57,3 +57,16 @@ if ((${#found[@]})); then
     exit 1
 fi
 echo "check-deps: OK: none of ${DENY[*]} in the default dependency tree"
+
+# The example app is built on the library alone (issue 37): no dependency of any kind, optional
+# or not, on the operator's crate.
+app_deps="$(cd "$repo" && cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json,sys
+for p in json.load(sys.stdin)["packages"]:
+    if p["name"] == "payments":
+        print("\n".join(d["name"] for d in p["dependencies"]))')"
+if printf '%s\n' "$app_deps" | grep -qx sqs-claim-cli; then
+    echo "check-deps: FAIL: examples/payments depends on sqs-claim-cli (the app must need the library alone)" >&2
+    exit 1
+fi
+echo "check-deps: OK: examples/payments depends on sqs-claim, not on sqs-claim-cli"
