@@ -20,8 +20,10 @@ use aws_sdk_s3::primitives::ByteStream;
 use sqs_claim::large::LargeMessages;
 
 use sqs_claim::publish::{Outgoing, Publisher};
-use sqs_claim::store::MemoryEffect;
-use sqs_claim::{BatchReport, FailureKind, KeySource, MemoryStore, Message, Outcome, Processor};
+use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, MemoryEffect};
+use sqs_claim::{
+    BatchReport, ErrorKind, FailureKind, KeySource, MemoryStore, Message, Outcome, Processor,
+};
 use sqs_claim_testkit::fault::{Fault, FaultProxy};
 use sqs_claim_testkit::sqs::{Record, lambda_event, lambda_event_with_deadline, record};
 
@@ -1114,4 +1116,64 @@ async fn failed_large_and_attribute_keyed_messages_move_back_and_run_once() {
         assert_eq!(item.outcome, Outcome::Duplicate, "{item:?}");
     }
     assert_eq!(ran.lock().unwrap().len(), 2, "each processed once");
+}
+
+/// A memory store whose completions are refused for good: the handler's work is done, its
+/// completion never recorded.
+#[derive(Clone)]
+struct CompletionRefused(MemoryStore);
+
+impl ClaimStore for CompletionRefused {
+    type Effect = MemoryEffect;
+
+    async fn claim(&self, req: ClaimRequest<'_>) -> Result<Claim, sqs_claim::Error> {
+        self.0.claim(req).await
+    }
+
+    async fn complete_with(
+        &self,
+        _key: &str,
+        _token: &ClaimToken,
+        _completion: Completion<MemoryEffect>,
+    ) -> Result<(), sqs_claim::Error> {
+        Err(sqs_claim::Error::new(
+            ErrorKind::StoreRejected,
+            "completion refused (test)",
+        ))
+    }
+
+    async fn release(&self, key: &str, token: &ClaimToken) -> Result<(), sqs_claim::Error> {
+        self.0.release(key, token).await
+    }
+}
+
+/// A message reported done whose completion was not recorded keeps its object: its side
+/// effect happened (so it is not reported for retry), but its claim is not completed, and a
+/// redelivery runs it again, which needs the payload. Only a committed completion (or a
+/// skipped duplicate) lets the cleanup delete.
+#[tokio::test]
+async fn an_object_stays_when_its_completion_was_not_recorded() {
+    let s3 = s3_at(&endpoint());
+    let b = bucket(&s3).await;
+    put(&s3, &b, "k-unrecorded", &payment("order-unrecorded", 3000)).await;
+    let handler = tower::service_fn(|_: Message| async { Ok::<(), sqs_claim::BoxError>(()) });
+    let p = Processor::builder(CompletionRefused(MemoryStore::new()), handler)
+        .key(KeySource::MessageId)
+        .namespace("large-test")
+        .large_messages(LargeMessages::new(s3.clone()).delete_after_completion(true))
+        .build();
+    let report = p
+        .process(lambda_event(&[pointer_record(
+            "m-unrecorded",
+            &b,
+            "k-unrecorded",
+            3000,
+        )]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-unrecorded"), &Outcome::Processed);
+    assert!(
+        exists(&s3, &b, "k-unrecorded").await,
+        "the object of a message whose completion was not recorded was deleted"
+    );
 }

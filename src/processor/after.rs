@@ -315,7 +315,6 @@ impl Kept {
     pub(super) fn mark_objects(
         &mut self,
         objects: Vec<Option<crate::large::ObjectRef>>,
-        ids: &[String],
         committed: &[String],
         items: &[ItemReport],
     ) {
@@ -324,8 +323,10 @@ impl Kept {
         };
         let committed: std::collections::HashSet<&str> =
             committed.iter().map(String::as_str).collect();
-        for (((r, object), id), item) in received.iter_mut().zip(objects).zip(ids).zip(items) {
-            if committed.contains(id.as_str()) || item.outcome == crate::Outcome::Duplicate {
+        for ((r, object), item) in received.iter_mut().zip(objects).zip(items) {
+            if committed.contains(item.message_id.as_str())
+                || item.outcome == crate::Outcome::Duplicate
+            {
                 r.object = object;
             }
         }

@@ -37,6 +37,7 @@ mod config;
 #[cfg(feature = "sqs")]
 mod failure_destination;
 mod limit;
+mod offloaded;
 mod one_shot;
 mod pack;
 mod plan;
@@ -78,6 +79,7 @@ use crate::metrics::{BatchMetrics, BatchStats};
 use crate::outcome::BatchReport;
 use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error};
+use offloaded::Offloaded;
 use plan::Plan;
 
 /// The attribute a stream consumer (`crate::stream`) sets on a record it could not decode,
@@ -207,7 +209,6 @@ where
         let stats =
             BatchStats::new(config.metrics.is_some()).keeping_commits(config.after.cleans_up());
         // Before the records move into the plan: what the steps after the batch need of them.
-        #[cfg_attr(not(feature = "s3"), allow(unused_mut))]
         let mut kept = config.after.keep(&payload.records, config.clock.now());
         let source_arn = (config.metrics.is_some() || !config.after.is_empty())
             .then(|| {
@@ -218,48 +219,17 @@ where
             })
             .flatten();
         // The payloads offloaded to S3, fetched before the plan reads the keys from them.
-        #[cfg(feature = "s3")]
-        let fetched = match &config.large {
-            Some(large) => {
-                large
-                    .fetch_batch(&payload.records, config.envelope, &budget)
-                    .await
-            }
-            None => Vec::new(),
-        };
-        #[cfg(not(feature = "s3"))]
-        let fetched = Vec::new();
-        #[cfg(feature = "s3")]
-        let objects: Vec<Option<crate::large::ObjectRef>> = if config.after.cleans_up() {
-            fetched
-                .iter()
-                .map(|f| match f {
-                    Some(crate::large::Fetched::Payload { object, .. }) => Some(object.clone()),
-                    _ => None,
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let mut offloaded = Offloaded::fetch(config, &payload.records, &budget).await;
         let plan = Plan::new(
             payload.records,
             config,
             &namespace,
             budget.hard_stop(),
-            fetched,
+            offloaded.take_payloads(),
         )?;
         let fifo = plan.lanes.is_some();
-        #[cfg(feature = "s3")]
-        let ids: Vec<String> = if objects.is_empty() {
-            Vec::new()
-        } else {
-            plan.metas.iter().map(|m| m.id.clone()).collect()
-        };
         let items = self.inner.run(plan, &budget, &stats).await;
-        #[cfg(feature = "s3")]
-        if !objects.is_empty() {
-            kept.mark_objects(objects, &ids, &stats.take_committed(), &items);
-        }
+        offloaded.keep_for_cleanup(&mut kept, &stats, &items);
         let (items, after) = config
             .after
             .run(
