@@ -16,7 +16,10 @@ APP := $(or $(CARGO_TARGET_DIR),target)/debug/payments
 # plus Redis or PostgreSQL when STORE names one (issue 37: `make demo` builds no CLI crate, no
 # Redis, no PostgreSQL).
 comma := ,
-APP_FEATURES := cli$(if $(findstring redis,$(STORE)),$(comma)redis)$(if $(findstring postgres,$(STORE)),$(comma)postgres)
+# The store the binary will open: STORE, else the environment's SQS_CLAIM_STORE (lower-cased:
+# URL schemes are case-insensitive).
+STORE_URL = $(shell printf '%s' '$(or $(STORE),$(SQS_CLAIM_STORE))' | tr A-Z a-z)
+APP_FEATURES = cli$(if $(findstring redis,$(STORE_URL)),$(comma)redis)$(if $(findstring postgres,$(STORE_URL)),$(comma)postgres)
 # make chaos: seconds of chaos per store (the control run lasts a sixth of it, at least 5 s).
 CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
@@ -36,16 +39,16 @@ cli: ## Build the operator's sqs-claim (target/debug/sqs-claim); install it with
 
 demo: ## Run the example consumer on events/plain.json with the embedded store (run it again: all duplicates)
 	$(CARGO) build -p payments --features $(APP_FEATURES) --bin payments
-	$(APP) invoke $(EVENT) $(if $(STORE),--store $(STORE))
-	$(APP) balances $(if $(STORE),--store $(STORE))
+	$(APP) invoke $(EVENT) $(if $(STORE),--store '$(STORE)')
+	$(APP) balances $(if $(STORE),--store '$(STORE)')
 
 invoke: ## Run the example consumer on EVENT=events/....json [STORE=url]
 	$(CARGO) build -p payments --features $(APP_FEATURES) --bin payments
-	$(APP) invoke $(EVENT) $(if $(STORE),--store $(STORE))
+	$(APP) invoke $(EVENT) $(if $(STORE),--store '$(STORE)')
 
 balances: ## Print account balances [STORE=url]
 	$(CARGO) build -p payments --features $(APP_FEATURES) --bin payments
-	$(APP) balances $(if $(STORE),--store $(STORE))
+	$(APP) balances $(if $(STORE),--store '$(STORE)')
 
 clean-state: ## Forget the embedded store (.sqs-claim/)
 	rm -rf .sqs-claim

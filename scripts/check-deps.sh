@@ -62,9 +62,14 @@ echo "check-deps: OK: none of ${DENY[*]} in the default dependency tree"
 # or not, on the operator's crate.
 app_deps="$(cd "$repo" && cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json,sys
-for p in json.load(sys.stdin)["packages"]:
-    if p["name"] == "payments":
-        print("\n".join(d["name"] for d in p["dependencies"]))')"
+app = [p for p in json.load(sys.stdin)["packages"] if p["name"] == "payments"]
+if not app:
+    sys.exit("check-deps: no package named payments in the workspace")
+print("\n".join(d["name"] for d in app[0]["dependencies"]))')"
+if ! printf '%s\n' "$app_deps" | grep -qx sqs-claim; then
+    echo "check-deps: FAIL: examples/payments does not depend on sqs-claim (the check would pass vacuously)" >&2
+    exit 1
+fi
 if printf '%s\n' "$app_deps" | grep -qx sqs-claim-cli; then
     echo "check-deps: FAIL: examples/payments depends on sqs-claim-cli (the app must need the library alone)" >&2
     exit 1

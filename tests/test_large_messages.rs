@@ -1148,9 +1148,9 @@ impl ClaimStore for CompletionRefused {
 }
 
 /// A message reported done whose completion was not recorded keeps its object: its side
-/// effect happened (so it is not reported for retry), but its claim is not completed, and a
-/// redelivery runs it again, which needs the payload. Only a committed completion (or a
-/// skipped duplicate) lets the cleanup delete.
+/// effect happened (so it is not reported for retry), but its key is not completed, and a copy
+/// of the message delivered again (at least once) runs it again, which needs the payload. Only
+/// a committed completion (or a skipped duplicate) lets the cleanup delete.
 #[tokio::test]
 async fn an_object_stays_when_its_completion_was_not_recorded() {
     let s3 = s3_at(&endpoint());

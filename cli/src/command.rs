@@ -54,12 +54,11 @@ impl StoreArgs {
     /// environment's settings ([`apply_store_flags`]). `--store` and `--table` together are a
     /// usage mistake.
     pub fn typed(self, matches: &ArgMatches, program: &str) -> Result<StoreFlags, CliError> {
-        let flags = StoreFlags {
-            store: typed(matches, "store", self.store),
-            table: typed(matches, "table", self.table),
-            partition_key: typed(matches, "partition_key", self.partition_key),
-            sort_key: typed(matches, "sort_key", self.sort_key),
-        };
+        let mut flags = StoreFlags::default();
+        flags.store = typed(matches, "store", self.store);
+        flags.table = typed(matches, "table", self.table);
+        flags.partition_key = typed(matches, "partition_key", self.partition_key);
+        flags.sort_key = typed(matches, "sort_key", self.sort_key);
         if flags.names_the_store_twice() {
             return Err(CliError::usage(
                 program,

@@ -14,8 +14,9 @@
 //! | `sqs-claim release KEY` | frees a stuck in-progress claim (never a completed one) |
 //! | `sqs-claim forget KEY` | deletes a completed record, so its message runs again (never an in-progress one) |
 //!
-//! The library half is what the binary is made of, for an app that offers these commands
-//! beside its own (the example app's `payments` binary does). The `SQS_CLAIM_*` settings and
+//! The library half is what the binary is made of, for a team's binary that offers these
+//! commands beside its own (the example app's `payments` does not: it is built on the library
+//! alone). The `SQS_CLAIM_*` settings and
 //! the store URLs it reads are the library's, [`sqs_claim::settings`]:
 //!
 //! | what | where |

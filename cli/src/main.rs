@@ -83,7 +83,7 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, CliError> {
             return CliError::usage(
                 PROGRAM,
                 "invoke and balances belong to the example app now: run `payments invoke \
-                 EVENT.json` or `payments balances` (cargo run -p payments --bin payments -- \
+                 EVENT.json` or `payments balances` (cargo run -p payments --features cli --bin payments -- \
                  ...); sqs-claim keeps the commands that need only the claims table",
             );
         }

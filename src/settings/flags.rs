@@ -15,12 +15,16 @@ use crate::{Error, ErrorKind};
 /// let mut settings = Settings::from_lookup(|name| {
 ///     (name == "SQS_CLAIM_TABLE").then(|| "from-env".to_owned())
 /// })?;
-/// let flags = StoreFlags { store: Some("sqlite:claims.db".into()), ..StoreFlags::default() };
+/// let mut flags = StoreFlags::default();
+/// flags.store = Some("sqlite:claims.db".into()); // as typed: --store sqlite:claims.db
 /// flags.apply(&mut settings)?;
 /// assert_eq!(settings.cli_store()?.to_string(), "sqlite:claims.db");
 /// # Ok::<(), sqs_claim::Error>(())
 /// ```
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+///
+/// `Debug` shows a store URL as [`StoreUrl`] displays it, password hidden.
+#[derive(Default, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreFlags {
     /// `--store URL`.
     pub store: Option<String>,
@@ -30,6 +34,22 @@ pub struct StoreFlags {
     pub partition_key: Option<String>,
     /// `--sort-key NAME=TEMPLATE`.
     pub sort_key: Option<String>,
+}
+
+impl std::fmt::Debug for StoreFlags {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A URL may carry a password (postgres://user:secret@...): never print it as typed.
+        let store = self.store.as_deref().map(|s| match s.parse::<StoreUrl>() {
+            Ok(url) => url.to_string(),
+            Err(_) => "<not a store URL>".to_owned(),
+        });
+        f.debug_struct("StoreFlags")
+            .field("store", &store)
+            .field("table", &self.table)
+            .field("partition_key", &self.partition_key)
+            .field("sort_key", &self.sort_key)
+            .finish()
+    }
 }
 
 impl StoreFlags {
@@ -43,8 +63,14 @@ impl StoreFlags {
     /// `--table` drops an `SQS_CLAIM_STORE` from the environment and `--store` an
     /// `SQS_CLAIM_TABLE`. Each key flag beats its own variable; the other half of the layout
     /// may come from the environment, and the two are checked together ([`key_layout`]).
-    /// Errors ([`ErrorKind::Config`]) name the flag.
+    /// Errors ([`ErrorKind::Config`]) name the flag; `--store` and `--table` together are one.
     pub fn apply(self, settings: &mut Settings) -> Result<(), Error> {
+        if self.names_the_store_twice() {
+            return Err(Error::new(
+                ErrorKind::Config,
+                "--store and --table both name the store: give one",
+            ));
+        }
         let flag_error =
             |flag: &str, e: Error| Error::new(ErrorKind::Config, format!("{flag}: {e:#}"));
         if let Some(store) = given(&self.store) {
@@ -100,6 +126,7 @@ fn as_refs(setting: &Option<(String, String)>) -> Option<(&str, &str)> {
 fn given(value: &Option<String>) -> Option<&str> {
     value.as_deref().filter(|v| !v.trim().is_empty())
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +234,39 @@ mod tests {
         };
         let err = bad.apply(&mut s).expect_err("not a table name");
         assert!(err.to_string().starts_with("--table: "), "{err}");
+    }
+
+    /// A blank flag counts as not given; `--store` and `--table` together are refused, not
+    /// one of them quietly used; `Debug` hides a URL's password.
+    #[test]
+    fn blank_flags_are_not_given_and_two_stores_are_refused() {
+        let mut s = settings(&[("SQS_CLAIM_STORE", "memory:")]);
+        let blank = StoreFlags {
+            store: Some("  ".into()),
+            table: Some(String::new()),
+            ..StoreFlags::default()
+        };
+        assert!(!blank.names_the_store_twice());
+        blank.apply(&mut s).expect("blank flags");
+        assert_eq!(s.cli_store().expect("url"), StoreUrl::Memory);
+
+        let both = StoreFlags {
+            store: Some("memory:".into()),
+            table: Some("claims".into()),
+            ..StoreFlags::default()
+        };
+        assert!(both.names_the_store_twice());
+        let err = both.apply(&mut s).expect_err("two stores");
+        assert!(err.to_string().contains("--store and --table"), "{err}");
+
+        let secret = StoreFlags {
+            store: Some("postgres://app:hunter2@db.internal/claims".into()),
+            ..StoreFlags::default()
+        };
+        let shown = format!("{secret:?}");
+        assert!(
+            !shown.contains("hunter2") && shown.contains("db.internal"),
+            "{shown}"
+        );
     }
 }

@@ -199,13 +199,13 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, Failure> {
         value.filter(|v| typed && !v.trim().is_empty())
     };
     let args = cli.args;
+    let mut store = StoreFlags::default();
+    store.store = typed("store", args.store);
+    store.table = typed("table", args.table);
+    store.partition_key = typed("partition_key", args.partition_key);
+    store.sort_key = typed("sort_key", args.sort_key);
     let flags = Flags {
-        store: StoreFlags {
-            store: typed("store", args.store),
-            table: typed("table", args.table),
-            partition_key: typed("partition_key", args.partition_key),
-            sort_key: typed("sort_key", args.sort_key),
-        },
+        store,
         accounts_table: typed("accounts_table", args.accounts_table),
     };
     if flags.store.names_the_store_twice() {
@@ -238,6 +238,10 @@ fn usage_error(e: &clap::Error) -> Failure {
         },
         ErrorKind::MissingRequiredArgument if arg.contains("EVENT") => {
             format!("invoke needs an event file: {PROGRAM} invoke EVENT.json")
+        }
+        // clap puts the missing argument on a second line, which one line would drop.
+        ErrorKind::MissingRequiredArgument if !arg.is_empty() => {
+            format!("missing argument {arg}")
         }
         ErrorKind::InvalidValue if context(ContextKind::InvalidValue).as_deref() == Some("") => {
             let flag = arg.split_whitespace().next().unwrap_or(&arg);

@@ -35,8 +35,9 @@ fn succeeds(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, Str
     // mysteriously.
     assert!(
         !stderr.contains("which this build lacks"),
-        "{} was built without `--all-features` (a build with other features replaced it): \
-         run the tests again (cargo test copies its own build back)\n{stderr}",
+        "{} lacks this store's feature: for payments, a build with other features (make demo) \
+         replaced the tests' own (run the tests again: cargo test copies its build back); for \
+         sqs-claim, rebuild it (cargo build -p sqs-claim-cli --bin sqs-claim)\n{stderr}",
         program.display()
     );
     assert!(
