@@ -222,9 +222,6 @@ pub(crate) struct BatchStats {
     latencies: Option<Latencies>,
     conflicts: AtomicUsize,
     retries: AtomicUsize,
-    /// The messages whose completion committed, when something after the batch needs them
-    /// (the S3 cleanup); `None` otherwise, and nothing is kept.
-    committed: Option<std::sync::Mutex<Vec<String>>>,
 }
 
 impl BatchStats {
@@ -234,31 +231,6 @@ impl BatchStats {
             latencies: measuring.then(Latencies::default),
             ..BatchStats::default()
         }
-    }
-
-    /// These counters, also keeping the ids of the messages whose completion committed.
-    pub(crate) fn keeping_commits(mut self, on: bool) -> Self {
-        self.committed = on.then(Default::default);
-        self
-    }
-
-    /// Notes that message `id`'s completion committed (kept only when asked).
-    pub(crate) fn note_committed(&self, id: &str) {
-        if let Some(committed) = &self.committed {
-            committed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(id.to_owned());
-        }
-    }
-
-    /// The ids of the messages whose completion committed (empty unless kept).
-    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
-    pub(crate) fn take_committed(&self) -> Vec<String> {
-        self.committed
-            .as_ref()
-            .map(|c| std::mem::take(&mut *c.lock().unwrap_or_else(|e| e.into_inner())))
-            .unwrap_or_default()
     }
 
     /// Counts a store write cancelled on contention.

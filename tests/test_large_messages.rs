@@ -25,7 +25,7 @@ use sqs_claim::{
     BatchReport, ErrorKind, FailureKind, KeySource, MemoryStore, Message, Outcome, Processor,
 };
 use sqs_claim_testkit::fault::{Fault, FaultProxy};
-use sqs_claim_testkit::sqs::{Record, lambda_event, lambda_event_with_deadline, record};
+use sqs_claim_testkit::sqs::{Record, fifo, lambda_event, lambda_event_with_deadline, record};
 
 const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
 
@@ -1175,5 +1175,60 @@ async fn an_object_stays_when_its_completion_was_not_recorded() {
     assert!(
         exists(&s3, &b, "k-unrecorded").await,
         "the object of a message whose completion was not recorded was deleted"
+    );
+}
+
+/// A FIFO extended client's message in group `group`.
+fn fifo_pointer(id: &str, group: &str, bucket: &str, key: &str) -> Record {
+    fifo(id, group, &pointer(bucket, key)).attr("ExtendedPayloadSize", "3000")
+}
+
+/// On a FIFO queue (the items run in lanes) the objects of the messages done go too, once
+/// their completion committed; a failed message's stays, as does the rest of its group's.
+#[tokio::test]
+async fn fifo_messages_done_have_their_objects_deleted() {
+    let s3 = s3_at(&endpoint());
+    let b = bucket(&s3).await;
+    for (key, order) in [
+        ("k-a1", "order-a1"),
+        ("k-a2", "order-a2"),
+        ("k-b1", "fail-b1"),
+        ("k-b2", "order-b2"),
+    ] {
+        put(&s3, &b, key, &payment(order, 3000)).await;
+    }
+    let (p, _seen) = processor(
+        MemoryStore::new(),
+        KeySource::MessageId,
+        LargeMessages::new(s3.clone()).delete_after_completion(true),
+    );
+    let report = p
+        .process(lambda_event(&[
+            fifo_pointer("m-a1", "a", &b, "k-a1"),
+            fifo_pointer("m-a2", "a", &b, "k-a2"),
+            fifo_pointer("m-b1", "b", &b, "k-b1"),
+            fifo_pointer("m-b2", "b", &b, "k-b2"),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!(outcome(&report, "m-a1"), &Outcome::Processed);
+    assert_eq!(outcome(&report, "m-a2"), &Outcome::Processed);
+    assert!(matches!(outcome(&report, "m-b1"), Outcome::Failed(_)));
+    assert!(matches!(outcome(&report, "m-b2"), Outcome::NotStarted(_)));
+    assert!(
+        !exists(&s3, &b, "k-a1").await,
+        "a FIFO message done kept its object"
+    );
+    assert!(
+        !exists(&s3, &b, "k-a2").await,
+        "a FIFO message done kept its object"
+    );
+    assert!(
+        exists(&s3, &b, "k-b1").await,
+        "a failed FIFO message lost its object"
+    );
+    assert!(
+        exists(&s3, &b, "k-b2").await,
+        "a FIFO message not started lost its object"
     );
 }

@@ -10,7 +10,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
@@ -83,6 +83,8 @@ pub(crate) struct Attempt<'a, S: ClaimStore> {
     stats: Option<&'a BatchStats>,
     /// Writes of this attempt cancelled on contention so far.
     conflicts: AtomicU32,
+    /// Whether this attempt's completion committed.
+    committed: AtomicBool,
     /// The batch's view of whether the store still answers, when the front door keeps one
     /// (the SQS processor does): every store call says how it ended.
     liveness: Option<&'a Liveness>,
@@ -191,6 +193,7 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
             packer: None,
             stats: None,
             conflicts: AtomicU32::new(0),
+            committed: AtomicBool::new(false),
             liveness: None,
             lease: terms.lease.on_store(store.capabilities().extends_leases),
             leased: AtomicI64::new(0),
@@ -590,12 +593,15 @@ impl<'a, S: ClaimStore> Attempt<'a, S> {
         Box::pin(tokio::time::sleep(wait)).await;
     }
 
-    /// Notes, in the batch's counters, that this message's completion committed (what the
-    /// S3 cleanup after the batch waits for).
+    /// Notes that this message's completion committed (what the S3 cleanup after the batch
+    /// waits for: [`Attempt::committed`]).
     pub(crate) fn note_committed(&self) {
-        if let (Some(stats), Some(id)) = (self.stats, self.message_id) {
-            stats.note_committed(id);
-        }
+        self.committed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Attempt::note_committed`] was called: the completion committed.
+    pub(crate) fn committed(&self) -> bool {
+        self.committed.load(Ordering::Relaxed)
     }
 
     /// Claims the key completed with `effects` in one write

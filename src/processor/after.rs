@@ -307,26 +307,20 @@ pub(crate) struct Steps {
 pub(super) struct Kept(Option<(Vec<Received>, SystemTime)>);
 
 impl Kept {
-    /// After the run: the S3 object of each message whose completion committed (`committed`,
-    /// their ids) or that was skipped as a duplicate of a key done (`items`, one per record:
-    /// a producer's resend uploaded an object of its own), for the cleanup. `objects` is one
-    /// per record (what its pointer led to).
+    /// After the run: the S3 object of each message whose completion committed or that was
+    /// skipped as a duplicate of a key done (a producer's resend uploaded an object of its
+    /// own), for the cleanup. `objects` and `ran` are one per record, in record order.
     #[cfg(feature = "s3")]
     pub(super) fn mark_objects(
         &mut self,
         objects: Vec<Option<crate::large::ObjectRef>>,
-        committed: &[String],
-        items: &[ItemReport],
+        ran: &[super::run::Ran],
     ) {
         let Kept(Some((received, _))) = self else {
             return;
         };
-        let committed: std::collections::HashSet<&str> =
-            committed.iter().map(String::as_str).collect();
-        for ((r, object), item) in received.iter_mut().zip(objects).zip(items) {
-            if committed.contains(item.message_id.as_str())
-                || item.outcome == crate::Outcome::Duplicate
-            {
+        for ((r, object), ran) in received.iter_mut().zip(objects).zip(ran) {
+            if ran.committed || ran.report.outcome == crate::Outcome::Duplicate {
                 r.object = object;
             }
         }
@@ -343,6 +337,7 @@ impl Steps {
     }
 
     /// Whether objects offloaded to S3 are deleted after the batch (feature `s3`).
+    #[cfg(feature = "s3")]
     pub(super) fn cleans_up(&self) -> bool {
         self.cleanup.is_some()
     }

@@ -206,8 +206,7 @@ where
             config.deadline_margin,
             config.answer_reserve,
         );
-        let stats =
-            BatchStats::new(config.metrics.is_some()).keeping_commits(config.after.cleans_up());
+        let stats = BatchStats::new(config.metrics.is_some());
         // Before the records move into the plan: what the steps after the batch need of them.
         let mut kept = config.after.keep(&payload.records, config.clock.now());
         let source_arn = (config.metrics.is_some() || !config.after.is_empty())
@@ -228,8 +227,9 @@ where
             offloaded.take_payloads(),
         )?;
         let fifo = plan.lanes.is_some();
-        let items = self.inner.run(plan, &budget, &stats).await;
-        offloaded.keep_for_cleanup(&mut kept, &stats, &items);
+        let ran = self.inner.run(plan, &budget, &stats).await;
+        offloaded.keep_for_cleanup(&mut kept, &ran);
+        let items = ran.into_iter().map(|ran| ran.report).collect();
         let (items, after) = config
             .after
             .run(

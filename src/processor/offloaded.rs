@@ -8,9 +8,8 @@ use aws_lambda_events::sqs::SqsMessage;
 
 use super::after::Kept;
 use super::config::{Config, Fetched};
+use super::run::Ran;
 use crate::deadline::Budget;
-use crate::metrics::BatchStats;
-use crate::outcome::ItemReport;
 
 /// What the stage fetched for one batch.
 pub(super) struct Offloaded {
@@ -56,17 +55,12 @@ impl Offloaded {
     }
 
     /// After the run: hands the cleanup step the objects of the messages whose completion
-    /// committed (`stats`) or that were skipped as duplicates. `items` are in record order.
-    pub(super) fn keep_for_cleanup(
-        self,
-        kept: &mut Kept,
-        stats: &BatchStats,
-        items: &[ItemReport],
-    ) {
+    /// committed or that were skipped as duplicates. `ran` is in record order.
+    pub(super) fn keep_for_cleanup(self, kept: &mut Kept, ran: &[Ran]) {
         #[cfg(feature = "s3")]
         if !self.objects.is_empty() {
-            kept.mark_objects(self.objects, &stats.take_committed(), items);
+            kept.mark_objects(self.objects, ran);
         }
-        let _ = (kept, stats, items);
+        let _ = (kept, ran);
     }
 }

@@ -14,7 +14,7 @@
 //!   before it whether its lane goes on (a channel, so polling never descends the lane).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -45,6 +45,26 @@ use crate::{Error, ErrorKind};
 #[derive(Debug, Clone)]
 struct Done {
     outcome: Outcome,
+    /// Whether its completion committed.
+    committed: bool,
+}
+
+/// What one message's run tells beside its outcome: the writes cancelled on contention (for
+/// the adaptive limit) and whether its completion committed.
+#[derive(Default)]
+struct ItemTally {
+    conflicts: AtomicU32,
+    committed: AtomicBool,
+}
+
+/// One message's outcome, and whether its completion committed (what the S3 cleanup after
+/// the batch waits for: a message reported done need not have its completion recorded).
+#[derive(Debug)]
+pub(super) struct Ran {
+    pub(super) report: ItemReport,
+    /// Read by the S3 cleanup only (feature `s3`).
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
+    pub(super) committed: bool,
 }
 
 type Item<'a> = Shared<BoxFuture<'a, Done>>;
@@ -66,12 +86,7 @@ where
 {
     /// Runs every item of `plan` and reports them in batch order, counting the store calls
     /// in `stats`.
-    pub(super) async fn run(
-        &self,
-        plan: Plan,
-        budget: &Budget,
-        stats: &BatchStats,
-    ) -> Vec<ItemReport> {
+    pub(super) async fn run(&self, plan: Plan, budget: &Budget, stats: &BatchStats) -> Vec<Ran> {
         let Plan {
             metas,
             actions,
@@ -92,12 +107,15 @@ where
         metas
             .into_iter()
             .zip(outcomes)
-            .map(|(meta, outcome)| {
+            .map(|(meta, (outcome, committed))| {
                 log_outcome(&meta, &outcome);
-                ItemReport {
-                    message_id: meta.id,
-                    key: meta.key,
-                    outcome,
+                Ran {
+                    report: ItemReport {
+                        message_id: meta.id,
+                        key: meta.key,
+                        outcome,
+                    },
+                    committed,
                 }
             })
             .collect()
@@ -113,7 +131,7 @@ where
         budget: &Budget,
         stats: &BatchStats,
         liveness: &Liveness,
-    ) -> Vec<Outcome> {
+    ) -> Vec<(Outcome, bool)> {
         struct Copy {
             index: usize,
             leader_name: String,
@@ -161,8 +179,9 @@ where
             None
         };
         let packer = packer.as_ref();
-        // (leader index, its outcome, its copies' indexes and outcomes)
-        type Ran = (usize, Outcome, Vec<(usize, Outcome)>);
+        // (leader index, its outcome and whether it committed, its copies' indexes and
+        // outcomes: a copy writes nothing)
+        type Led = (usize, (Outcome, bool), Vec<(usize, (Outcome, bool))>);
         let batch = stream::iter(groups)
             .map(|group| async move {
                 // A place under the adaptive limit; `buffer_unordered` below only bounds how
@@ -172,7 +191,7 @@ where
                     Work::Claim { .. } => liveness.unless_dark(self.limit().acquire()).await,
                     _ => Some(self.limit().acquire().await),
                 };
-                let conflicts = AtomicU32::new(0);
+                let tally = ItemTally::default();
                 let outcome = self
                     .execute(
                         group.work,
@@ -182,12 +201,13 @@ where
                             stats,
                             liveness,
                         },
-                        &conflicts,
+                        &tally,
                         packer,
                     )
                     .await;
                 if let Some(permit) = permit {
-                    permit.finish(met_pressure(&outcome, conflicts.load(Ordering::Relaxed)));
+                    let conflicts = tally.conflicts.load(Ordering::Relaxed);
+                    permit.finish(met_pressure(&outcome, conflicts));
                 }
                 // Empty (no allocation) for the usual key without copies.
                 let copies = group
@@ -202,18 +222,19 @@ where
                             check,
                             id,
                         );
-                        (copy.index, followed)
+                        (copy.index, (followed, false))
                     })
                     .collect();
-                (group.index, outcome, copies)
+                let committed = tally.committed.load(Ordering::Relaxed);
+                (group.index, (outcome, committed), copies)
             })
             // Unordered: a slow message holds its own place in the window, not the places of
             // those behind it (`buffered` starts nothing new while the oldest runs, however
             // many after it finished). The outcomes are put back in batch order below.
             .buffer_unordered(self.concurrency())
-            .collect::<Vec<Ran>>();
+            .collect::<Vec<Led>>();
         let ran = beside_packer(packer, batch).await;
-        let mut indexed: Vec<(usize, Outcome)> = Vec::with_capacity(n);
+        let mut indexed: Vec<(usize, (Outcome, bool))> = Vec::with_capacity(n);
         for (index, outcome, copies) in ran {
             indexed.push((index, outcome));
             indexed.extend(copies);
@@ -241,7 +262,7 @@ where
         budget: &Budget,
         stats: &BatchStats,
         liveness: &Liveness,
-    ) -> Vec<Outcome> {
+    ) -> Vec<(Outcome, bool)> {
         // Each item tells the next one in its lane whether the lane goes on, by a channel,
         // not by the next one awaiting it: awaiting each other, a lane of thousands of
         // records (a stream's batch) polled itself as deep as it was long (a stack overflow
@@ -273,7 +294,7 @@ where
             let before = wait_previous[i].take();
             let next = tell_next[i].take();
             let id = metas[i].id.as_str();
-            let outcome: BoxFuture<'_, Outcome> = match action {
+            let outcome: BoxFuture<'_, (Outcome, bool)> = match action {
                 // FIFO batches are small (at most 10) and run in lanes: no adaptive limit.
                 Action::Do(work) => async move {
                     let ctx = Ctx {
@@ -281,8 +302,9 @@ where
                         stats,
                         liveness,
                     };
-                    self.execute(work, id, ctx, &AtomicU32::new(0), packer)
-                        .await
+                    let tally = ItemTally::default();
+                    let outcome = self.execute(work, id, ctx, &tally, packer).await;
+                    (outcome, tally.committed.load(Ordering::Relaxed))
                 }
                 .boxed(),
                 Action::Follow {
@@ -293,13 +315,14 @@ where
                     let leader = items[leader].clone();
                     let check = self.config.terms.payload_check;
                     async move {
-                        follow(
+                        let followed = follow(
                             leader.await.outcome,
                             &leader_name,
                             payload_differs,
                             check,
                             id,
-                        )
+                        );
+                        (followed, false)
                     }
                     .boxed()
                 }
@@ -315,9 +338,10 @@ where
                     }
                     return Done {
                         outcome: Outcome::NotStarted(reason),
+                        committed: false,
                     };
                 }
-                let outcome = outcome.await;
+                let (outcome, committed) = outcome.await;
                 let stops_lane = (!outcome.is_success()).then_some(match outcome {
                     // Past the hard stop or the cut-off the rest of the lane would not start
                     // either: say so, rather than blame an "earlier failure".
@@ -329,13 +353,15 @@ where
                 if let Some(next) = next {
                     let _ = next.send(stops_lane);
                 }
-                Done { outcome }
+                Done { outcome, committed }
             };
             items.push(item.boxed().shared());
         }
         let batch = join_all(items);
         let done = beside_packer(packer, batch).await;
-        done.into_iter().map(|done| done.outcome).collect()
+        done.into_iter()
+            .map(|done| (done.outcome, done.committed))
+            .collect()
     }
 
     /// The adaptive in-flight limit (see `limit.rs`).
@@ -362,20 +388,21 @@ where
     /// A plain function returning the instrumented future, not an `async fn`: that would keep a
     /// second copy of `work` beside the future that owns it, in every message's future.
     ///
-    /// `conflicts` counts the message's writes cancelled on contention, for the limit.
+    /// `tally` counts the message's writes cancelled on contention, for the limit, and says
+    /// whether its completion committed.
     fn execute<'a>(
         &'a self,
         work: Work,
         id: &'a str,
         ctx: Ctx<'a>,
-        conflicts: &'a AtomicU32,
+        tally: &'a ItemTally,
         packer: Option<&'a Packer<'a, S>>,
     ) -> tracing::instrument::Instrumented<impl Future<Output = Outcome> + Send + 'a> {
         let span = match &work {
             Work::Claim { message, .. } | Work::Unclaimed { message } => message_span(message),
             Work::Fail(_) => tracing::Span::none(),
         };
-        self.execute_work(work, id, ctx, conflicts, packer)
+        self.execute_work(work, id, ctx, tally, packer)
             .instrument(span)
     }
 
@@ -384,7 +411,7 @@ where
         work: Work,
         id: &str,
         ctx: Ctx<'_>,
-        conflicts: &AtomicU32,
+        tally: &ItemTally,
         packer: Option<&Packer<'_, S>>,
     ) -> Outcome {
         let Ctx {
@@ -429,7 +456,12 @@ where
                 .with_packer(packer)
                 .waiting_out_leases();
                 let outcome = self.run_claimed(message, id, &attempt, budget).await;
-                conflicts.store(attempt.conflicts(), Ordering::Relaxed);
+                tally
+                    .conflicts
+                    .store(attempt.conflicts(), Ordering::Relaxed);
+                tally
+                    .committed
+                    .store(attempt.committed(), Ordering::Relaxed);
                 outcome
             }
         }
