@@ -4,7 +4,7 @@
 //! nothing written, and the box as the store of the processor, the idempotency layer and a
 //! `CachedStore`.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::*;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{
     AnyEffect, BoxStore, CachedStore, Capabilities, ClaimStore, Completion, Effects, OneShotWrite,
@@ -21,6 +20,7 @@ use sqs_claim::store::{
 use sqs_claim::{BoxError, Error, ErrorKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::conformance::{self, EffectProbe, request};
 use sqs_claim_testkit::store::{Method, Spy};
+use support::batch::*;
 use tower::service_fn;
 
 /// Memory effects, boxed: `write` inserts its marker in a shared set, `rejected` refuses.

@@ -4,14 +4,12 @@
 //! means across processes, replays stored responses, and, on DynamoDB Local, answers a
 //! duplicate batch without a request (the figures are printed, not asserted on time).
 
-mod common;
 mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::*;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{
     AnsweredBy, CachedStore, Claim, ClaimRequest, ClaimStore, Completion, Effects, OneShotWrite,
@@ -19,6 +17,7 @@ use sqs_claim::store::{
 };
 use sqs_claim::{BoxError, Error, ErrorKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::conformance::{self, request};
+use support::batch::*;
 use support::dark::FIGURES;
 // The spy counts the requests that reach the store behind the cache.
 use sqs_claim_testkit::store::{Action, Method, Spy};

@@ -9,14 +9,13 @@
 //!   `Retries`); a message fails, as `contention`, only when the contention retries run out,
 //!   and then nothing of it is written.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use sqs_claim::RetryPolicy;
 use sqs_claim::metrics::BatchMetrics;
 use sqs_claim::store::MemoryEffect;
@@ -24,6 +23,7 @@ use sqs_claim::store::{Claim, ClaimRequest, ClaimStore, ClaimToken, Completion, 
 use sqs_claim::{
     BoxError, Effects, Error, FailureKind, MemoryStore, Message, Processor, store::Status,
 };
+use support::batch::*;
 
 /// A credit of `amount` to account `account`.
 #[derive(Debug, Clone)]

@@ -4,13 +4,12 @@
 //! step it was at. Then the claim rules after a cut-off, the handler timeout, the retry budget,
 //! and one run on the real clock.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use common::*;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{ClaimStore, Effects, Status};
 use sqs_claim::{
@@ -18,6 +17,7 @@ use sqs_claim::{
     RetryPolicy, Step,
 };
 use sqs_claim_testkit::store::{Action, Method, Spy};
+use support::batch::*;
 use tower::service_fn;
 
 /// A memory store whose operations can be made to hang forever (a store that stalls or goes

@@ -3,11 +3,10 @@
 //! processor's [`Envelope`], and the `~json` pointer that reads through a string holding JSON
 //! without one.
 
-mod common;
+mod support;
 
 use std::sync::{Arc, Mutex};
 
-use common::*;
 use serde_json::{Value, json};
 use sqs_claim::claim::KeyFormat;
 use sqs_claim::store::{Status, StoreAdmin};
@@ -18,6 +17,7 @@ use sqs_claim_testkit::envelope::{
     eventbridge_event, s3_notification, s3_record, s3_test_event, sns_notification,
     sns_subscription_confirmation,
 };
+use support::batch::*;
 
 /// What a handler saw: (message id, the payload as JSON, the envelope id).
 type Payloads = Arc<Mutex<Vec<(String, Value, Option<String>)>>>;

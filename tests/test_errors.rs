@@ -2,14 +2,14 @@
 //! chain reporter names each cause once), and a handler's own error kind survives into the
 //! reported failure and the JSON report.
 
-mod common;
+mod support;
 
 use std::fmt;
 
-use common::*;
 use sqs_claim::{
     BoxError, Error, ErrorKind, FailureKind, KeySource, MemoryStore, Message, Processor,
 };
+use support::batch::*;
 use tower::service_fn;
 
 /// A handler's own error type wrapping ours, as an application error enum would.

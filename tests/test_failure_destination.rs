@@ -6,19 +6,19 @@
 //! Needs ministack on `SQS_CLAIM_SQS_ENDPOINT` (default `http://127.0.0.1:4566`). Every test
 //! makes its own queues.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
-use common::{Seen, failed_ids, fifo, rec, scripted};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::Value;
 use sqs_claim::events::SqsEvent;
 use sqs_claim::publish::{OutputLabel, deduplication_id};
 use sqs_claim::{FailureDestination, MemoryStore, Outcome, Processor};
+use support::batch::{Seen, failed_ids, fifo, rec, scripted};
 
 fn endpoint() -> String {
     std::env::var("SQS_CLAIM_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4566".into())
@@ -111,9 +111,9 @@ fn original_id(attrs: &HashMap<String, String>) -> String {
 }
 
 /// The event with each record's `ApproximateReceiveCount` set as given.
-fn event(records: &[(common::Rec, u32)], deadline_ms: u64) -> LambdaEvent<SqsEvent> {
-    let recs: Vec<common::Rec> = records.iter().map(|(r, _)| r.clone()).collect();
-    let mut json = common::event_json(&recs);
+fn event(records: &[(support::batch::Rec, u32)], deadline_ms: u64) -> LambdaEvent<SqsEvent> {
+    let recs: Vec<support::batch::Rec> = records.iter().map(|(r, _)| r.clone()).collect();
+    let mut json = support::batch::event_json(&recs);
     for (i, (_, receives)) in records.iter().enumerate() {
         json["Records"][i]["attributes"]["ApproximateReceiveCount"] =
             Value::String(receives.to_string());
@@ -296,7 +296,7 @@ async fn a_copy_keeps_the_messages_own_attributes_and_the_failure_gives_way_to_t
     );
     // "ten" has the 10 attributes SQS allows; "nine" has 9 and the failure attribute of an
     // earlier failure (it was moved back once); "none" has none.
-    let mut json = common::event_json(&[
+    let mut json = support::batch::event_json(&[
         rec("ten", "FAIL ten"),
         rec("nine", "FAIL nine"),
         rec("none", "FAIL none"),
@@ -377,7 +377,7 @@ async fn a_fifo_destination_keeps_the_group_and_derives_the_dedup_id_from_the_me
                 (fifo("f-1", "acct-1", "FAIL first"), 5),
                 (fifo("f-2", "acct-1", "after it"), 5),
                 (
-                    rec("s-1", "FAIL from a standard queue").arn(common::FIFO_ARN),
+                    rec("s-1", "FAIL from a standard queue").arn(support::batch::FIFO_ARN),
                     6,
                 ),
             ],

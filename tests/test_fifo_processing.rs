@@ -2,18 +2,18 @@
 //! concurrent, a failure stops the rest of its group (or of the batch), duplicates skipped in
 //! place, the deadline cut-off in order, and fair queues (standard queues with groups) left alone.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use sqs_claim::store::{ClaimRequest, ClaimStore, Status};
 use sqs_claim::{
     BatchReport, BoxError, Clock, FailureKind, FifoMode, KeySource, MemoryStore, Message,
     NotStarted, Outcome, Processor,
 };
+use support::batch::*;
 use tower::service_fn;
 
 /// The ids of `seen` that belong to `group` (ids are `<group><n>`, e.g. `a1`), in call order.
@@ -564,13 +564,13 @@ async fn batch_without_source_arn_is_fifo_only_if_it_carries_sequence_numbers() 
         }
         v
     };
-    let run = |records: Vec<common::Rec>| async move {
+    let run = |records: Vec<support::batch::Rec>| async move {
         let seen = Seen::new();
         let p = Processor::builder(MemoryStore::new(), scripted(&seen))
             .namespace("t")
             .build();
         let payload: sqs_claim::events::SqsEvent =
-            serde_json::from_value(strip(common::event_json(&records))).expect("event");
+            serde_json::from_value(strip(support::batch::event_json(&records))).expect("event");
         p.process(lambda_runtime::LambdaEvent::new(
             payload,
             lambda_runtime::Context::default(),

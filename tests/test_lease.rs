@@ -3,13 +3,12 @@
 //! deadline, or at least a fixed time when asked, inside Lambda too; and the deprecated
 //! `lease(d)`, which a deadline overrides, says so in the log instead of being ignored silently.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
 use sqs_claim::store::StoreAdmin;
 use sqs_claim::store::{MemoryEffect, Status};
 use sqs_claim::{
@@ -17,6 +16,7 @@ use sqs_claim::{
     Processor, ProcessorBuilder,
 };
 use sqs_claim_testkit::store::{Action, Method, Spy};
+use support::batch::*;
 use tokio::sync::Notify;
 use tower::service_fn;
 

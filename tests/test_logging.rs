@@ -1,15 +1,15 @@
 //! `sqs_claim::logging` (feature `logging`): Lambda's log controls and the flat JSON lines, read
 //! back from an in-memory writer while the processor runs a batch whose handler logs.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use common::*;
 use serde_json::Value;
 use sqs_claim::logging::Logging;
 use sqs_claim::{MemoryStore, Message, Processor};
+use support::batch::*;
 use tower::service_fn;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;

@@ -1,7 +1,7 @@
 //! `MemoryStore` keeps the store contract (the shared conformance suite, atomic effects
 //! included), and leases lapse and are fenced end to end through the processor, on paused time.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::*;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{Claim, ClaimStore, ClaimToken, Completion, Effects, Status};
 use sqs_claim::{
@@ -17,6 +16,7 @@ use sqs_claim::{
 };
 use sqs_claim_testkit::conformance::request;
 use sqs_claim_testkit::conformance::{self, EffectProbe};
+use support::batch::*;
 use tokio::sync::{Notify, oneshot};
 use tower::service_fn;
 

@@ -5,12 +5,11 @@
 //! The store sleeps a fixed time per call under tokio's paused clock, so every latency is
 //! exact.
 
-mod common;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::*;
 use serde_json::{Value, json};
 use sqs_claim::metrics::{BatchDimension, BatchMetrics, Emf};
 use sqs_claim::store::MemoryEffect;
@@ -18,6 +17,7 @@ use sqs_claim::store::{Capabilities, Claim, ClaimRequest, ClaimStore, Effects};
 use sqs_claim::{Clock, FailureKind, MemoryStore, Message, Processor};
 use sqs_claim_testkit::emf;
 use sqs_claim_testkit::store::{Action, Method, Spy};
+use support::batch::*;
 use tower::service_fn;
 
 const CLAIM: Duration = Duration::from_millis(5);

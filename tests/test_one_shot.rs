@@ -2,17 +2,17 @@
 //! atomic write claims the key as completed and commits them. One store call per message,
 //! fresh or duplicate; a failure anywhere writes nothing.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::SystemTime;
 
-use common::*;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{ClaimStore, Completion};
 use sqs_claim::{BoxError, Effects, FailureKind, MemoryStore, Message, OneShot, Processor};
 use sqs_claim_testkit::store::{Method, Spy};
+use support::batch::*;
 
 /// A memory store that counts its calls by kind (the spy), saying it writes a one-shot
 /// atomically and takes the trait's default for the rest.

@@ -2,14 +2,13 @@
 //! the store policies, completion retries, atomic effects, the deadline, bounded concurrency and
 //! the batch response on the wire.
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use common::*;
 use sqs_claim::events::SqsBatchResponse;
 use sqs_claim::store::MemoryEffect;
 use sqs_claim::store::{Capabilities, Claim, ClaimRequest, ClaimStore, Status};
@@ -18,6 +17,7 @@ use sqs_claim::{
     NotStarted, Outcome, PayloadCheck, Processor, RetryPolicy, StoreUnavailable,
 };
 use sqs_claim_testkit::store::{Action, Method, Spy};
+use support::batch::*;
 use tower::{ServiceExt, service_fn};
 
 /// A set of applied effect markers, shared between a handler and the test.

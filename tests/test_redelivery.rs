@@ -7,20 +7,20 @@
 //! makes its own queue, with a visibility timeout of 10 minutes: a message seen again within
 //! the test came back because its visibility was changed.
 
-mod common;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::types::QueueAttributeName;
-use common::failed_ids;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 use sqs_claim::Retry;
 use sqs_claim::events::SqsEvent;
 use sqs_claim::metrics::BatchMetrics;
 use sqs_claim::{BoxError, MemoryStore, Message, Outcome, Processor, Redelivery};
+use support::batch::failed_ids;
 
 fn endpoint() -> String {
     std::env::var("SQS_CLAIM_SQS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:4566".into())
@@ -248,7 +248,10 @@ async fn more_than_ten_go_in_calls_of_ten_and_all_come_back() {
 async fn assert_still_reported(redelivery: Redelivery, arn: &str) {
     let metrics = Metrics::default();
     let p = processor(redelivery, &metrics);
-    let mut event = common::event_json(&[common::rec("m-1", "fail"), common::rec("m-2", "fine")]);
+    let mut event = support::batch::event_json(&[
+        support::batch::rec("m-1", "fail"),
+        support::batch::rec("m-2", "fine"),
+    ]);
     for r in event["Records"].as_array_mut().expect("records") {
         r["eventSourceARN"] = json!(arn);
     }
@@ -271,11 +274,11 @@ async fn a_failed_visibility_call_still_reports_the_message() {
     let down = client_at("http://127.0.0.1:1");
     assert_still_reported(
         Redelivery::sqs(down.clone()).queue_url("http://127.0.0.1:1/000000000000/q"),
-        common::STANDARD_ARN,
+        support::batch::STANDARD_ARN,
     )
     .await;
     // The URL cannot be found (GetQueueUrl fails).
-    assert_still_reported(Redelivery::sqs(down), common::STANDARD_ARN).await;
+    assert_still_reported(Redelivery::sqs(down), support::batch::STANDARD_ARN).await;
     // ministack answers; the receipt handle is not one of its own: the entry is refused.
     let client = client_at(&endpoint());
     let (_, arn) = queue(&client).await;

@@ -5,14 +5,14 @@
 //! Read through `tracing-subscriber`'s own JSON format with the span list and span-close
 //! events, so these tests do not depend on the crate's `logging` feature.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use common::*;
 use serde_json::Value;
 use sqs_claim::{Error, MemoryStore, Message, Processor};
+use support::batch::*;
 use tower::service_fn;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::FmtSpan;

@@ -26,7 +26,6 @@
 //! A `process` that has not returned [`GRACE`] after its deadline is abandoned and reported, so
 //! an engine that does not bound steps in flight fails these tests instead of hanging them.
 
-mod common;
 mod support;
 
 use support::{dynamodb as dynamodb_local, servers};
@@ -37,7 +36,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
-use common::{Rec, Seen, event, event_with_deadline, failed_ids, init_logs, rec};
 use redis::AsyncCommands;
 use sqs_claim::store::{ClaimStore, Effects};
 use sqs_claim::{
@@ -45,6 +43,7 @@ use sqs_claim::{
     Processor, RedisEffect, RedisStore, TieredStore,
 };
 use sqs_claim_testkit::fault::{Fault, FaultProxy};
+use support::batch::{Rec, Seen, event, event_with_deadline, failed_ids, init_logs, rec};
 use tower::service_fn;
 
 /// Messages per batch.
@@ -517,7 +516,7 @@ where
     H::Response: Into<Effects<S::Effect>>,
     H::Error: Into<BoxError>,
 {
-    let deadline_ms = common::deadline_in(&Clock::system(), BUDGET);
+    let deadline_ms = support::batch::deadline_in(&Clock::system(), BUDGET);
     let deadline = UNIX_EPOCH + Duration::from_millis(deadline_ms);
     let result = tokio::time::timeout(
         BUDGET + GRACE,
@@ -986,7 +985,7 @@ async fn dark_batch<R: Rig>(rig: &R, lambda: bool) -> Ran {
     let ids: Vec<String> = (0..LONG_BATCH).map(|i| format!("d{i:02}")).collect();
     rig.proxy().set(Fault::Dark);
     let deadline_ms = if lambda {
-        common::deadline_in(&Clock::system(), LAMBDA_BUDGET)
+        support::batch::deadline_in(&Clock::system(), LAMBDA_BUDGET)
     } else {
         0
     };

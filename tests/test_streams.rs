@@ -7,7 +7,6 @@
 //! failures, replays after a partial checkpoint and after a lost response, splits, a record
 //! that cannot be decoded, a batch of 10,000.
 
-mod common;
 mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -236,7 +235,7 @@ fn kinesis_scenario(shards: &[&str], per_shard: usize) -> (Stream, Faults) {
 
 #[tokio::test]
 async fn kinesis_failures_replays_and_splits_apply_every_record_once_in_order() {
-    common::init_logs();
+    support::batch::init_logs();
     let (stream, faults) = kinesis_scenario(
         &[
             "shardId-000000000000",
@@ -276,7 +275,7 @@ async fn kinesis_failures_replays_and_splits_apply_every_record_once_in_order() 
 
 #[tokio::test]
 async fn a_poison_record_is_given_up_by_retry_attempts_and_the_rest_applied_once_in_order() {
-    common::init_logs();
+    support::batch::init_logs();
     let (stream, mut faults) =
         kinesis_scenario(&["shardId-000000000000", "shardId-000000000001"], 30);
     let poison = stream.sequence_numbers("shardId-000000000001")[12].clone();
@@ -307,7 +306,7 @@ async fn a_poison_record_is_given_up_by_retry_attempts_and_the_rest_applied_once
 
 #[tokio::test]
 async fn an_undecodable_record_fails_alone_and_stops_its_shard() {
-    common::init_logs();
+    support::batch::init_logs();
     let mut stream = Stream::kinesis("orders");
     let a: Vec<String> = (0..6)
         .map(|i| stream.put("shardId-a", &json!({"n": i})))
@@ -391,7 +390,7 @@ fn kafka_scenario(topic: &str, per_partition: usize) -> (Stream, Faults) {
 
 #[tokio::test]
 async fn kafka_failures_replays_and_splits_apply_every_record_once_in_order_per_partition() {
-    common::init_logs();
+    support::batch::init_logs();
     let (stream, faults) = kafka_scenario("orders-eu", 40);
     let (log, effect) = memory_log();
     let mapping = Mapping {
@@ -434,7 +433,7 @@ async fn kafka_failures_replays_and_splits_apply_every_record_once_in_order_per_
 
 #[tokio::test]
 async fn a_kafka_poison_record_is_given_up_and_the_other_partitions_go_on() {
-    common::init_logs();
+    support::batch::init_logs();
     let (stream, mut faults) = kafka_scenario("payments", 20);
     let poison = stream.sequence_numbers("payments-1")[7].clone();
     faults.poison = Arc::new([poison.clone()].into_iter().collect());
@@ -464,7 +463,7 @@ async fn a_kafka_poison_record_is_given_up_and_the_other_partitions_go_on() {
 
 #[tokio::test]
 async fn a_kafka_value_that_is_not_base64_fails_one_record_and_stops_its_partition() {
-    common::init_logs();
+    support::batch::init_logs();
     let mut stream = Stream::kafka("orders-eu");
     let mut a = Vec::new();
     for i in 0..6 {
@@ -662,7 +661,7 @@ fn dynamodb_log(
 /// appended in the completion's transaction.
 #[tokio::test]
 async fn dynamodb_streams_on_dynamodb_local_apply_every_record_once_in_order() {
-    common::init_logs();
+    support::batch::init_logs();
     let store = support::dynamodb::dynamodb_store("streams").await;
     assert!(store.key_schema().sort_key().is_none());
     let (effect, read_applied) = dynamodb_log(&store, "");
@@ -929,7 +928,7 @@ fn applying(
 /// fingerprint); in batches of 100 in the same batch (judged against its first copy's).
 #[tokio::test]
 async fn a_producer_duplicate_keyed_by_a_pointer_is_skipped_on_every_source() {
-    common::init_logs();
+    support::batch::init_logs();
     for source in [Source::Kinesis, Source::DynamoDb, Source::Kafka] {
         for batch_size in [2, 100] {
             let (mut stream, shard, pointer) = orders(source);
@@ -990,7 +989,7 @@ async fn a_producer_duplicate_keyed_by_a_pointer_is_skipped_on_every_source() {
 /// stops the shard until the mapping gives the batch up.
 #[tokio::test]
 async fn the_same_key_with_another_payload_still_fails_on_every_source() {
-    common::init_logs();
+    support::batch::init_logs();
     for source in [Source::Kinesis, Source::DynamoDb, Source::Kafka] {
         let (mut stream, shard, pointer) = orders(source);
         let seqs: Vec<String> = [("o-1", 10), ("o-2", 20), ("o-2", 25), ("o-3", 30)]
@@ -1236,7 +1235,7 @@ async fn crash_replay_on<S: ClaimStore>(
         let (kinesis, ddb, kafka) = (kinesis.clone(), ddb.clone(), kafka.clone());
         let crashed = Arc::clone(&crashed);
         let mut context = Context::default();
-        context.deadline = common::deadline_in(&clock, timeout);
+        context.deadline = support::batch::deadline_in(&clock, timeout);
         async move {
             let mut run = tokio::spawn(async move {
                 let event = LambdaEvent::new(event, context);
@@ -1314,7 +1313,7 @@ async fn with_leases_until_the_deadline_a_crash_costs_more_than_one_retry() {
 /// the applied log written in the completions' transactions.
 #[tokio::test]
 async fn a_crash_mid_batch_costs_one_retry_on_dynamodb_local() {
-    common::init_logs();
+    support::batch::init_logs();
     let store = support::dynamodb::dynamodb_store("crash").await;
     let (effect, read_applied) = dynamodb_log(&store, &format!("{}#", uuid::Uuid::new_v4()));
     let started = std::time::Instant::now();

@@ -1,6 +1,8 @@
-//! The real servers behind the library's tests, as stores: DynamoDB Local on a fresh table,
-//! Redis under a fresh prefix, PostgreSQL on a fresh table, and the Powertools for AWS Lambda
-//! (Python) driver. Each helper fails, never skips, when its server does not answer.
+//! The library's test support, one home: the batches and recording handlers the processor
+//! tests share (`batch`), and the real servers behind the store tests: DynamoDB Local on a
+//! fresh table, Redis under a fresh prefix, PostgreSQL on a fresh table, and the Powertools for
+//! AWS Lambda (Python) driver. Each server helper fails, never skips, when its server does not
+//! answer.
 //!
 //! What a user's tests would want too (the fake Runtime API, the fault proxy, silent endpoints,
 //! the EMF checker, event builders, where the stand-ins are) is in `sqs-claim-testkit`; these
@@ -8,6 +10,7 @@
 //! binary uses a different part, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
+pub(crate) mod batch;
 pub(crate) mod dark;
 #[cfg(feature = "dynamodb")]
 pub(crate) mod dynamodb;
