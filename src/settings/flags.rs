@@ -132,12 +132,7 @@ mod tests {
     use super::*;
 
     fn settings(vars: &[(&str, &str)]) -> Settings {
-        Settings::from_lookup(|name| {
-            vars.iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| (*v).to_owned())
-        })
-        .expect("valid settings")
+        super::super::tests::settings(vars).expect("valid settings")
     }
 
     /// `--partition-key` and `--sort-key` set the DynamoDB key layout, each over its own

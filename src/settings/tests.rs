@@ -5,7 +5,8 @@ use super::*;
 use crate::powertools::{HashFunction, RecordPayload};
 use std::collections::HashMap;
 
-fn settings(vars: &[(&str, &str)]) -> Result<Settings, Error> {
+/// The settings read from `vars` alone (the other settings tests use it too).
+pub(super) fn settings(vars: &[(&str, &str)]) -> Result<Settings, Error> {
     let map: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
