@@ -7,6 +7,7 @@ use aws_lambda_events::sqs::SqsMessage;
 use serde_json::Value;
 
 use crate::processor::{ProcessorBuilder, RecordClaim};
+use crate::record::Record;
 use crate::{Error, ErrorKind};
 
 impl<S, H> ProcessorBuilder<S, H> {
@@ -45,7 +46,7 @@ impl<S, H> ProcessorBuilder<S, H> {
         event: &Value,
     ) -> Result<Vec<Result<Option<RecordClaim>, Error>>, Error> {
         #[cfg(feature = "streams")]
-        if let Some(records) = crate::stream::as_sqs_records(event) {
+        if let Some(records) = crate::stream::read_captured(event) {
             let (source, records) = records?;
             return Ok(self.claims_of(&records, Some(source)));
         }
@@ -59,8 +60,8 @@ impl<S, H> ProcessorBuilder<S, H> {
 }
 
 /// The records of a captured SQS event, as the processor takes them (a stream's are read by
-/// `stream::as_sqs_records` first).
-fn records(event: &Value) -> Result<Vec<SqsMessage>, Error> {
+/// `stream::read_captured` first).
+fn records(event: &Value) -> Result<Vec<Record>, Error> {
     let invalid = |why: String| Error::new(ErrorKind::InvalidEvent, why);
     let Some(records) = event.get("Records").and_then(Value::as_array) else {
         return Err(invalid(
@@ -95,5 +96,5 @@ fn records(event: &Value) -> Result<Vec<SqsMessage>, Error> {
             "record #{i} of the batch has no messageId"
         )));
     }
-    Ok(records)
+    Ok(records.into_iter().map(Record::sqs).collect())
 }

@@ -210,12 +210,14 @@ impl LargeMessages {
     /// that is not a pointer. An empty list when no record is.
     pub(crate) async fn fetch_batch(
         &self,
-        records: &[SqsMessage],
+        records: &[crate::record::Record],
         envelope: Envelope,
         budget: &Budget,
     ) -> Vec<Option<Fetched>> {
-        let pointers: Vec<Option<Result<Pointer, Failure>>> =
-            records.iter().map(|r| find_pointer(r, envelope)).collect();
+        let pointers: Vec<Option<Result<Pointer, Failure>>> = records
+            .iter()
+            .map(|r| find_pointer(&r.message, envelope))
+            .collect();
         if pointers.iter().all(Option::is_none) {
             return Vec::new();
         }

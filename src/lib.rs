@@ -145,6 +145,7 @@ pub mod powertools;
 pub mod processor;
 #[cfg(feature = "sqs")]
 pub mod publish;
+mod record;
 mod retry;
 #[cfg(feature = "settings")]
 #[cfg_attr(docsrs, doc(cfg(feature = "settings")))]

@@ -3,6 +3,8 @@
 use aws_lambda_events::sqs::SqsMessage;
 use serde::de::DeserializeOwned;
 
+#[cfg(feature = "streams")]
+use crate::record::Position;
 use crate::{Error, ErrorKind};
 
 /// One SQS message, as handed to the handler, with its idempotency key.
@@ -18,6 +20,9 @@ pub struct Message {
     fifo: bool,
     stop_at: Option<tokio::time::Instant>,
     payload: Payload,
+    group: Option<String>,
+    #[cfg(feature = "streams")]
+    position: Option<Position>,
     inner: SqsMessage,
 }
 
@@ -64,8 +69,23 @@ impl Message {
             fifo,
             stop_at: None,
             payload: Payload::Body,
+            group: inner.attributes.get("MessageGroupId").cloned(),
+            #[cfg(feature = "streams")]
+            position: None,
             inner,
         }
+    }
+
+    /// The message of one of the engine's records (any source): its group and position are
+    /// the record's own.
+    pub(crate) fn of_record(record: crate::record::Record, key: Option<String>) -> Self {
+        let mut message = Message::new(record.message, key);
+        message.group = record.group;
+        #[cfg(feature = "streams")]
+        {
+            message.position = record.position;
+        }
+        message
     }
 
     /// Sets what the envelope found in the body.
@@ -192,9 +212,11 @@ impl Message {
         self.attribute("AWSTraceHeader")
     }
 
-    /// The `MessageGroupId` (FIFO queues, and standard queues with fair-queue groups).
+    /// What orders the message: the `MessageGroupId` (FIFO queues, and standard queues with
+    /// fair-queue groups); a stream record's shard (Kinesis: from its `eventID`; DynamoDB
+    /// Streams: the stream's ARN); a Kafka record's `TOPIC-PARTITION`.
     pub fn group_id(&self) -> Option<&str> {
-        self.attribute("MessageGroupId")
+        self.group.as_deref()
     }
 
     /// Where a stream record sits in its shard (feature `streams`): a Kinesis or DynamoDB
@@ -218,7 +240,7 @@ impl Message {
     #[cfg(feature = "streams")]
     #[cfg_attr(docsrs, doc(cfg(feature = "streams")))]
     pub fn position(&self) -> Option<Position> {
-        position(&self.inner)
+        self.position.clone()
     }
 
     /// Whether the message came from a FIFO queue (its source ARN ends in `.fifo`).
@@ -244,55 +266,5 @@ mod tests {
         let text = format!("{:?}", Message::new(m, Some("ns#k".into())));
         assert!(!text.contains("secret"), "{text}");
         assert!(text.contains("m-1") && text.contains("body_len"), "{text}");
-    }
-}
-
-/// Where a stream record sits in its shard ([`Message::position`]): what the partial batch
-/// response names it by, and what the mapping checkpoints at.
-#[cfg(feature = "streams")]
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Position {
-    /// Kinesis and DynamoDB Streams: the record's sequence number, as sent (decimal digits;
-    /// numbers of one shard increase, but are not all of one length: compare them as numbers).
-    SequenceNumber(String),
-    /// Kafka: the record's topic-partition (`TOPIC-PARTITION`, as the response names it:
-    /// `orders-eu-3`) and offset.
-    Offset {
-        /// `TOPIC-PARTITION`.
-        partition: String,
-        /// The offset in that partition.
-        offset: i64,
-    },
-}
-
-/// The sequence number as is; Kafka's `TOPIC-PARTITION@OFFSET`, as [`Message::id`] is.
-#[cfg(feature = "streams")]
-impl std::fmt::Display for Position {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Position::SequenceNumber(n) => f.write_str(n),
-            Position::Offset { partition, offset } => write!(f, "{partition}@{offset}"),
-        }
-    }
-}
-
-/// The position of a record the `stream` module made ([`Message::position`]): read back from the
-/// attributes `kinesis_record`, `dynamodb_record` and `kafka_record` write; `None` for an
-/// SQS message (a FIFO message's `SequenceNumber` is no position in a stream).
-#[cfg(feature = "streams")]
-fn position(record: &SqsMessage) -> Option<Position> {
-    match record.event_source.as_deref() {
-        Some("aws:kinesis" | "aws:dynamodb") => record
-            .attributes
-            .get("SequenceNumber")
-            .map(|n| Position::SequenceNumber(n.clone())),
-        Some("aws:sqs") => None,
-        // Kafka (`aws:kafka`, `SelfManagedKafka`, or an event that names no source): only a
-        // Kafka record has an `Offset`.
-        _ => Some(Position::Offset {
-            partition: record.attributes.get("MessageGroupId")?.clone(),
-            offset: record.attributes.get("Offset")?.parse().ok()?,
-        }),
     }
 }

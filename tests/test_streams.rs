@@ -340,6 +340,81 @@ async fn an_undecodable_record_fails_alone_and_stops_its_shard() {
     assert_eq!(log.lock().unwrap()["shardId-a"], a[..2].to_vec());
 }
 
+/// A record whose payload does not decode fails without a claim and without reaching the
+/// handler, even one that never reads the body (it would otherwise complete the record with an
+/// empty body and the mapping would move past it): on Kinesis, DynamoDB Streams and Kafka, its
+/// reason says why, it is its shard's named failure, and the shard stops there.
+#[tokio::test]
+async fn an_unreadable_record_never_reaches_a_handler_that_ignores_the_body() {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let handler = {
+        let seen = Arc::clone(&seen);
+        tower::service_fn(move |msg: Message| {
+            seen.lock().unwrap().push(msg.id().to_owned());
+            async { Ok::<(), BoxError>(()) }
+        })
+    };
+    let builder = || Processor::builder(MemoryStore::new(), handler.clone()).namespace("u");
+    let record = |seq: &str, data: &str| {
+        json!({"eventID": format!("shardId-1:{seq}"), "eventSource": "aws:kinesis",
+               "kinesis": {"sequenceNumber": seq, "data": data}})
+    };
+    let event = json!({"Records": [record("1", "e30="), record("2", "%%%"), record("3", "e30=")]});
+    let answer = Kinesis::new(builder())
+        .unwrap()
+        .process(LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(answer.response()).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": "2"}]})
+    );
+    let why = format!("{:?}", answer.report().items()[1].outcome);
+    assert!(why.contains("not base64"), "{why}");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["shardId-1:1"],
+        "only the record before it ran"
+    );
+
+    seen.lock().unwrap().clear();
+    let record = |seq: &str, keys: Value| {
+        json!({"eventID": format!("e-{seq}"), "eventSource": "aws:dynamodb", "eventName": "INSERT",
+               "dynamodb": {"SequenceNumber": seq, "Keys": keys}})
+    };
+    let event =
+        json!({"Records": [record("10", json!({"pk": {"S": "a"}})), record("11", json!(null))]});
+    let answer = DynamoDbStreams::new(builder())
+        .unwrap()
+        .process(LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(answer.response()).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": "11"}]})
+    );
+    let why = format!("{:?}", answer.report().items()[1].outcome);
+    assert!(why.contains("no dynamodb.Keys"), "{why}");
+    assert_eq!(*seen.lock().unwrap(), ["e-10"]);
+
+    seen.lock().unwrap().clear();
+    let record = |offset: i64, value: &str| json!({"topic": "t", "partition": 0, "offset": offset, "value": value});
+    let event = json!({"eventSource": "aws:kafka",
+                       "records": {"t-0": [record(5, "e30="), record(6, "%%%"), record(7, "e30=")]}});
+    let answer = Kafka::new(builder())
+        .unwrap()
+        .process(LambdaEvent::new(event, Context::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(answer.response()).unwrap(),
+        json!({"batchItemFailures": [{"itemIdentifier": {"partition": "t-0", "offset": 6}}]})
+    );
+    let why = format!("{:?}", answer.report().items()[1].outcome);
+    assert!(why.contains("not base64"), "{why}");
+    assert_eq!(*seen.lock().unwrap(), ["t-0@5"]);
+}
+
 #[tokio::test]
 async fn a_batch_of_ten_thousand_records_runs_in_order() {
     let mut stream = Stream::kinesis("big");

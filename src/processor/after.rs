@@ -23,6 +23,7 @@ use futures::future::BoxFuture;
 use crate::claim::Lease;
 use crate::deadline::Budget;
 use crate::outcome::ItemReport;
+use crate::record::Record;
 
 /// A step that runs after a batch, once every message has its outcome and before the report
 /// (and so the partial batch response) is made: it may change outcomes, and call out to other
@@ -349,13 +350,16 @@ impl Steps {
 
     /// Before the run: what the steps need of each record, taken at `now`. Nothing (and
     /// nothing copied) without steps.
-    pub(super) fn keep(&self, records: &[SqsMessage], now: SystemTime) -> Kept {
+    pub(super) fn keep(&self, records: &[Record], now: SystemTime) -> Kept {
         if self.is_empty() {
             return Kept(None);
         }
         let keep_body = |count| self.iter().any(|s| s.keeps_body(count));
         Kept(Some((
-            records.iter().map(|r| Received::of(r, keep_body)).collect(),
+            records
+                .iter()
+                .map(|r| Received::of(&r.message, keep_body))
+                .collect(),
             now,
         )))
     }

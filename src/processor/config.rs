@@ -367,11 +367,11 @@ impl<S, H> ProcessorBuilder<S, H> {
     /// (`inspect.rs`): its key and payload fingerprint read as [`Config::read`] reads them for
     /// the plan (a stream record's under its `source`'s rule), and the first record of the
     /// batch with the same key, as the plan makes a later copy follow it. A stream record the
-    /// consumer could not decode has no key, and why.
+    /// adapter could not read has no key, and why.
     #[cfg(feature = "admin")]
     pub(crate) fn claims_of(
         &self,
-        records: &[aws_lambda_events::sqs::SqsMessage],
+        records: &[crate::record::Record],
         #[cfg(feature = "streams")] source: Option<super::stream_source::Source>,
     ) -> Vec<Result<Option<super::RecordClaim>, crate::Error>> {
         #[cfg(feature = "streams")]
@@ -393,10 +393,10 @@ impl<S, H> ProcessorBuilder<S, H> {
             .iter()
             .enumerate()
             .map(|(i, record)| {
-                if let Some(why) = record.attributes.get(super::STREAM_UNDECODABLE) {
+                if let Some(why) = &record.unreadable {
                     return Err(crate::Error::new(crate::ErrorKind::BadBody, why.clone()));
                 }
-                let read = config.read(record, &namespace, None);
+                let read = config.read(&record.message, &namespace, None);
                 Ok(read.key?.map(|key| {
                     let copy_of = first.get(&key).copied();
                     if copy_of.is_none() {

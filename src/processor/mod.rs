@@ -1,7 +1,9 @@
-//! The batch engine: an SQS event in, a partial batch response out.
+//! The batch engine: a batch of records in (`record.rs`: an SQS event's, or a stream's as its
+//! adapter in `stream/` read it), every record's outcome out, which the source's adapter turns
+//! into its partial batch response.
 //!
 //! ```text
-//! event ──► plan (plan.rs) ──► run (run.rs) ──► after the batch (after.rs) ──► report (outcome.rs)
+//! records ─► plan (plan.rs) ──► run (run.rs) ──► after the batch (after.rs) ──► report (outcome.rs)
 //!            records → owned items:   standard: bounded concurrency, batch order kept
 //!            key, fingerprint,        FIFO: one lane per message group, in order
 //!            FIFO lanes, leader/copy  each message: claim ─► handler ─► complete / release,
@@ -11,7 +13,7 @@
 //!
 //! | file | what it holds |
 //! |------|---------------|
-//! | `mod.rs` | [`Processor`]: `process` and the `tower::Service` the Lambda runtime calls |
+//! | `mod.rs` | [`Processor`]: `process` (an SQS event read into records) and the `tower::Service` the Lambda runtime calls; `process_records`, the engine any source's adapter calls |
 //! | `config.rs` | the processor's own policies ([`StoreUnavailable`], [`FifoMode`]) and [`ProcessorBuilder`]; the claim's ([`PayloadCheck`](crate::PayloadCheck), [`Lease`](crate::Lease), [`MissingKey`](crate::MissingKey), the key format) are in [`claim`](crate::claim) |
 //! | `plan.rs` | records → owned items, each with what to do: claim it, fail it, or follow the leader copy of its key |
 //! | `run.rs` | the standard and FIFO schedulers, and one message's claim steps ([`claim`](crate::claim)) mapped to an [`Outcome`](crate::Outcome) |
@@ -77,14 +79,11 @@ use crate::deadline::Budget;
 use crate::message::Message;
 use crate::metrics::{BatchMetrics, BatchStats};
 use crate::outcome::BatchReport;
+use crate::record::Record;
 use crate::store::{ClaimStore, Effects};
 use crate::{BoxError, Error};
 use offloaded::Offloaded;
 use plan::Plan;
-
-/// The attribute a stream consumer (`crate::stream`) sets on a record it could not decode,
-/// with why: the plan fails that record at once (read only in a stream consumer's processor).
-pub(crate) const STREAM_UNDECODABLE: &str = "sqs-claim.undecodable";
 
 struct Inner<S, H> {
     store: S,
@@ -169,6 +168,17 @@ where
     /// fail the batch anyway, less clearly.
     pub async fn process(&self, event: LambdaEvent<SqsEvent>) -> Result<BatchReport, Error> {
         let (payload, context) = event.into_parts();
+        let records = payload.records.into_iter().map(Record::sqs).collect();
+        self.process_records(records, context).await
+    }
+
+    /// Processes one batch of the engine's records, whatever source's adapter read them
+    /// ([`Processor::process`] for SQS, the `stream` consumers).
+    pub(crate) async fn process_records(
+        &self,
+        records: Vec<Record>,
+        context: lambda_runtime::Context,
+    ) -> Result<BatchReport, Error> {
         // The counts are recorded on the span when the batch is done, so a tracing backend
         // (OpenTelemetry, X-Ray) sees them on the batch's own span.
         let span = tracing::info_span!(
@@ -177,7 +187,7 @@ where
             // The invocation's own trace (from its Runtime API response), never the
             // process-wide `_X_AMZN_TRACE_ID`, which concurrent invocations overwrite.
             xray_trace_id = context.xray_trace_id.as_deref(),
-            records = payload.records.len(),
+            records = records.len(),
             fifo = field::Empty,
             processed = field::Empty,
             duplicate = field::Empty,
@@ -186,7 +196,7 @@ where
             not_started = field::Empty,
             cut_off = field::Empty,
         );
-        self.process_batch(payload, context, &span)
+        self.process_batch(records, context, &span)
             .instrument(span.clone())
             .await
     }
@@ -194,7 +204,7 @@ where
     /// plan → run → the steps after the batch → report, all inside one time budget.
     async fn process_batch(
         &self,
-        payload: SqsEvent,
+        records: Vec<Record>,
         context: lambda_runtime::Context,
         span: &tracing::Span,
     ) -> Result<BatchReport, Error> {
@@ -208,19 +218,18 @@ where
         );
         let stats = BatchStats::new(config.metrics.is_some());
         // Before the records move into the plan: what the steps after the batch need of them.
-        let mut kept = config.after.keep(&payload.records, config.clock.now());
+        let mut kept = config.after.keep(&records, config.clock.now());
         let source_arn = (config.metrics.is_some() || !config.after.is_empty())
             .then(|| {
-                payload
-                    .records
+                records
                     .iter()
-                    .find_map(|r| r.event_source_arn.clone())
+                    .find_map(|r| r.message.event_source_arn.clone())
             })
             .flatten();
         // The payloads offloaded to S3, fetched before the plan reads the keys from them.
-        let mut offloaded = Offloaded::fetch(config, &payload.records, &budget).await;
+        let mut offloaded = Offloaded::fetch(config, &records, &budget).await;
         let plan = Plan::new(
-            payload.records,
+            records,
             config,
             &namespace,
             budget.hard_stop(),

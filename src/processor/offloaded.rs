@@ -4,7 +4,7 @@
 //! may delete. Without the feature, or without large messages configured, the stage fetches
 //! and keeps nothing, and `process_batch` reads the same either way.
 
-use aws_lambda_events::sqs::SqsMessage;
+use crate::record::Record;
 
 use super::after::Kept;
 use super::config::{Config, Fetched};
@@ -24,7 +24,7 @@ pub(super) struct Offloaded {
 impl Offloaded {
     /// Fetches the objects the records point to, within the budget (nothing without large
     /// messages).
-    pub(super) async fn fetch(config: &Config, records: &[SqsMessage], budget: &Budget) -> Self {
+    pub(super) async fn fetch(config: &Config, records: &[Record], budget: &Budget) -> Self {
         #[cfg(feature = "s3")]
         if let Some(large) = &config.large {
             let fetched = large.fetch_batch(records, config.envelope, budget).await;

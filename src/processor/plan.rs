@@ -8,13 +8,13 @@
 
 use std::collections::HashMap;
 
-use aws_lambda_events::sqs::SqsMessage;
 use tracing::warn;
 
 use super::config::{Config, Fetched, FifoMode};
 use crate::claim::{MissingKey, differs};
 use crate::message::Message;
 use crate::outcome::{Failure, FailureKind};
+use crate::record::Record;
 use crate::{Error, ErrorKind};
 
 /// What the report needs of an item, kept while its action runs.
@@ -79,14 +79,14 @@ impl Plan {
     /// is what each record's S3 pointer led to (feature `s3`), one per record, or empty when
     /// no record is a pointer.
     pub(super) fn new(
-        records: Vec<SqsMessage>,
+        records: Vec<Record>,
         config: &Config,
         namespace: &str,
         stop_at: Option<tokio::time::Instant>,
         fetched: Vec<Option<Fetched>>,
     ) -> Result<Plan, Error> {
         for (i, r) in records.iter().enumerate() {
-            if r.message_id.as_deref().is_none_or(str::is_empty) {
+            if r.id().is_empty() {
                 return Err(Error::new(
                     ErrorKind::InvalidEvent,
                     format!(
@@ -105,13 +105,11 @@ impl Plan {
         let mut actions = Vec::with_capacity(records.len());
         let mut fetched = fetched.into_iter();
         for (i, record) in records.into_iter().enumerate() {
-            let id = record.message_id.clone().unwrap_or_default();
-            let trace_header = record.attributes.get("AWSTraceHeader").cloned();
-            let read = config.read(&record, namespace, fetched.next().flatten());
-            let fail_now = if config.stream
-                && let Some(why) = record.attributes.get(super::STREAM_UNDECODABLE)
-            {
-                // The stream consumer could not decode this record: it fails alone (and, being
+            let id = record.id().to_owned();
+            let trace_header = record.message.attributes.get("AWSTraceHeader").cloned();
+            let read = config.read(&record.message, namespace, fetched.next().flatten());
+            let fail_now = if let Some(why) = &record.unreadable {
+                // Its adapter could not read the payload: it fails alone (a stream record, as
                 // its shard's first failure, stops its shard).
                 Some(
                     Failure::new(FailureKind::Handler, why.clone())
@@ -147,7 +145,7 @@ impl Plan {
                             leaders.insert(key.clone(), (i, fingerprint.clone()));
                             Action::Do(Work::Claim {
                                 message: Box::new(
-                                    Message::new(record, Some(key.clone()))
+                                    Message::of_record(record, Some(key.clone()))
                                         .with_payload(payload)
                                         .with_stop_at(stop_at),
                                 ),
@@ -160,11 +158,11 @@ impl Plan {
                 }
                 Ok(None) => {
                     let why = format!("message has no idempotency key ({})", config.key);
-                    let message = Message::new(record, None).with_payload(payload);
+                    let message = Message::of_record(record, None).with_payload(payload);
                     (None, no_key(message, &id, why, config.missing_key, stop_at))
                 }
                 Err(e) => {
-                    let message = Message::new(record, None).with_payload(payload);
+                    let message = Message::of_record(record, None).with_payload(payload);
                     let why = e.message().to_owned();
                     (None, no_key(message, &id, why, config.missing_key, stop_at))
                 }
@@ -203,9 +201,10 @@ fn no_key(
 }
 
 /// Whether the batch comes from a FIFO queue.
-fn is_fifo(records: &[SqsMessage]) -> bool {
+fn is_fifo(records: &[Record]) -> bool {
     let by_arn = records.iter().any(|r| {
-        r.event_source_arn
+        r.message
+            .event_source_arn
             .as_deref()
             .is_some_and(|a| a.ends_with(".fifo"))
     });
@@ -216,10 +215,10 @@ fn is_fifo(records: &[SqsMessage]) -> bool {
     // only FIFO queues assign, still marks the batch as FIFO: losing order silently is worse
     // than keeping it needlessly. (`MessageGroupId` proves nothing: standard queues carry it
     // too, for fair queues.)
-    let by_sequence = records.iter().all(|r| r.event_source_arn.is_none())
+    let by_sequence = records.iter().all(|r| r.message.event_source_arn.is_none())
         && records
             .iter()
-            .any(|r| r.attributes.contains_key("SequenceNumber"));
+            .any(|r| r.message.attributes.contains_key("SequenceNumber"));
     if by_sequence {
         warn!("batch without eventSourceARN carries SequenceNumber: processing it as FIFO");
     }
@@ -227,14 +226,14 @@ fn is_fifo(records: &[SqsMessage]) -> bool {
 }
 
 /// FIFO lanes: one per message group (or one for the whole batch), in batch order.
-fn lanes(records: &[SqsMessage], mode: FifoMode) -> Vec<Vec<usize>> {
+fn lanes(records: &[Record], mode: FifoMode) -> Vec<Vec<usize>> {
     match mode {
         FifoMode::WholeBatch => vec![(0..records.len()).collect()],
         FifoMode::PerGroup => {
             let mut lanes: Vec<Vec<usize>> = Vec::new();
             let mut by_group: HashMap<Option<&str>, usize> = HashMap::new();
             for (i, r) in records.iter().enumerate() {
-                let group = r.attributes.get("MessageGroupId").map(String::as_str);
+                let group = r.group.as_deref();
                 let lane = *by_group.entry(group).or_insert_with(|| {
                     lanes.push(Vec::new());
                     lanes.len() - 1

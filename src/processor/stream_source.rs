@@ -17,8 +17,11 @@ use serde_json::{Value, json};
 ///   two keys, a producer's retry that made a new id, are one payload); with neither image
 ///   (a `KEYS_ONLY` stream, a `REMOVE` seen without its old image), the `Keys`. A `REMOVE`
 ///   never has the payload of an `INSERT` or `MODIFY` of the same image.
+///
+/// (`pub` in this crate-private module only so that the stream adapters' sealed trait may name
+/// it: nothing outside the crate can.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
+pub enum Source {
     /// Amazon Kinesis Data Streams.
     Kinesis,
     /// Amazon DynamoDB Streams.
