@@ -68,15 +68,16 @@ test: standins-up services ## Run the whole test suite against the real servers
 check-model: ## Model-check the claim protocol exhaustively (model/: every interleaving for small bounds, and every mutant caught)
 	$(CARGO) test -p sqs-claim-model --test exhaustive -- --nocapture --test-threads 2
 
-check-model-stores: standins-up services ## The model-based test: every real store answers as the model's store (tests/test_model.rs)
-	set -a && . "$(STANDINS_ENV)" && set +a && $(CARGO) test -p sqs-claim --all-features --test test_model -- --nocapture
+check-model-stores: standins-up services ## The model-based test: every real store answers as the model's store (tests/suite/test_model.rs)
+	set -a && . "$(STANDINS_ENV)" && set +a && $(CARGO) test -p sqs-claim --all-features --test suite test_model:: -- --nocapture
 
 test-unit: ## Tests that need no server (processor, FIFO, memory store, events, publisher, the CLIs' parsers, the test kit)
-	$(CARGO) test -p sqs-claim --all-features --lib --test test_processor --test test_fifo_processing \
-		--test test_memory_store --test test_events --test test_publish --test test_deadline \
-		--test test_properties --test test_fault_proxy --test test_lambda_run --test test_lease \
-		--test test_idempotency
-	$(CARGO) test -p payments --all-features --lib --bins --test test_properties
+	$(CARGO) test -p sqs-claim --all-features --lib
+	$(CARGO) test -p sqs-claim --all-features --test suite -- test_processor:: test_fifo_processing:: \
+		test_memory_store:: test_events:: test_publish:: test_deadline:: test_properties:: \
+		test_fault_proxy:: test_lambda_run:: test_lease:: test_idempotency::
+	$(CARGO) test -p payments --all-features --lib --bins
+	$(CARGO) test -p payments --all-features --test suite -- test_properties::
 	$(CARGO) test -p sqs-claim-cli --all-features --lib --bins
 	$(CARGO) test -p sqs-claim-testkit --all-features -- --skip conflict::tests::dynamodb_local   # those need DynamoDB Local
 

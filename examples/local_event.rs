@@ -10,7 +10,7 @@
 //!
 //! stdout gets the partial batch response (here the one message with a negative amount),
 //! stderr a summary of the outcomes. The store is in memory, so each run starts empty; a
-//! deployed consumer uses a shared store (`DynamoDbStore`). `tests/test_lambda_run.rs` runs
+//! deployed consumer uses a shared store (`DynamoDbStore`). `tests/suite/test_lambda_run.rs` runs
 //! this binary, on event files and under a fake Lambda Runtime API.
 
 use std::process::ExitCode;

@@ -595,7 +595,7 @@ def streams_check(c: dict, outputs: dict, wait: float) -> None:
           f"{len(d)} claims completed in namespace orders-table-stream (one per order)")
     note("its Kinesis and DynamoDB Streams mappings go on past every batch whatever the partial "
          "batch response says, and it has no Kafka poller: checked is what they deliver, each "
-         "record credited once (the checkpoint rules are tests/test_streams.rs's, on the test "
+         "record credited once (the checkpoint rules are tests/suite/test_streams.rs's, on the test "
          "kit's stand-in)")
 
 

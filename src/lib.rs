@@ -35,7 +35,7 @@
 //! Two front doors, the SQS processor and the idempotency layer, hang from one claim
 //! ([`claim`]): its policies and the steps of one attempt at a key are written once there.
 //! The modules are layered one way: [`store`] (the contract) → `deadline` (the time budget)
-//! → [`claim`] → [`processor`] / [`idempotency`] → [`lambda`] (tests/test_layers.rs keeps it
+//! → [`claim`] → [`processor`] / [`idempotency`] → [`lambda`] (tests/suite/test_layers.rs keeps it
 //! so).
 //!
 //! | step | module |

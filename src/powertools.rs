@@ -30,7 +30,7 @@
 //!
 //! The behaviour reproduced here is read from Powertools' source
 //! (`aws_lambda_powertools/utilities/idempotency/persistence/base.py`, `base.py`,
-//! `persistence/dynamodb.py`) and checked against Powertools itself (`tests/test_powertools.rs`
+//! `persistence/dynamodb.py`) and checked against Powertools itself (`tests/suite/test_powertools.rs`
 //! runs it). docs/powertools.md is the migration guide.
 //!
 //! # Limits of the byte-for-byte match

@@ -10,8 +10,9 @@
 use aws_lambda_events::sqs::SqsMessage;
 
 /// One record of a batch, as an adapter read it. (`pub` in this private module only so that
-/// the stream adapters' sealed trait may name it: nothing outside the crate can.)
-#[derive(Debug, Clone)]
+/// the stream adapters' sealed trait may name it; its fields are the crate's own.) Its `Debug`
+/// never prints the payload, only its length.
+#[derive(Clone)]
 #[allow(unreachable_pub)] // reachable only through the sealed trait, with feature `streams`
 pub struct Record {
     /// The record's identifier (`message_id`, never empty once the plan accepts it), its
@@ -31,6 +32,20 @@ pub struct Record {
     /// Why the adapter could not read the record's payload (never quoting it): the record
     /// fails alone, without a claim, with this reason.
     pub(crate) unreadable: Option<String>,
+}
+
+// By hand: the payload never goes into `Debug` output, only its length.
+impl std::fmt::Debug for Record {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Record");
+        d.field("id", &self.id())
+            .field("group", &self.group)
+            .field("body_len", &self.message.body.as_deref().map(str::len))
+            .field("unreadable", &self.unreadable);
+        #[cfg(feature = "streams")]
+        d.field("position", &self.position);
+        d.finish_non_exhaustive()
+    }
 }
 
 impl Record {
@@ -78,5 +93,20 @@ impl std::fmt::Display for Position {
             Position::SequenceNumber(n) => f.write_str(n),
             Position::Offset { partition, offset } => write!(f, "{partition}@{offset}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_the_payload() {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("m-1".into());
+        m.body = Some(r#"{"card":"4242 secret"}"#.into());
+        let text = format!("{:?}", Record::sqs(m));
+        assert!(!text.contains("secret"), "{text}");
+        assert!(text.contains("m-1") && text.contains("body_len"), "{text}");
     }
 }

@@ -7,7 +7,7 @@
 //! | `checker.rs`  | the exhaustive breadth-first checker, invariants and liveness          |
 //!
 //! `tests/exhaustive.rs` checks the properties for the bounds in `docs/testing.md` and that
-//! every [`Mutant`] is caught; the library's `tests/test_model.rs` drives the same random
+//! every [`Mutant`] is caught; the library's `tests/suite/test_model.rs` drives the same random
 //! operations against [`store::Store`] and the real stores and compares their answers.
 
 pub mod checker;

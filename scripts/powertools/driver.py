@@ -1,4 +1,4 @@
-"""Runs Powertools for AWS Lambda (Python) for tests/test_powertools.rs. Prints one JSON document.
+"""Runs Powertools for AWS Lambda (Python) for tests/suite/test_powertools.rs. Prints one JSON document.
 
   driver.py hash [--jmespath EXPR] [--hash-function md5] [--handler app.lambda_handler]
                  [--key-prefix P]  < JSON array of JSON texts

@@ -16,7 +16,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use aws_lambda_events::sqs::SqsMessage;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
@@ -131,7 +130,9 @@ pub struct Received {
 }
 
 impl Received {
-    fn of(record: &SqsMessage, keep_body: impl Fn(Option<u32>) -> bool) -> Self {
+    fn of(record: &Record, keep_body: impl Fn(Option<u32>) -> bool) -> Self {
+        let group_id = record.group.clone();
+        let record = &record.message;
         let receive_count = record
             .attributes
             .get("ApproximateReceiveCount")
@@ -151,7 +152,7 @@ impl Received {
         Received {
             receipt_handle: record.receipt_handle.clone().filter(|h| !h.is_empty()),
             receive_count,
-            group_id: record.attributes.get("MessageGroupId").cloned(),
+            group_id,
             body: keep.then(|| record.body.clone().unwrap_or_default()),
             attributes,
             #[cfg(feature = "s3")]
@@ -169,7 +170,8 @@ impl Received {
         self.receive_count
     }
 
-    /// Its `MessageGroupId` (FIFO queues).
+    /// Its group: the `MessageGroupId` (FIFO queues, fair queues); a stream record's shard or
+    /// topic-partition.
     pub fn group_id(&self) -> Option<&str> {
         self.group_id.as_deref()
     }
@@ -356,10 +358,7 @@ impl Steps {
         }
         let keep_body = |count| self.iter().any(|s| s.keeps_body(count));
         Kept(Some((
-            records
-                .iter()
-                .map(|r| Received::of(&r.message, keep_body))
-                .collect(),
+            records.iter().map(|r| Received::of(r, keep_body)).collect(),
             now,
         )))
     }

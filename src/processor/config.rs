@@ -100,9 +100,8 @@ pub(crate) struct Config {
     /// Set only by [`Processor::one_shot`](super::Processor::one_shot), whose handler type
     /// cannot await: the handler then runs before the claim.
     pub(super) one_shot: bool,
-    /// Set only by the stream consumers ([`crate::stream`]): every batch runs in ordered lanes
-    /// (the record's `MessageGroupId` is its shard), and a record the consumer could not
-    /// decode fails at once.
+    /// Set only by the stream consumers ([`crate::stream`]): every batch runs in ordered lanes,
+    /// one per group (a record's shard or topic-partition, as its adapter read it).
     pub(super) stream: bool,
     /// The stream a consumer reads (set with `stream`): what of a record its payload
     /// fingerprint covers ([`super::stream_source::Source`]).

@@ -36,8 +36,7 @@ impl Adapter for KafkaSource {
                     json!({"itemIdentifier": {"partition": partition, "offset": offset}})
                 }
                 // Never made (every Kafka record has an offset: `records` refuses one
-                // without); named anyway, never dropped: Lambda then fails the batch rather
-                // than commit past it.
+                // without); named anyway, never dropped.
                 other => json!({"itemIdentifier": other.to_string()}),
             })
             .collect();

@@ -248,6 +248,7 @@ where
         let report = self.processor.process_records(records, context).await?;
         // The report keeps the batch's order: the first item of a shard that did not succeed
         // is the shard's first failure (the processor started nothing after it in that shard).
+        debug_assert_eq!(report.items().len(), named.len(), "one outcome per record");
         let mut failed = Vec::new();
         let mut stopped: HashSet<Option<String>> = HashSet::new();
         for (item, (group, position)) in report.items().iter().zip(named) {
