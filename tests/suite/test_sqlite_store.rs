@@ -193,7 +193,9 @@ fn race_across_processes() {
     let start = sqs_claim::store::epoch_millis(SystemTime::now() + Duration::from_millis(1500));
     let exe = std::env::current_exe().expect("path of this test binary");
     // The child test's name in this binary: its module path without the crate's name.
-    let child = format!("{}::race_child", module_path!().split_once("::").unwrap().1);
+    let child = module_path!()
+        .split_once("::")
+        .map_or("race_child".to_owned(), |(_, m)| format!("{m}::race_child"));
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(&exe)
@@ -297,7 +299,7 @@ async fn race_child() {
         }
     }
     let list: Vec<String> = won.iter().map(ToString::to_string).collect();
-    // The harness prints "test race_child ... " without a newline first.
+    // The harness prints "test test_sqlite_store::race_child ... " without a newline first.
     println!("\nWON {}", list.join(" "));
 }
 

@@ -6,8 +6,9 @@
 //!
 //! What a user's tests would want too (the fake Runtime API, the fault proxy, silent endpoints,
 //! the EMF checker, event builders, where the stand-ins are) is in `sqs-claim-testkit`; these
-//! modules hold what needs the library's own types or this repository's scripts. Each test
-//! binary uses a different part, hence the `dead_code` allowance.
+//! modules hold what needs the library's own types or this repository's scripts. Included once
+//! by `tests/suite/main.rs` (and parts of it by the example app's tests); a build with fewer
+//! features compiles out the modules that use some of it, hence the `dead_code` allowance.
 #![allow(dead_code)]
 
 pub(crate) mod batch;

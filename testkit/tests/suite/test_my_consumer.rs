@@ -157,11 +157,13 @@ fn lambda_function() {
 async fn the_consumer_answers_lambda_with_a_partial_batch_response() {
     let mut runtime = FakeRuntime::start().await.expect("the fake Runtime API");
     let this_test_binary = std::env::current_exe().expect("the test binary");
-    // The function's test name in this binary: its module path without the crate's name.
-    let function_test = format!(
-        "{}::lambda_function",
-        module_path!().split_once("::").unwrap().1
-    );
+    // The function's test name in this binary: its module path without the crate's name
+    // (`lambda_function` alone when this file is a test crate of its own).
+    let function_test = module_path!()
+        .split_once("::")
+        .map_or("lambda_function".to_owned(), |(_, m)| {
+            format!("{m}::lambda_function")
+        });
     let mut function = LambdaCommand::new(this_test_binary)
         .args([
             function_test.as_str(),

@@ -3,8 +3,9 @@
 //! range, stores on the real servers, the Powertools driver, and log capture.
 //!
 //! The fake Runtime API, the fault proxy, silent endpoints, the EMF checker and the event
-//! builders are `sqs-claim-testkit`'s. Each test binary uses a different part of these
-//! modules, hence the `dead_code` allowance.
+//! builders are `sqs-claim-testkit`'s. Included once by `tests/suite/main.rs`; a build with
+//! fewer features compiles out the modules that use some of it, hence the `dead_code`
+//! allowance.
 #![allow(dead_code)]
 
 pub mod cli;

@@ -3,8 +3,7 @@
 //! `doctor`, `inspect`, `release` and `forget` run on the same store with `sqs-claim`, as an
 //! operator of this app runs them.
 //!
-//! Included by `support/mod.rs`, and by `#[path]` in test files that do not include `support`
-//! (one copy).
+//! Part of `support/mod.rs`.
 
 use std::path::{Path, PathBuf};
 
