@@ -25,7 +25,7 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        doc-features bench bench-quick check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
+        doc-features bench bench-quick bench-kafka kafka-fixtures check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
         sam-build check-docs
 
 help: ## List the targets
@@ -135,6 +135,12 @@ bench: standins-up ## Side-by-side benchmark vs Powertools and a bare SDK loop, 
 
 bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
 	set -a && . "$(STANDINS_ENV)" && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick $(BENCH_ARGS)
+
+bench-kafka: ## Kafka values decoded from Avro and Protobuf against the JSON path, N = 1000 (a ratio in one run; no server)
+	$(CARGO) bench -p sqs-claim --no-default-features --features kafka-avro,kafka-protobuf --bench kafka_decode
+
+kafka-fixtures: ## Rewrite events/streams/kafka-avro.json and kafka-protobuf.json with the producers' own libraries (a venv of its own)
+	"$$(scripts/pytool.sh --lib kafka-fixtures avro==1.12.1 protobuf==7.36.2 grpcio-tools==1.85.4 fastavro==1.13.1 "confluent-kafka[avro,protobuf,schemaregistry]==2.16.2")" scripts/kafka-fixtures.py
 
 watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke consumer -A 127.0.0.1 --data-file events/plain.json)
 	PATH="$$(dirname "$$(scripts/pytool.sh cargo-lambda)"):$$PATH" cargo lambda watch -A 127.0.0.1 --bin consumer

@@ -91,6 +91,9 @@
 //! | `s3` | no | [`large`]: payloads the SQS and SNS extended clients offload to S3, read (the object is the payload the key, the payload check and the handler see) and optionally deleted once done; with `sqs`, `Publisher::offload_to` writes them (docs/large-messages.md) |
 //! | `settings` | no | `settings`: a consumer's settings from the `SQS_CLAIM_*` variables (`Settings`), the store URLs (`StoreUrl`), the table of the variables (`VARIABLES`); turns on `dynamodb` |
 //! | `streams` | no | `stream`: Kinesis Data Streams, DynamoDB Streams and Kafka (Amazon MSK, self-managed) consumers on the same claim core, in order per shard (partition), answering each source's partial batch response (docs/streams.md) |
+//! | `kafka-schema` | no (`kafka-avro`, `kafka-protobuf` turn it on) | `stream::schema`: a Kafka consumer's value and key decoders, plain or framed by a schema registry (Confluent's, AWS Glue's, zlib) or already decoded by the mapping's registry integration (docs/streams.md); turns on `streams` |
+//! | `kafka-avro` | no | `stream::schema::Decoder::avro`: Kafka values and keys in Avro, under the team's writer schema (`apache-avro` parses it) |
+//! | `kafka-protobuf` | no | `stream::schema::Decoder::protobuf`: Kafka values and keys of the team's `prost` message |
 //! | `aws` | with `dynamodb`, `sqs` or `s3` | `aws::load_config()`: the AWS configuration with an HTTPS client on bundled root certificates (no scan of the OS store at init; `SQS_CLAIM_TLS_ROOTS=native` to use it) |
 //!
 //! ## Observability
@@ -224,7 +227,13 @@ pub struct EventsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/retries.md")]
 pub struct RetriesDoctests;
-#[cfg(all(doctest, feature = "streams", feature = "dynamodb"))]
+#[cfg(all(
+    doctest,
+    feature = "streams",
+    feature = "dynamodb",
+    feature = "kafka-avro",
+    feature = "kafka-protobuf"
+))]
 #[doc = include_str!("../docs/streams.md")]
 pub struct StreamsDoctests;
 #[cfg(all(doctest, feature = "s3", feature = "sqs"))]

@@ -111,10 +111,11 @@ impl Plan {
             let fail_now = if let Some(why) = &record.unreadable {
                 // Its adapter could not read the payload: it fails alone (a stream record, as
                 // its shard's first failure, stops its shard).
-                Some(
-                    Failure::new(FailureKind::Handler, why.clone())
-                        .with_error_kind(Some(ErrorKind::BadBody)),
-                )
+                // Permanent: the same bytes never read on a retry.
+                let mut failure = Failure::new(FailureKind::Handler, why.clone())
+                    .with_error_kind(Some(ErrorKind::BadBody));
+                failure.permanent = true;
+                Some(failure)
             } else {
                 read.fail_now
             };

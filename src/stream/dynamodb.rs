@@ -25,7 +25,7 @@ pub struct DynamoDbStreamsSource;
 impl sealed::Read for DynamoDbStreamsSource {
     const SOURCE: Source = Source::DynamoDbStreams;
 
-    fn read(event: Value) -> Result<Vec<Record>, Error> {
+    fn read(&self, event: Value) -> Result<Vec<Record>, Error> {
         records_list(event, record)
     }
 }

@@ -4,6 +4,9 @@
 use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
 use serde_json::{Value, json};
 
+#[cfg(feature = "kafka-schema")]
+use base64::Engine as _;
+
 use super::{Adapter, Position, decode_text, invalid, sealed, text};
 use crate::Error;
 use crate::processor::stream_source::Source;
@@ -14,14 +17,24 @@ use crate::record::Record;
 /// record's payload its decoded `value`; a failed record named by its topic-partition and
 /// offset, `{"batchItemFailures": [{"itemIdentifier": {"partition": "TOPIC-PARTITION",
 /// "offset": OFFSET}}]}` (a `serde_json::Value`: the events crate has no type for it).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct KafkaSource;
+///
+/// With feature `kafka-schema` it holds the [`Decoder`](super::schema::Decoder)s of a
+/// record's value and key ([`Kafka::value`](super::Kafka::value),
+/// [`Kafka::key`](super::Kafka::key)); without, the value is read as UTF-8 text and the key
+/// as text when it is.
+#[derive(Debug, Clone, Default)]
+pub struct KafkaSource {
+    #[cfg(feature = "kafka-schema")]
+    pub(super) value: Option<super::schema::Decoder>,
+    #[cfg(feature = "kafka-schema")]
+    pub(super) key: Option<super::schema::Decoder>,
+}
 
 impl sealed::Read for KafkaSource {
     const SOURCE: Source = Source::Kafka;
 
-    fn read(event: Value) -> Result<Vec<Record>, Error> {
-        records(event)
+    fn read(&self, event: Value) -> Result<Vec<Record>, Error> {
+        records(self, event)
     }
 }
 
@@ -46,7 +59,7 @@ impl Adapter for KafkaSource {
 
 /// A Kafka event's records: `records` maps each `TOPIC-PARTITION` to its records; each
 /// partition's records are taken in offset order.
-fn records(payload: Value) -> Result<Vec<Record>, Error> {
+fn records(source_of: &KafkaSource, payload: Value) -> Result<Vec<Record>, Error> {
     let Value::Object(mut event) = payload else {
         return Err(invalid("the event is not a JSON object"));
     };
@@ -70,7 +83,7 @@ fn records(payload: Value) -> Result<Vec<Record>, Error> {
         };
         let mut partition = Vec::with_capacity(records.len());
         for (i, one) in records.into_iter().enumerate() {
-            partition.push(record(&key, i, one, &source, &arn)?);
+            partition.push(record(source_of, &key, i, one, &source, &arn)?);
         }
         partition.sort_by_key(|(offset, _)| *offset);
         out.extend(partition.into_iter().map(|(_, record)| record));
@@ -88,6 +101,7 @@ fn split_partition(key: &str) -> Option<(&str, i64)> {
 /// the id `TOPIC-PARTITION@OFFSET`.
 /// With the record, its offset (the partition's order).
 fn record(
+    decoders: &KafkaSource,
     key: &str,
     i: usize,
     record: Value,
@@ -132,6 +146,12 @@ fn record(
     m.message_id = Some(format!("{partition}@{offset}"));
     m.event_source.clone_from(source);
     m.event_source_arn.clone_from(arn);
+    let named = match (&topic, number) {
+        (Some(topic), Some(n)) => format!(
+            "Kafka record {partition}@{offset} (topic {topic}, partition {n}, offset {offset})"
+        ),
+        _ => format!("Kafka record {partition}@{offset}"),
+    };
     if let Some(topic) = topic {
         m.attributes.insert("Topic".into(), topic);
     }
@@ -145,51 +165,60 @@ fn record(
     if let Some(kind) = text(&record, "/timestampType") {
         m.attributes.insert("TimestampType".into(), kind);
     }
+    // Why the record cannot be read, naming the part (the first that fails): it fails alone.
+    let mut unreadable: Option<String> = None;
     if let Some(k) = record.get("key").and_then(Value::as_str) {
-        match decode_text(k) {
-            Ok(k) => m.attributes.insert("Key".into(), k),
-            Err(_) => m.attributes.insert("KeyBase64".into(), k.to_owned()),
-        };
+        match key_text(decoders, &record, k) {
+            Ok(Some(text)) => {
+                m.attributes.insert("Key".into(), text);
+            }
+            Ok(None) => {
+                m.attributes.insert("KeyBase64".into(), k.to_owned());
+            }
+            Err(why) => unreadable = Some(format!("{named}: its key {why}")),
+        }
     }
-    if let Some(Value::Array(headers)) = record.get("headers") {
-        for (name, bytes) in headers.iter().filter_map(Value::as_object).flatten() {
-            let Some(bytes) = header_bytes(bytes) else {
-                continue;
-            };
-            if m.message_attributes.contains_key(name) {
-                continue;
-            }
-            let mut attribute = SqsMessageAttribute::default();
-            match String::from_utf8(bytes) {
-                Ok(text) => {
-                    attribute.data_type = Some("String".into());
-                    attribute.string_value = Some(text);
+    match record.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(headers)) => {
+            for header in headers {
+                let Some(header) = header.as_object() else {
+                    unreadable.get_or_insert_with(|| {
+                        format!("{named}: a header is not an object of a name and its bytes")
+                    });
+                    continue;
+                };
+                for (name, bytes) in header {
+                    let Some(bytes) = header_bytes(bytes) else {
+                        unreadable.get_or_insert_with(|| {
+                            format!("{named}: its header {name:?} is not a list of bytes")
+                        });
+                        continue;
+                    };
+                    if m.message_attributes.contains_key(name) {
+                        continue;
+                    }
+                    m.message_attributes
+                        .insert(name.clone(), header_attribute(bytes));
                 }
-                Err(e) => {
-                    attribute.data_type = Some("Binary".into());
-                    let mut data = aws_lambda_events::encodings::Base64Data::default();
-                    *data = e.into_bytes();
-                    attribute.binary_value = Some(data);
-                }
             }
-            m.message_attributes.insert(name.clone(), attribute);
+        }
+        Some(_) => {
+            unreadable.get_or_insert_with(|| format!("{named}: its headers are not a list"));
         }
     }
     // A null (or absent) value is a tombstone: an empty body.
     let decoded = match record.get("value") {
         None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(value)) => decode_text(value),
-        Some(_) => Err("is not base64 text"),
+        Some(Value::String(value)) => value_text(decoders, &record, value),
+        Some(_) => Err("is not base64 text".to_owned()),
     };
-    let unreadable = match decoded {
-        Ok(body) => {
-            m.body = Some(body);
-            None
+    match decoded {
+        Ok(body) => m.body = Some(body),
+        Err(why) => {
+            unreadable.get_or_insert_with(|| format!("{named}: its value {why}"));
         }
-        Err(why) => Some(format!(
-            "Kafka record {partition}@{offset} has a value that {why}"
-        )),
-    };
+    }
     Ok((
         offset,
         Record {
@@ -199,6 +228,64 @@ fn record(
             unreadable,
         },
     ))
+}
+
+/// A header's bytes as a message attribute: `String` where they are UTF-8, else `Binary`.
+fn header_attribute(bytes: Vec<u8>) -> SqsMessageAttribute {
+    let mut attribute = SqsMessageAttribute::default();
+    match String::from_utf8(bytes) {
+        Ok(text) => {
+            attribute.data_type = Some("String".into());
+            attribute.string_value = Some(text);
+        }
+        Err(e) => {
+            attribute.data_type = Some("Binary".into());
+            let mut data = aws_lambda_events::encodings::Base64Data::default();
+            *data = e.into_bytes();
+            attribute.binary_value = Some(data);
+        }
+    }
+    attribute
+}
+
+/// The record's value (base64 in the event) as the body: decoded by the consumer's value
+/// decoder (feature `kafka-schema`), else as UTF-8 text. Or why not, never quoting it.
+fn value_text(decoders: &KafkaSource, record: &Value, value: &str) -> Result<String, String> {
+    #[cfg(feature = "kafka-schema")]
+    if let Some(decoder) = &decoders.value {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(value)
+            .map_err(|_| "is not base64".to_owned())?;
+        return decoder
+            .decode(
+                &bytes,
+                record.get("valueSchemaMetadata").filter(|m| !m.is_null()),
+            )
+            .map_err(|why| format!("({}) {why}", decoder.format_name()));
+    }
+    let _ = (decoders, record);
+    decode_text(value).map_err(str::to_owned)
+}
+
+/// The record's key (base64 in the event) as the `Key` attribute: decoded by the consumer's
+/// key decoder (feature `kafka-schema`; a key that does not decode fails the record), else
+/// the text when it is UTF-8 (`None`: kept as `KeyBase64`).
+fn key_text(decoders: &KafkaSource, record: &Value, key: &str) -> Result<Option<String>, String> {
+    #[cfg(feature = "kafka-schema")]
+    if let Some(decoder) = &decoders.key {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .map_err(|_| "is not base64".to_owned())?;
+        return decoder
+            .decode(
+                &bytes,
+                record.get("keySchemaMetadata").filter(|m| !m.is_null()),
+            )
+            .map(Some)
+            .map_err(|why| format!("({}) {why}", decoder.format_name()));
+    }
+    let _ = (decoders, record);
+    Ok(decode_text(key).ok())
 }
 
 /// A Kafka header's value: a list of bytes, signed (Java's `byte`, as Lambda sends them) or
@@ -241,7 +328,7 @@ mod tests {
                 ]
             }
         });
-        let records = records(event).unwrap();
+        let records = records(&KafkaSource::default(), event).unwrap();
         let ids: Vec<String> = records
             .iter()
             .map(|r| r.message.message_id.clone().unwrap())
@@ -269,7 +356,7 @@ mod tests {
         );
         assert_eq!(tombstone.message.body.as_deref(), Some(""));
         assert!(tombstone.unreadable.is_none());
-        let response = KafkaSource::respond(vec![Position::Offset {
+        let response = <KafkaSource as Adapter>::respond(vec![Position::Offset {
             partition: "orders-eu-3".into(),
             offset: 7,
         }]);
@@ -281,7 +368,7 @@ mod tests {
         );
         // A record without an offset cannot be named: the invocation fails.
         let event = serde_json::json!({"records": {"t-0": [{"topic": "t", "partition": 0}]}});
-        assert!(super::records(event).is_err());
+        assert!(super::records(&KafkaSource::default(), event).is_err());
         assert_eq!(split_partition("a-b-12"), Some(("a-b", 12)));
         assert_eq!(split_partition("ab"), None);
     }

@@ -20,7 +20,7 @@ pub struct KinesisSource;
 impl sealed::Read for KinesisSource {
     const SOURCE: Source = Source::Kinesis;
 
-    fn read(event: Value) -> Result<Vec<Record>, Error> {
+    fn read(&self, event: Value) -> Result<Vec<Record>, Error> {
         records_list(event, record)
     }
 }

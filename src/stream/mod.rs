@@ -61,7 +61,9 @@
 //!   base64-decoded `value`;
 //! * [`Message::body`] is the decoded `value`; a `null` value (a tombstone) is an empty body;
 //!   a value that is not base64 of UTF-8 text fails its record alone (and stops its
-//!   partition), never the batch;
+//!   partition), never the batch; with feature `kafka-schema` (`kafka-avro`,
+//!   `kafka-protobuf`), `Kafka::value` and `Kafka::key` decode Avro, Protobuf or framed JSON
+//!   (Confluent's and Glue's registries) to JSON text first (`schema`);
 //! * [`Message::group_id`] is `TOPIC-PARTITION`; [`Message::sqs`]'s attributes hold `Topic`,
 //!   `Partition`, `Offset`, `Timestamp`, `TimestampType` and the record's key (`Key`, decoded,
 //!   when it is UTF-8 text; else `KeyBase64`, as sent); its message attributes hold the
@@ -125,9 +127,13 @@ use crate::record::Record;
 use crate::store::ClaimStore;
 use crate::{Error, ErrorKind};
 
+#[cfg(feature = "kafka-avro")]
+mod avro;
 mod dynamodb;
 mod kafka;
 mod kinesis;
+#[cfg(feature = "kafka-schema")]
+pub mod schema;
 
 pub use crate::record::Position;
 pub use dynamodb::DynamoDbStreamsSource;
@@ -163,7 +169,7 @@ mod sealed {
         /// The event's records, in the order the engine runs them (per group), each with its
         /// group and position; `Err` only when the event cannot be read or a record cannot be
         /// named in the response (the whole invocation then fails).
-        fn read(event: serde_json::Value) -> Result<Vec<Record>, crate::Error>;
+        fn read(&self, event: serde_json::Value) -> Result<Vec<Record>, crate::Error>;
     }
 }
 
@@ -172,7 +178,7 @@ mod sealed {
 /// and says what of a record its payload is; its [`respond`](Self::respond) names the failed
 /// records in the source's partial batch response. Implemented by [`KinesisSource`],
 /// [`DynamoDbStreamsSource`] and [`KafkaSource`] only (sealed); [`Consumer`] runs any of them.
-pub trait Adapter: sealed::Read + Send + Sync + 'static {
+pub trait Adapter: sealed::Read + Clone + Default + Send + Sync + 'static {
     /// The partial batch response Lambda gets from this source's consumer.
     type Response: Serialize + Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static;
 
@@ -187,14 +193,14 @@ pub trait Adapter: sealed::Read + Send + Sync + 'static {
 /// response. See the [module docs](self).
 pub struct Consumer<A, S, H> {
     processor: Processor<S, H>,
-    source: std::marker::PhantomData<fn() -> A>,
+    source: A,
 }
 
-impl<A, S, H> Clone for Consumer<A, S, H> {
+impl<A: Clone, S, H> Clone for Consumer<A, S, H> {
     fn clone(&self) -> Self {
         Consumer {
             processor: self.processor.clone(),
-            source: std::marker::PhantomData,
+            source: self.source.clone(),
         }
     }
 }
@@ -222,7 +228,7 @@ where
     pub fn new(builder: ProcessorBuilder<S, H>) -> Result<Self, Error> {
         Ok(Consumer {
             processor: builder.build_stream(A::SOURCE)?,
-            source: std::marker::PhantomData,
+            source: A::default(),
         })
     }
 
@@ -239,7 +245,7 @@ where
     /// when run locally.
     pub async fn process(&self, event: LambdaEvent<Value>) -> Result<Answer<A::Response>, Error> {
         let (payload, context) = event.into_parts();
-        let records = A::read(payload)?;
+        let records = self.source.read(payload)?;
         // Each record's group and position, in batch order, before the records move in.
         let named: Vec<(Option<String>, Option<Position>)> = records
             .iter()
@@ -264,6 +270,56 @@ where
             response: A::respond(failed),
             report,
         })
+    }
+}
+
+/// How a Kafka consumer decodes a record's value and key (feature `kafka-schema`; see
+/// [`schema`]).
+#[cfg(feature = "kafka-schema")]
+impl<S, H> Consumer<KafkaSource, S, H> {
+    /// Decodes each record's value with `decoder` (JSON, Avro, Protobuf; plain or framed by a
+    /// schema registry) and hands it over as JSON text: [`Message::body`], what
+    /// [`Message::json`] reads, what a [`KeySource::JsonPointer`](crate::KeySource::JsonPointer)
+    /// points into and what the payload check fingerprints. A value that does not decode
+    /// fails its record alone, permanently, naming its topic, partition and offset (a `null`
+    /// value, a tombstone, is an empty body, not decoded).
+    ///
+    /// ```
+    /// # #[cfg(feature = "kafka-avro")]
+    /// # async fn example() -> Result<(), sqs_claim::Error> {
+    /// use sqs_claim::stream::Kafka;
+    /// use sqs_claim::stream::schema::Decoder;
+    /// use sqs_claim::{KeySource, MemoryStore, Message, Processor};
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Payment { payment_id: String, cents: i64 }
+    ///
+    /// let schema = r#"{"type": "record", "name": "Payment", "fields": [
+    ///     {"name": "payment_id", "type": "string"}, {"name": "cents", "type": "long"}]}"#;
+    /// let handler = tower::service_fn(|msg: Message| async move {
+    ///     let payment: Payment = msg.json()?; // the Avro value, decoded
+    ///     # let _ = (payment.payment_id, payment.cents);
+    ///     Ok::<(), sqs_claim::Error>(())
+    /// });
+    /// let store = MemoryStore::new();
+    /// let builder = Processor::builder(store, handler)
+    ///     .key(KeySource::JsonPointer("/payment_id".into()));
+    /// let consumer = Kafka::new(builder)?.value(Decoder::avro(schema)?);
+    /// # let _ = consumer;
+    /// # Ok(()) }
+    /// ```
+    pub fn value(mut self, decoder: schema::Decoder) -> Self {
+        self.source.value = Some(decoder);
+        self
+    }
+
+    /// Decodes each record's key with `decoder` and hands it over as JSON text in the `Key`
+    /// attribute ([`Message::sqs`]'s `attributes`). A key that does not decode fails its
+    /// record alone, permanently. Without, the key is its text when it is UTF-8 (`Key`), else
+    /// its base64 as sent (`KeyBase64`).
+    pub fn key(mut self, decoder: schema::Decoder) -> Self {
+        self.source.key = Some(decoder);
+        self
     }
 }
 
@@ -405,8 +461,12 @@ pub(crate) fn read_captured(
 ) -> Option<Result<(crate::processor::stream_source::Source, Vec<Record>), Error>> {
     use crate::processor::stream_source::Source;
     use sealed::Read;
-    fn read<A: Read>(event: &Value) -> Option<Result<(Source, Vec<Record>), Error>> {
-        Some(A::read(event.clone()).map(|records| (A::SOURCE, records)))
+    fn read<A: Read + Default>(event: &Value) -> Option<Result<(Source, Vec<Record>), Error>> {
+        Some(
+            A::default()
+                .read(event.clone())
+                .map(|records| (A::SOURCE, records)),
+        )
     }
     if let Some(source) = event.get("eventSource").and_then(Value::as_str)
         && matches!(source, "aws:kafka" | "SelfManagedKafka")

@@ -30,6 +30,8 @@ mod test_idempotency;
 mod test_idempotency_examples;
 #[cfg(feature = "idempotency")]
 mod test_idempotency_wait;
+#[cfg(all(feature = "kafka-avro", feature = "kafka-protobuf"))]
+mod test_kafka_schema;
 mod test_lambda_run;
 #[cfg(all(feature = "s3", feature = "sqs"))]
 mod test_large_messages;
