@@ -39,20 +39,9 @@ struct Payment {
     cents: i64,
 }
 
-/// The Protobuf payment (events/streams/schemas/payments.proto), as `prost-build` makes it.
-#[derive(Clone, PartialEq, prost::Message, serde::Serialize, serde::Deserialize)]
-struct PbPayment {
-    #[prost(string, tag = "1")]
-    payment_id: String,
-    #[prost(string, tag = "2")]
-    account: String,
-    #[prost(int64, tag = "3")]
-    cents: i64,
-    #[prost(int32, tag = "4")]
-    currency: i32,
-    #[prost(string, optional, tag = "5")]
-    memo: Option<String>,
-}
+#[path = "../tests/support/pb_payment.rs"]
+mod pb_payment;
+use pb_payment::PbPayment;
 
 fn fixture_value(file: &str, partition: &str, offset: i64) -> Vec<u8> {
     let path = format!("{}/events/streams/{file}", env!("CARGO_MANIFEST_DIR"));

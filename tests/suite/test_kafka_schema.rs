@@ -29,21 +29,9 @@ struct Payment {
     memo: Option<String>,
 }
 
-/// events/streams/schemas/payments.proto's `Payment`, as `prost-build` would make it (written
-/// out: the suite needs no protoc), with `serde` derived for its JSON form.
-#[derive(Clone, PartialEq, prost::Message, serde::Serialize, serde::Deserialize)]
-struct PbPayment {
-    #[prost(string, tag = "1")]
-    payment_id: String,
-    #[prost(string, tag = "2")]
-    account: String,
-    #[prost(int64, tag = "3")]
-    cents: i64,
-    #[prost(int32, tag = "4")]
-    currency: i32,
-    #[prost(string, optional, tag = "5")]
-    memo: Option<String>,
-}
+#[path = "../support/pb_payment.rs"]
+mod pb_payment;
+use pb_payment::PbPayment;
 
 fn fixture(name: &str) -> Value {
     let path = format!("{}/events/streams/{name}", env!("CARGO_MANIFEST_DIR"));
