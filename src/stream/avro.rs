@@ -131,13 +131,24 @@ impl Reader<'_> {
         Ok((n, size))
     }
 
-    /// After a block of `size` bytes that began at `start`: whether the items took exactly it.
-    fn block_end(&self, start: usize, size: Option<usize>) -> Result<(), String> {
-        match size {
-            Some(size) if self.at - start != size => {
-                Err("holds a block whose items do not fill its stated size".to_owned())
+    /// An array's or map's blocks, each item read by `item`, up to the empty block that
+    /// ends them; a block's stated size (if the writer gave one) must be what its items took.
+    fn blocks(
+        &mut self,
+        mut item: impl FnMut(&mut Self) -> Result<(), String>,
+    ) -> Result<(), String> {
+        loop {
+            let (n, size) = self.block()?;
+            if n == 0 {
+                return Ok(());
             }
-            _ => Ok(()),
+            let start = self.at;
+            for _ in 0..n {
+                item(self)?;
+            }
+            if size.is_some_and(|size| self.at - start != size) {
+                return Err("holds a block whose items do not fill its stated size".to_owned());
+            }
         }
     }
 
@@ -220,36 +231,22 @@ impl Reader<'_> {
             }
             Schema::Array(array) => {
                 let mut items = Vec::new();
-                loop {
-                    let (n, size) = self.block()?;
-                    if n == 0 {
-                        break;
-                    }
-                    let start = self.at;
-                    for _ in 0..n {
-                        items.push(self.value(&array.items, namespace, names, depth + 1)?);
-                    }
-                    self.block_end(start, size)?;
-                }
+                self.blocks(|r| {
+                    items.push(r.value(&array.items, namespace, names, depth + 1)?);
+                    Ok(())
+                })?;
                 Value::Array(items)
             }
             Schema::Map(map) => {
                 let mut items = Map::new();
-                loop {
-                    let (n, size) = self.block()?;
-                    if n == 0 {
-                        break;
-                    }
-                    let start = self.at;
-                    for _ in 0..n {
-                        let key = std::str::from_utf8(self.raw()?)
-                            .map_err(|_| "holds a map key that is not UTF-8".to_owned())?
-                            .to_owned();
-                        let value = self.value(&map.types, namespace, names, depth + 1)?;
-                        items.insert(key, value);
-                    }
-                    self.block_end(start, size)?;
-                }
+                self.blocks(|r| {
+                    let key = std::str::from_utf8(r.raw()?)
+                        .map_err(|_| "holds a map key that is not UTF-8".to_owned())?
+                        .to_owned();
+                    let value = r.value(&map.types, namespace, names, depth + 1)?;
+                    items.insert(key, value);
+                    Ok(())
+                })?;
                 Value::Object(items)
             }
             Schema::Union(union) => {

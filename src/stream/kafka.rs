@@ -168,14 +168,19 @@ fn record(
     // Why the record cannot be read, naming the part (the first that fails): it fails alone.
     let mut unreadable: Option<String> = None;
     if let Some(k) = record.get("key").and_then(Value::as_str) {
-        match key_text(decoders, &record, k) {
-            Ok(Some(text)) => {
+        // Decoded by the consumer's key decoder (a key that does not decode fails the
+        // record); else its text when it is UTF-8, or its base64 as sent.
+        match decoded(decoders, &record, Part::Key, k) {
+            Some(Ok(text)) => {
                 m.attributes.insert("Key".into(), text);
             }
-            Ok(None) => {
-                m.attributes.insert("KeyBase64".into(), k.to_owned());
+            Some(Err(why)) => unreadable = Some(format!("{named}: its key {why}")),
+            None => {
+                match decode_text(k) {
+                    Ok(text) => m.attributes.insert("Key".into(), text),
+                    Err(_) => m.attributes.insert("KeyBase64".into(), k.to_owned()),
+                };
             }
-            Err(why) => unreadable = Some(format!("{named}: its key {why}")),
         }
     }
     match record.get("headers") {
@@ -210,7 +215,8 @@ fn record(
     // A null (or absent) value is a tombstone: an empty body.
     let decoded = match record.get("value") {
         None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(value)) => value_text(decoders, &record, value),
+        Some(Value::String(value)) => decoded(decoders, &record, Part::Value, value)
+            .unwrap_or_else(|| decode_text(value).map_err(str::to_owned)),
         Some(_) => Err("is not base64 text".to_owned()),
     };
     match decoded {
@@ -248,44 +254,41 @@ fn header_attribute(bytes: Vec<u8>) -> SqsMessageAttribute {
     attribute
 }
 
-/// The record's value (base64 in the event) as the body: decoded by the consumer's value
-/// decoder (feature `kafka-schema`), else as UTF-8 text. Or why not, never quoting it.
-fn value_text(decoders: &KafkaSource, record: &Value, value: &str) -> Result<String, String> {
-    #[cfg(feature = "kafka-schema")]
-    if let Some(decoder) = &decoders.value {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(value)
-            .map_err(|_| "is not base64".to_owned())?;
-        return decoder
-            .decode(
-                &bytes,
-                record.get("valueSchemaMetadata").filter(|m| !m.is_null()),
-            )
-            .map_err(|why| format!("({}) {why}", decoder.format_name()));
-    }
-    let _ = (decoders, record);
-    decode_text(value).map_err(str::to_owned)
+/// Which part of a record a decoder reads.
+#[derive(Clone, Copy)]
+enum Part {
+    Value,
+    Key,
 }
 
-/// The record's key (base64 in the event) as the `Key` attribute: decoded by the consumer's
-/// key decoder (feature `kafka-schema`; a key that does not decode fails the record), else
-/// the text when it is UTF-8 (`None`: kept as `KeyBase64`).
-fn key_text(decoders: &KafkaSource, record: &Value, key: &str) -> Result<Option<String>, String> {
+/// A part of the record (`value` or `key`, base64 in the event) decoded by the consumer's
+/// decoder for it (feature `kafka-schema`), with the record's registry metadata for it
+/// (`valueSchemaMetadata`, `keySchemaMetadata`): `None` when the consumer has no decoder for
+/// the part; else the part's JSON text, or why not (never quoting it).
+fn decoded(
+    decoders: &KafkaSource,
+    record: &Value,
+    part: Part,
+    base64: &str,
+) -> Option<Result<String, String>> {
     #[cfg(feature = "kafka-schema")]
-    if let Some(decoder) = &decoders.key {
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(key)
-            .map_err(|_| "is not base64".to_owned())?;
-        return decoder
-            .decode(
-                &bytes,
-                record.get("keySchemaMetadata").filter(|m| !m.is_null()),
-            )
-            .map(Some)
+    {
+        let (decoder, metadata) = match part {
+            Part::Value => (decoders.value.as_ref()?, "valueSchemaMetadata"),
+            Part::Key => (decoders.key.as_ref()?, "keySchemaMetadata"),
+        };
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(base64)
+            .map_err(|_| "is not base64".to_owned())
+            .and_then(|bytes| decoder.decode(&bytes, record.get(metadata).filter(|m| !m.is_null())))
             .map_err(|why| format!("({}) {why}", decoder.format_name()));
+        Some(decoded)
     }
-    let _ = (decoders, record);
-    Ok(decode_text(key).ok())
+    #[cfg(not(feature = "kafka-schema"))]
+    {
+        let _ = (decoders, record, part, base64);
+        None
+    }
 }
 
 /// A Kafka header's value: a list of bytes, signed (Java's `byte`, as Lambda sends them) or

@@ -380,7 +380,7 @@ impl Decoder {
                 .map_err(|why| format!("(validated by the mapping's schema registry) {why}"))?;
         }
         let plain = self.decode_plain(bytes);
-        if let Format::Json = self.format {
+        if matches!(self.format, Format::Json) {
             return plain;
         }
         match (plain, json_text(bytes)) {
