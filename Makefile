@@ -25,8 +25,8 @@ CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        doc-features bench bench-quick bench-kafka kafka-fixtures check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
-        sam-build check-docs
+        doc-features bench bench-quick measure-deployed profile-consumer bench-kafka kafka-fixtures check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
+        sam-build smoke-bootstrap check-docs
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*?## "}{printf "  %-14s %s\n", $$1, $$2}'
@@ -136,6 +136,13 @@ bench: standins-up ## Side-by-side benchmark vs Powertools and a bare SDK loop, 
 bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
 	set -a && . "$(STANDINS_ENV)" && set +a && CARGO="$(CARGO)" scripts/bench/run.sh --quick $(BENCH_ARGS)
 
+measure-deployed: standins-up ## Peak RSS (N = 1000) and init of the consumer cargo-lambda builds for template.yaml (x86_64; arm64 sized), beside cargo build's, in one run
+	scripts/measure-deployed.sh
+
+profile-consumer: standins-up ## CPU per message of a warm batch of 1000 under a 1,024 MB Lambda's CPU quota, and where it goes (callgrind, by crate)
+	$(CARGO) build --release -p payments --features cli,rss-floor --bins
+	scripts/profile-consumer.py
+
 bench-kafka: ## Kafka values decoded from Avro and Protobuf against the JSON path, N = 1000 (a ratio in one run; no server)
 	$(CARGO) bench -p sqs-claim --no-default-features --features kafka-avro,kafka-protobuf --bench kafka_decode
 
@@ -162,8 +169,15 @@ deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the fi
 # last: 24 min cold on two busy shared cores, seconds warm; docs/deploy.md). SAM_TEMPLATES lists the
 # templates; SQS_CLAIM_SAM_TARGET_DIR moves its cargo target dir (~/.cache/sqs-claim/target-sam).
 SAM_TEMPLATES ?= template.yaml examples/streams/template.yaml
-sam-build: ## sam validate --lint + sam build of the templates; each bootstrap checked for the template's architecture
+sam-build: ## sam validate --lint + sam build of the templates (template.yaml for arm64 and x86_64); each bootstrap checked for its architecture
 	scripts/check-sam-build.sh $(SAM_TEMPLATES)
+
+# make smoke-bootstrap: the bootstraps `make sam-build` kept for template.yaml (arm64 and x86_64),
+# each run on one event against DynamoDB Local under a fake Runtime API; arm64 under qemu-user.
+SAM_ARTIFACTS = $(or $(SQS_CLAIM_SAM_TARGET_DIR),$(HOME)/.cache/sqs-claim/target-sam)/sam-artifacts/template
+smoke-bootstrap: standins-up ## Run template.yaml's built bootstraps (make sam-build first) on one event against DynamoDB Local; arm64 under qemu-user
+	@ls $(SAM_ARTIFACTS)/*/ConsumerFunction/bootstrap >/dev/null 2>&1 || { echo "no bootstraps under $(SAM_ARTIFACTS): run make sam-build first" >&2; exit 1; }
+	scripts/smoke-bootstrap.py $(SAM_ARTIFACTS)/*/ConsumerFunction/bootstrap
 
 # make check-docs: every ```console block and every sh block marked `check-docs: run` of README.md,
 # cli/README.md, events/README.md and docs/*.md, run on a fresh copy of the tree (scripts/check-docs.py).

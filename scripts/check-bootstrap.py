@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Checks that `sam build` wrote each function's `bootstrap` for the template's architecture.
 
-Usage: scripts/check-bootstrap.py TEMPLATE BUILD_DIR
+Usage: scripts/check-bootstrap.py TEMPLATE BUILD_DIR [PARAMETER=VALUE...]
 
 For every `AWS::Serverless::Function` of TEMPLATE built by cargo-lambda (`Metadata.BuildMethod:
 rust-cargolambda`), BUILD_DIR/<LogicalId>/bootstrap must be an ELF executable whose machine
 (`e_machine`) is the one its `Architectures` names (the function's own, else `Globals.Function`'s,
-else Lambda's default `x86_64`): arm64 -> AArch64, x86_64 -> x86-64. A Graviton function given an
+else Lambda's default `x86_64`; a `!Ref` to a parameter is that parameter's value as given after
+BUILD_DIR, the `--parameter-overrides` sam build was given, else its `Default`): arm64 -> AArch64,
+x86_64 -> x86-64. A Graviton function given an
 x86-64 binary (or the reverse) deploys fine and fails at its first invocation
 ("Runtime.InvalidEntrypoint": exec format error); this catches it at build time.
 
@@ -38,6 +40,7 @@ def _any_tag(loader, _suffix, node):
 
 
 _Loader.add_multi_constructor("!", _any_tag)
+_Loader.add_constructor("!Ref", lambda loader, node: {"Ref": loader.construct_scalar(node)})
 
 
 def elf_machine(path):
@@ -50,20 +53,28 @@ def elf_machine(path):
     return struct.unpack(order + "H", header[18:20])[0]
 
 
-def architecture(props, globals_fn, name):
+def architecture(props, globals_fn, name, parameters):
     arch = props.get("Architectures", globals_fn.get("Architectures", ["x86_64"]))
+    if isinstance(arch, list) and len(arch) == 1 and isinstance(arch[0], dict) and "Ref" in arch[0]:
+        ref = arch[0]["Ref"]
+        if ref not in parameters:
+            raise ValueError(f"{name}: Architectures refers to {ref}, which is no parameter with a value")
+        arch = [parameters[ref]]
     if not isinstance(arch, list) or len(arch) != 1 or arch[0] not in EXPECTED:
-        raise ValueError(f"{name}: Architectures {arch!r} is not one literal arm64 or x86_64")
+        raise ValueError(f"{name}: Architectures {arch!r} is not one arm64 or x86_64")
     return arch[0]
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) < 3 or not all("=" in a for a in argv[3:]):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     template_path, build_dir = argv[1], argv[2]
     with open(template_path) as f:
         template = yaml.load(f, Loader=_Loader)
+    parameters = {k: (v or {}).get("Default") for k, v in (template.get("Parameters") or {}).items()
+                  if (v or {}).get("Default") is not None}
+    parameters.update(a.split("=", 1) for a in argv[3:])
     globals_fn = (template.get("Globals") or {}).get("Function") or {}
     # sam build writes each function's artifact directory into the built template's CodeUri
     # (functions built alike share one); build/<Name> when the built template does not say.
@@ -80,7 +91,7 @@ def main(argv):
             continue
         checked += 1
         try:
-            arch = architecture(resource.get("Properties") or {}, globals_fn, name)
+            arch = architecture(resource.get("Properties") or {}, globals_fn, name, parameters)
         except ValueError as e:
             errors.append(str(e))
             continue

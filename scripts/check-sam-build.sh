@@ -3,6 +3,11 @@
 # For each TEMPLATE (default template.yaml): `sam validate --lint`, then `sam build` (cargo-lambda,
 # cross-compiling with zig) into a temp build dir, then scripts/check-bootstrap.py: every
 # function's `bootstrap` is an ELF for the template's Architectures (arm64 -> AArch64).
+# A template with an `Architecture` parameter (template.yaml) is built once per value it
+# allows (arm64, x86_64: `--parameter-overrides Architecture=...`), each checked for its own.
+# Each build's bootstraps are kept, as sam build wrote them, in
+# $CARGO_TARGET_DIR/sam-artifacts/<template's directory and name>/<architecture or default>/<Function>/
+# (scripts/smoke-bootstrap.py runs them; scripts/measure-deployed.sh measures them).
 #
 # Usage: scripts/check-sam-build.sh [TEMPLATE...]   (paths from the repository root)
 #
@@ -27,19 +32,43 @@ export AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 AWS_ACCESS_KEY_ID=check
 sam_python="$(dirname "$(scripts/pytool.sh sam aws-sam-cli)")/python"   # has PyYAML
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The values a template's Architecture parameter allows, one per line; "-" when it has none.
+architectures() {
+    "$sam_python" - "$1" <<'PY'
+import sys, yaml
+class L(yaml.SafeLoader):
+    pass
+L.add_multi_constructor("!", lambda loader, suffix, node: None)
+t = yaml.load(open(sys.argv[1]), Loader=L) or {}
+allowed = ((t.get("Parameters") or {}).get("Architecture") or {}).get("AllowedValues")
+print("\n".join(allowed) if allowed else "-")
+PY
+}
 n=0
 for template in "$@"; do
-    n=$((n + 1))
     [[ -f "$template" ]] || { echo "check-sam-build: no template $template" >&2; exit 1; }
     echo "== sam validate --lint $template" >&2
     scripts/sam.sh validate --lint --template-file "$template"
-    echo "== sam build $template (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)" >&2
-    start=$(date +%s)
-    # --beta-features: the rust-cargolambda build method is a SAM beta feature (samconfig.toml
-    # opts in for template.yaml; a template elsewhere has no samconfig.toml of its own).
-    scripts/sam.sh build --template-file "$template" --build-dir "$tmp/$n/build" \
-        --cache-dir "$tmp/$n/cache" --beta-features
-    echo "== sam build $template: $(($(date +%s) - start)) s" >&2
-    "$sam_python" scripts/check-bootstrap.py "$template" "$tmp/$n/build"
+    for arch in $(architectures "$template"); do
+        n=$((n + 1))
+        overrides=() params=() label=default
+        if [[ "$arch" != - ]]; then
+            overrides=(--parameter-overrides "Architecture=$arch") params=("Architecture=$arch") label=$arch
+        fi
+        echo "== sam build $template ${overrides[*]} (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)" >&2
+        start=$(date +%s)
+        # --beta-features: the rust-cargolambda build method is a SAM beta feature (samconfig.toml
+        # opts in for template.yaml; a template elsewhere has no samconfig.toml of its own).
+        scripts/sam.sh build --template-file "$template" --build-dir "$tmp/$n/build" \
+            --cache-dir "$tmp/$n/cache" --beta-features "${overrides[@]}"
+        echo "== sam build $template ${overrides[*]}: $(($(date +%s) - start)) s" >&2
+        "$sam_python" scripts/check-bootstrap.py "$template" "$tmp/$n/build" "${params[@]}"
+        kept="$CARGO_TARGET_DIR/sam-artifacts/${template%.*}/$label"
+        rm -rf "$kept" && mkdir -p "$kept"
+        for d in "$tmp/$n/build"/*/; do
+            [[ -f "$d/bootstrap" ]] && cp -r "$d" "$kept/"
+        done
+        echo "== kept: $kept" >&2
+    done
 done
-echo "check-sam-build: PASSED ($# template(s))" >&2
+echo "check-sam-build: PASSED ($n build(s) of $# template(s))" >&2

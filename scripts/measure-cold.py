@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""A cold `consumer` process at a distance: a fresh process handling one batch of N fresh
-payments on DynamoDB Local behind the delay proxy (`benches/delay_proxy.rs`, a fixed delay on
-every request, as a remote table would have), from exec to the batch response it posts to a fake
-Lambda Runtime API. Counted by the proxy: the requests (by operation) and the connections.
+"""A cold process at a distance: a fresh process handling one batch of N fresh payments on
+DynamoDB Local behind the delay proxy (`benches/delay_proxy.rs`, a fixed delay on every request,
+as a remote table would have). Two entry points: the `consumer`, from exec to the batch response
+it posts to a fake Lambda Runtime API; and `payments invoke EVENT.json`, from exec to its exit.
+Counted by the proxy: the requests (by operation) and the connections.
 
-    scripts/measure-cold.py [--n 100] [--rtt-ms 100] [--runs 5] [--bin PATH]
-                            [--payments PATH] [--proxy PATH] [--endpoint URL] [--table T]
+    scripts/measure-cold.py [--n 100] [--rtt-ms 100] [--runs 5] [--entry consumer|invoke|both]
+                            [--bin PATH] [--payments PATH] [--proxy PATH] [--endpoint URL] [--table T]
 
 Without `--bin`/`--payments`/`--proxy` it builds them (release). Each run is a new process, a new
 batch (new order ids and accounts), the same tables (created once with `payments init`). The
@@ -17,9 +18,11 @@ import argparse
 import http.server
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -38,6 +41,8 @@ parser.add_argument("--endpoint", default=os.environ.get(
     "SQS_CLAIM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"))
 parser.add_argument("--table", default="cold-bench")
 parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the consumer")
+parser.add_argument("--entry", default="both", choices=["consumer", "invoke", "both"],
+                    help="which entry point to run cold (default both)")
 args = parser.parse_args()
 
 
@@ -193,6 +198,23 @@ for kv in args.env:
     env[k] = v
 
 
+def cold_invoke(delay_ms):
+    """`payments invoke` of a fresh batch, exec to exit."""
+    path = os.path.join(tmp, "event.json")
+    with open(path, "wb") as f:
+        f.write(event(args.n))
+    take(delay_ms)
+    start = time.perf_counter_ns()
+    p = subprocess.run([payments, "invoke", path, "--store", store], env=env, capture_output=True)
+    wall = (time.perf_counter_ns() - start) / 1e6
+    if p.returncode or json.loads(p.stdout or b"{}").get("batchItemFailures"):
+        sys.exit(f"payments invoke failed ({p.returncode}): {p.stdout[:500]!r}\n"
+                 f"{p.stderr.decode(errors='replace')[-2000:]}")
+    counts = take(delay_ms)
+    return {"wall": wall, "init": float("nan"), "requests": counts["requests"],
+            "connections": counts["connections"], "ops": counts["ops"]}
+
+
 def cold_run(delay_ms):
     state.clear()
     answered.clear()
@@ -220,26 +242,36 @@ def cold_run(delay_ms):
     }
 
 
+entries = {"consumer": cold_run, "invoke": cold_invoke}
+if args.entry != "both":
+    entries = {args.entry: entries[args.entry]}
+tmp = tempfile.mkdtemp(prefix="cold-")
 try:
-    cold_run(0)  # warm-up: the page cache, DynamoDB Local's first requests
     results = {}
-    for delay in (0, args.rtt_ms):
-        results[delay] = [cold_run(delay) for _ in range(args.runs)]
+    for name, run in entries.items():
+        run(0)  # warm-up: the page cache, DynamoDB Local's first requests
+        results[name] = {}
+        for delay in (0, args.rtt_ms):
+            results[name][delay] = [run(delay) for _ in range(args.runs)]
 finally:
     proxy.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
 
-print(f"a cold consumer process, one batch of {args.n} fresh payments, {args.runs} runs per "
-      f"delay (exec to the batch response):")
-base = statistics.median(r["wall"] for r in results[0])
-for delay, runs in results.items():
-    wall = statistics.median(r["wall"] for r in runs)
-    init = statistics.median(r["init"] for r in runs)
-    ops = runs[-1]["ops"]
-    line = (f"  +{delay:>3} ms/request: wall median {wall:6.1f} ms (min "
-            f"{min(r['wall'] for r in runs):.1f}, max {max(r['wall'] for r in runs):.1f}), "
-            f"first next at {init:.1f} ms, {runs[-1]['requests']} requests "
-            f"{json.dumps(ops, separators=(',', ':'))}, {runs[-1]['connections']} connections")
-    print(line)
-    if delay:
-        print(f"  round trips: wall / RTT = {wall / delay:.2f}; "
-              f"(wall - wall at 0 ms) / RTT = {(wall - base) / delay:.2f}")
+for name, by_delay in results.items():
+    what = ("a cold consumer process (exec to the batch response)" if name == "consumer"
+            else "a cold `payments invoke` (exec to exit)")
+    print(f"{what}, one batch of {args.n} fresh payments, {args.runs} runs per delay:")
+    base = statistics.median(r["wall"] for r in by_delay[0])
+    for delay, runs in by_delay.items():
+        wall = statistics.median(r["wall"] for r in runs)
+        init = statistics.median(r["init"] for r in runs)
+        ops = runs[-1]["ops"]
+        first = f"first next at {init:.1f} ms, " if name == "consumer" else ""
+        line = (f"  +{delay:>3} ms/request: wall median {wall:6.1f} ms (min "
+                f"{min(r['wall'] for r in runs):.1f}, max {max(r['wall'] for r in runs):.1f}), "
+                f"{first}{runs[-1]['requests']} requests "
+                f"{json.dumps(ops, separators=(',', ':'))}, {runs[-1]['connections']} connections")
+        print(line)
+        if delay:
+            print(f"  round trips: wall / RTT = {wall / delay:.2f}; "
+                  f"(wall - wall at 0 ms) / RTT = {(wall - base) / delay:.2f}")

@@ -4,7 +4,8 @@ from exec to the first `GET .../invocation/next` at a fake Runtime API on 127.0.
 binary is ready for its first invocation (where Lambda's init phase ends).
 
     scripts/measure-init.py [--runs N] [--store URL] [--env NAME=VALUE ...]
-                            [--bin PATH] [--bare PATH | --no-bare] [--timeline]
+                            [--bin PATH] [--also LABEL=PATH ...] [--bare PATH | --no-bare]
+                            [--timeline]
 
 Without `--bin`/`--bare` it builds both first (release): `cargo build --release -p payments
 --bin consumer` and the `bare_lambda` bench target (`benches/bare_lambda.rs`: a function that
@@ -20,6 +21,10 @@ cache). On DynamoDB Local, for example:
 start-up inside Lambda's init (opening it, and anything the consumer does not overlap with the
 first `next`) is part of the figure, as in Lambda. `--timeline` runs the consumer once more with
 `RUST_LOG=sqs_claim=debug` and prints its log, which stamps each step of the start.
+
+`--also LABEL=PATH` adds another build of the consumer (the artifact `cargo lambda build` or
+`sam build` makes, say: scripts/measure-deployed.sh), measured in the same alternation with the
+consumer's environment, each with its ratio to the bare function.
 """
 import argparse
 import http.server
@@ -37,6 +42,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--bin", help="the consumer binary (default: build it)")
 parser.add_argument("--bare", help="the bare lambda_runtime function (default: build it)")
 parser.add_argument("--no-bare", action="store_true", help="measure the consumer alone")
+parser.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
+                    help="another consumer binary, measured beside (repeatable)")
 parser.add_argument("--runs", type=int, default=20)
 parser.add_argument("--store", default=None)
 parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the consumer")
@@ -135,6 +142,11 @@ def init_ms(exe, env, stderr=subprocess.PIPE):
 
 
 subjects = [("consumer", consumer, consumer_env)]
+for also in args.also:
+    label, _, path = also.partition("=")
+    if not path or not os.path.exists(path):
+        sys.exit(f"--also {also}: expected LABEL=PATH of a binary")
+    subjects.append((label, path, consumer_env))
 if bare:
     subjects.append(("bare lambda_runtime", bare, base_env))
 times = {name: [] for name, _, _ in subjects}
@@ -146,13 +158,16 @@ for run in range(args.runs + 1):
             times[name].append(ms)
 
 print(f"init (exec to first /invocation/next), {args.runs} runs each, alternating:")
+width = max(20, *(len(name) for name, _, _ in subjects))
 for name, _, _ in subjects:
     t = times[name]
-    print(f"  {name:<20} median {statistics.median(t):5.1f} ms, min {min(t):5.1f} ms, "
+    print(f"  {name:<{width}} median {statistics.median(t):5.1f} ms, min {min(t):5.1f} ms, "
           f"max {max(t):5.1f} ms")
 if bare:
-    c, b = statistics.median(times["consumer"]), statistics.median(times["bare lambda_runtime"])
-    print(f"  consumer / bare: x{c / b:.2f} (+{c - b:.1f} ms)")
+    b = statistics.median(times["bare lambda_runtime"])
+    for name, _, _ in subjects[:-1]:
+        c = statistics.median(times[name])
+        print(f"  {name} / bare: x{c / b:.2f} (+{c - b:.1f} ms)")
 
 if args.timeline:
     env = dict(consumer_env, RUST_LOG="sqs_claim=debug,payments=debug,info",

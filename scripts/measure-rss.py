@@ -4,6 +4,7 @@ binary serving the same batch under a fake Runtime API, each against a bare `lam
 SQS function (benches/rss_floor.rs of the payments crate) given the same event in the same run.
 
     scripts/measure-rss.py [--n 1000] [--runs 3] [--store dynamodb|sqlite|both] [--bin-dir DIR]
+                           [--also LABEL=PATH ...] [--no-invoke]
 
 Peak RSS is the process's VmHWM: for `payments invoke` and the floor's file mode, the
 `/usr/bin/time -f %M` of the process (its own high-water mark; /usr/bin/time's own is ~2 MiB);
@@ -19,6 +20,10 @@ Binaries from --bin-dir (default $CARGO_TARGET_DIR/release, else target/release)
 `cargo build --release -p payments --features cli,rss-floor --bins`.
 Prints the median peak of each and its ratio to the floor's, and the median CPU (user + system,
 exec through the batch; getrusage of the process) of each.
+
+`--also LABEL=PATH` measures another build of the consumer the same way in the same runs (the
+artifact `cargo lambda build` or `sam build` makes: scripts/measure-deployed.sh), each run on
+fresh ids of its own; `--no-invoke` leaves out `payments invoke` and the floor's file mode.
 """
 
 import argparse
@@ -205,7 +210,16 @@ def main():
     ap.add_argument("--bin-dir", default=os.path.join(target, "release"))
     ap.add_argument("--floor", default=None)
     ap.add_argument("--no-consumer", action="store_true")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
+                    help="another consumer binary, measured beside (repeatable)")
+    ap.add_argument("--no-invoke", action="store_true")
     args = ap.parse_args()
+    also = []
+    for a in args.also:
+        label, _, path = a.partition("=")
+        if not path or not os.path.exists(path):
+            sys.exit(f"--also {a}: expected LABEL=PATH of a binary")
+        also.append((label, path))
 
     payments = os.path.join(args.bin_dir, "payments")
     consumer = os.path.join(args.bin_dir, "consumer")
@@ -245,6 +259,8 @@ def main():
             env["SQS_CLAIM_STORE"] = url
             timed_maxrss([payments, "init", "--store", url], env)
             rows = {"floor (file)": [], "payments invoke": [], "floor (runtime)": [], "consumer": []}
+            for label, _ in also:
+                rows[label] = []
             cpu = {k: [] for k in rows}
             for r in range(args.runs):
                 path = os.path.join(tmp, f"ev-{store}-{r}.json")
@@ -252,14 +268,15 @@ def main():
                 data = json.dumps(ev).encode()
                 with open(path, "wb") as f:
                     f.write(data)
-                kib, _, _ = timed_maxrss([floor, "--event", path], env)
-                rows["floor (file)"].append(kib)
-                cpu["floor (file)"].append(CPU[os.path.basename(floor)])
-                kib, out, err = timed_maxrss([payments, "invoke", path, "--store", url], env)
-                if json.loads(out).get("batchItemFailures"):
-                    sys.exit(f"payments invoke reported failures:\n{out[:2000]}\n{err[-2000:]}")
-                rows["payments invoke"].append(kib)
-                cpu["payments invoke"].append(CPU["payments"])
+                if not args.no_invoke:
+                    kib, _, _ = timed_maxrss([floor, "--event", path], env)
+                    rows["floor (file)"].append(kib)
+                    cpu["floor (file)"].append(CPU[os.path.basename(floor)])
+                    kib, out, err = timed_maxrss([payments, "invoke", path, "--store", url], env)
+                    if json.loads(out).get("batchItemFailures"):
+                        sys.exit(f"payments invoke reported failures:\n{out[:2000]}\n{err[-2000:]}")
+                    rows["payments invoke"].append(kib)
+                    cpu["payments invoke"].append(CPU["payments"])
                 if args.no_consumer:
                     continue
                 kib, _ = lambda_peak([floor], env, data)
@@ -274,6 +291,13 @@ def main():
                     sys.exit(f"consumer answered {resp[0]}: {resp[1][:2000]!r}")
                 rows["consumer"].append(kib)
                 cpu["consumer"].append(CPU["consumer"])
+                for k, (label, path) in enumerate(also):
+                    ev3 = json.dumps(event(args.n, f"{run_id}-{store}-{r}-a{k}")).encode()
+                    kib, resp = lambda_peak([path], env_c, ev3)
+                    if not resp[0].endswith("/response") or json.loads(resp[1]).get("batchItemFailures"):
+                        sys.exit(f"{label} answered {resp[0]}: {resp[1][:2000]!r}")
+                    rows[label].append(kib)
+                    cpu[label].append(CPU[os.path.basename(path)])
             results[store] = rows
             print(f"-- store {url}")
             med = {k: statistics.median(v) for k, v in rows.items() if v}

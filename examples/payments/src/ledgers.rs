@@ -25,6 +25,7 @@ trait DynLedger: Send + Sync + 'static {
     fn balances(&self) -> BoxFuture<'_, Result<Vec<(String, i64)>, Error>>;
     fn init(&self) -> BoxFuture<'_, Result<(), Error>>;
     fn prepare(&self) -> BoxFuture<'_, Result<(), Error>>;
+    fn check_may_overlap_writes(&self) -> bool;
     fn prune_expired(
         &self,
         now: SystemTime,
@@ -45,6 +46,9 @@ impl<L: Ledger> DynLedger for L {
     }
     fn prepare(&self) -> BoxFuture<'_, Result<(), Error>> {
         Box::pin(Ledger::prepare(self))
+    }
+    fn check_may_overlap_writes(&self) -> bool {
+        Ledger::check_may_overlap_writes(self)
     }
     fn prune_expired(
         &self,
@@ -108,6 +112,10 @@ impl Ledger for BoxLedger {
 
     async fn prepare(&self) -> Result<(), Error> {
         self.inner.prepare().await
+    }
+
+    fn check_may_overlap_writes(&self) -> bool {
+        self.inner.check_may_overlap_writes()
     }
 
     async fn prune_expired(&self, now: SystemTime, limit: u32) -> Result<Option<u64>, Error> {

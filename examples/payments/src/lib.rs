@@ -102,6 +102,18 @@ pub trait Ledger: Clone + Send + Sync + 'static {
         async { self.balances().await.map(|_| ()) }
     }
 
+    /// Whether [`prepare`](Ledger::prepare) may run beside a batch's first writes rather than
+    /// before them (`payments invoke` saves its round trip): only where a credit written to a
+    /// store the check would refuse cannot land. The default, `false`, checks first.
+    ///
+    /// On DynamoDB with a partition key alone it holds: a claims or accounts table that is
+    /// missing or not yet `ACTIVE`, or keyed otherwise, fails every transaction whole, with
+    /// nothing written. With a sort key configured it does not: on a table without one every
+    /// write succeeds, each partition's claims on one item, and only the check sees it.
+    fn check_may_overlap_writes(&self) -> bool {
+        false
+    }
+
     /// Deletes at most `limit` claim records that expired at `now`, for stores that do not
     /// expire records by themselves (SQLite, PostgreSQL). `Ok(None)` means there is nothing to
     /// do here: the store expires records on its own (DynamoDB TTL, Redis key TTL, memory).

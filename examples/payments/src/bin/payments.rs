@@ -28,7 +28,7 @@ use lambda_runtime::{Context, LambdaEvent};
 use payments::{BoxLedger, Ledger, Settings};
 use sqs_claim::BatchReport;
 use sqs_claim::events::SqsEvent;
-use sqs_claim::settings::StoreFlags;
+use sqs_claim::settings::{StoreFlags, bounded_startup};
 
 const PROGRAM: &str = "payments";
 
@@ -289,13 +289,19 @@ async fn invoke(
     store: &str,
 ) -> Result<(), Failure> {
     let report = invoke_on(ledger.clone(), settings, event).await?;
+    print_report(&report, format, store)
+}
+
+/// `invoke`'s output: the batch response (or the `--report json` object) on stdout, the
+/// summary on stderr.
+fn print_report(report: &BatchReport, format: Option<Report>, store: &str) -> Result<(), Failure> {
     let out = match format {
         Some(Report::Json) => report.to_json(),
         None => serde_json::to_value(report.response()).map_err(Failure::failed)?,
     };
     let text = serde_json::to_string_pretty(&out).map_err(Failure::failed)?;
     println!("{text}");
-    eprint!("{}", summary(&report, store));
+    eprint!("{}", summary(report, store));
     Ok(())
 }
 
@@ -369,11 +375,43 @@ async fn run(command: Command, flags: Flags) -> Result<(), Failure> {
     let startup = settings.startup_timeout;
     match command {
         Command::Invoke { report, .. } => {
-            let ledger = payments::open_prepared(&app, startup)
+            let event = event.unwrap_or_default();
+            let ledger = bounded_startup(startup, payments::open(&app))
                 .await
                 .map_err(cannot_open)?;
-            let event = event.unwrap_or_default();
-            invoke(&ledger, &settings, event, report, &store).await
+            if !ledger.check_may_overlap_writes() {
+                bounded_startup(startup, ledger.prepare())
+                    .await
+                    .map_err(cannot_open)?;
+                return invoke(&ledger, &settings, event, report, &store).await;
+            }
+            // The check beside the batch's first writes, not before them: one round trip
+            // less at a distance. Where the check would refuse the store, no write lands
+            // (Ledger::check_may_overlap_writes). A check that fails first is told at once,
+            // the batch dropped where it is (a crash's effect: a write that landed is a
+            // duplicate to the next run); a batch that ends first waits for the check, and
+            // if the check then fails, what the batch applied is printed before its error.
+            let check = bounded_startup(startup, ledger.prepare());
+            let batch = invoke_on(ledger.clone(), &settings, event);
+            tokio::pin!(check, batch);
+            let (checked, ran) = tokio::select! {
+                checked = &mut check => match checked {
+                    Err(e) => return Err(cannot_open(e)),
+                    Ok(()) => (Ok(()), batch.await),
+                },
+                ran = &mut batch => (check.await, ran),
+            };
+            match (checked, ran) {
+                (Ok(()), ran) => print_report(&ran?, report, &store),
+                (Err(e), ran) => {
+                    if let Ok(ran) = ran
+                        && ran.counts().processed > 0
+                    {
+                        print_report(&ran, report, &store)?;
+                    }
+                    Err(cannot_open(e))
+                }
+            }
         }
         Command::Balances => {
             let ledger = payments::open_prepared(&app, startup)

@@ -441,3 +441,88 @@ async fn a_dark_store_stops_the_consumer_before_the_first_deadline() {
         "{logs}"
     );
 }
+
+/// `payments invoke` sends its start-up check beside the batch's first writes where no write
+/// can land on a table the check refuses (a partition key alone), and checks first where one
+/// could (a sort key configured). Both ways round, on DynamoDB Local, the run stops with the
+/// check's one error line and writes nothing: not one credit, not one claim (the balances and
+/// a second run on the right layout, which processes every message, say so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoke_on_a_mis_made_table_writes_nothing() {
+    let event = plain_event().to_str().expect("UTF-8 path").to_owned();
+    let mut env = aws_env(&dynamodb_local());
+    env.push((
+        "SQS_CLAIM_DYNAMODB_PARTITION_KEY".into(),
+        "pk=CLAIM#{key}".into(),
+    ));
+    let sort_key = (
+        "SQS_CLAIM_DYNAMODB_SORT_KEY".to_owned(),
+        "sk=CLAIM".to_owned(),
+    );
+    // (what, the layout `init` makes the tables with, the layout `invoke` is configured with)
+    let cases = [
+        ("a sort key the table lacks", None, Some(sort_key.clone())),
+        (
+            "no sort key, the table has one",
+            Some(sort_key.clone()),
+            None,
+        ),
+    ];
+    for (what, made, configured) in cases {
+        let store = format!("dynamodb:startup-invoke-{}", uuid::Uuid::new_v4().simple());
+        let with = |layout: &Option<(String, String)>| {
+            let mut env = env.clone();
+            env.extend(layout.clone());
+            env
+        };
+        let run = |args: Vec<String>, env: Env| async move {
+            tokio::task::spawn_blocking(move || cli(&args, &env))
+                .await
+                .expect("thread")
+        };
+        let init = run(
+            vec!["init".into(), "--store".into(), store.clone()],
+            with(&made),
+        )
+        .await;
+        assert_eq!(init.code, Some(0), "{what}: payments init: {}", init.stderr);
+        let invoke = |layout| {
+            run(
+                vec![
+                    "invoke".into(),
+                    event.clone(),
+                    "--store".into(),
+                    store.clone(),
+                ],
+                with(layout),
+            )
+        };
+        let refused = invoke(&configured).await;
+        assert_one_error_line(&refused, what);
+        assert!(
+            refused.stderr.contains("key schema"),
+            "{what}: the check's error: {}",
+            refused.stderr
+        );
+        let balances = run(
+            vec!["balances".into(), "--store".into(), store.clone()],
+            with(&made),
+        )
+        .await;
+        assert!(
+            balances.code == Some(0) && balances.stderr.contains("no accounts yet"),
+            "{what}: a credit was written: {}",
+            balances.stderr
+        );
+        // Not one claim either: on the layout the tables have, every message is new.
+        let right = invoke(&made).await;
+        assert_eq!(right.code, Some(0), "{what}: {}", right.stderr);
+        assert!(
+            right
+                .stderr
+                .contains("4 messages: 4 processed, 0 duplicate"),
+            "{what}: a claim was written by the refused run: {}",
+            right.stderr
+        );
+    }
+}

@@ -533,7 +533,8 @@ fn check_iam(t: &Value) -> Vec<String> {
     problems
 }
 
-/// The function is built by cargo-lambda from the `consumer` binary, for Graviton, and gets its
+/// The function is built by cargo-lambda from the `consumer` binary, for the `Architecture`
+/// parameter's instruction set (Graviton by default), and gets its
 /// resources through the environment variables the reference consumer reads.
 fn check_function_wiring(t: &Value) -> Vec<String> {
     let mut problems = Vec::new();
@@ -547,7 +548,13 @@ fn check_function_wiring(t: &Value) -> Vec<String> {
             ),
             (&p["Runtime"], json!("provided.al2023")),
             (&p["Handler"], json!("bootstrap")),
-            (&p["Architectures"], json!(["arm64"])),
+            (&p["Architectures"], json!([{"Ref": "Architecture"}])),
+            // Graviton unless the team says otherwise: 20% cheaper per GB-second.
+            (&t["Parameters"]["Architecture"]["Default"], json!("arm64")),
+            (
+                &t["Parameters"]["Architecture"]["AllowedValues"],
+                json!(["arm64", "x86_64"]),
+            ),
             (&p["CodeUri"], json!(".")),
         ];
         for (got, want) in expect {
@@ -1218,8 +1225,14 @@ fn every_check_rejects_a_template_that_breaks_its_rule() {
         ),
         (
             "wiring",
-            "      Architectures:\n        - arm64",
+            "      Architectures:\n        - !Ref Architecture",
             "      Architectures:\n        - x86_64",
+            "Architecture",
+        ),
+        (
+            "wiring",
+            "    Default: arm64\n    AllowedValues: [arm64, x86_64]",
+            "    Default: x86_64\n    AllowedValues: [arm64, x86_64]",
             "arm64",
         ),
         (

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# make measure-profiles: the release profile's link-time settings against each other, in one run.
+#
+#   scripts/measure-profiles.sh [--n 1000] [--runs 3] [--init-runs 20] [VARIANT...]
+#
+# A VARIANT is LTO/CODEGEN_UNITS: fat/1 (the workspace's release profile), thin/1, thin/16, off/16
+# (default: fat/1 thin/1 thin/16). For each, in a target dir of its own under
+# ~/.cache/sqs-claim/profiles/ (removed first: every build is cold, as a first `sam build` is),
+# one after the other so that none slows another:
+#   * `cargo build --release -p payments --bin consumer`, the profile's `lto` and `codegen-units`
+#     given with `--config` (everything else as the workspace's release profile), timed: the
+#     cold build;
+#   * a one-line change to the library (src/lib.rs touched) and the same build again, timed: what
+#     every change after the first costs (the relink);
+#   * the binary's size and `.text`.
+# Then, on DynamoDB Local (scripts/standins.sh up), every variant's consumer in the same runs:
+# scripts/measure-rss.py (peak RSS of a warm batch of N, CPU of the process, against the floor)
+# and scripts/measure-init.py (exec to the first `next`, against the floor); the floor and the
+# `payments` that creates the tables come from `cargo build --release -p payments --features
+# cli,rss-floor --bins` (CARGO_TARGET_DIR).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=1000 runs=3 init_runs=20 variants=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --n) n=$2; shift 2 ;;
+        --runs) runs=$2; shift 2 ;;
+        --init-runs) init_runs=$2; shift 2 ;;
+        */*) variants+=("$1"); shift ;;
+        *) echo "usage: scripts/measure-profiles.sh [--n N] [--runs R] [--init-runs R] [LTO/UNITS...]" >&2; exit 2 ;;
+    esac
+done
+[[ ${#variants[@]} -gt 0 ]] || variants=(fat/1 thin/1 thin/16)
+cache="${SQS_CLAIM_CACHE:-$HOME/.cache/sqs-claim}"
+target="${CARGO_TARGET_DIR:-$PWD/target}"
+cargo build --release -p payments --features cli,rss-floor --bins
+
+also=()
+summary=()
+for v in "${variants[@]}"; do
+    lto=${v%/*} units=${v#*/}
+    dir="$cache/profiles/$lto-$units"
+    rm -rf "$dir"
+    cfg=(--config "profile.release.lto=\"$lto\"" --config "profile.release.codegen-units=$units")
+    [[ $lto == off ]] && cfg=(--config 'profile.release.lto="off"' --config "profile.release.codegen-units=$units")
+    echo "== $v: cold build ($dir)" >&2
+    start=$(date +%s)
+    CARGO_TARGET_DIR="$dir" cargo build --release -p payments --bin consumer "${cfg[@]}"
+    cold=$(($(date +%s) - start))
+    touch src/lib.rs
+    start=$(date +%s)
+    CARGO_TARGET_DIR="$dir" cargo build --release -p payments --bin consumer "${cfg[@]}"
+    relink=$(($(date +%s) - start))
+    bin="$dir/release/consumer"
+    text=$(readelf -SW "$bin" | awk '$2 == ".text" { print strtonum("0x" $6) }')
+    stripped=$(mktemp)
+    strip -o "$stripped" "$bin"
+    summary+=("$(printf '%-8s cold build %5d s, after a change %4d s, size %5.1f MB (stripped %4.1f MB), .text %4.1f MB' \
+        "$v" "$cold" "$relink" "$(echo "$(stat -c %s "$bin") / 1000000" | bc -l)" \
+        "$(echo "$(stat -c %s "$stripped") / 1000000" | bc -l)" "$(echo "$text / 1000000" | bc -l)")")
+    rm -f "$stripped"
+    also+=(--also "$v=$bin")
+done
+echo "== builds (one after the other, nothing else building):"
+printf '  %s\n' "${summary[@]}"
+
+scripts/standins.sh up >/dev/null
+set -a
+. .standins/env
+set +a
+python3 scripts/measure-rss.py --n "$n" --runs "$runs" --no-invoke "${also[@]}"
+table="init-profiles-$$"
+"$target/release/payments" init --store "dynamodb:$table" >/dev/null 2>&1
+python3 scripts/measure-init.py --runs "$init_runs" --store "dynamodb:$table" \
+    --env "AWS_ENDPOINT_URL_DYNAMODB=$SQS_CLAIM_DYNAMODB_ENDPOINT" \
+    --bin "$target/release/consumer" "${also[@]}"
