@@ -23,9 +23,13 @@ APP_FEATURES = cli$(if $(findstring redis,$(STORE_URL)),$(comma)redis)$(if $(fin
 # make chaos: seconds of chaos per store (the control run lasts a sixth of it, at least 5 s).
 CHAOS_SECS ?= 120
 CHAOS_CONTROL_SECS ?=
+# make deploy ARCHITECTURE=x86_64: template.yaml's Architecture given to sam build and sam deploy alike
+# (unset: the template's default, arm64). A built bootstrap must match the deployed Architectures.
+ARCHITECTURE ?=
+ARCH_OVERRIDE = $(if $(ARCHITECTURE),--parameter-overrides Architecture=$(ARCHITECTURE))
 
 .PHONY: help build cli demo invoke balances test test-unit chaos chaos-short lint fmt clippy cfn-lint \
-        doc-features bench bench-quick measure-deployed profile-consumer bench-kafka kafka-fixtures check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
+        doc-features bench bench-quick measure-deployed measure-profiles profile-consumer bench-kafka kafka-fixtures check-model check-model-stores watch standins-up standins-down services deploy deploy-local clean-state fuzz fuzz-check \
         sam-build smoke-bootstrap check-docs
 
 help: ## List the targets
@@ -139,6 +143,9 @@ bench-quick: standins-up ## The same with N = 10, 100 only (about 3 min)
 measure-deployed: standins-up ## Peak RSS (N = 1000) and init of the consumer cargo-lambda builds for template.yaml (x86_64; arm64 sized), beside cargo build's, in one run
 	scripts/measure-deployed.sh
 
+measure-profiles: standins-up ## fat/1 thin/1 thin/16 (LTO/codegen units): cold build, rebuild after a change, size, RSS, init, in one run (VARIANTS=...; about an hour)
+	scripts/measure-profiles.sh $(VARIANTS)
+
 profile-consumer: standins-up ## CPU per message of a warm batch of 1000 under a 1,024 MB Lambda's CPU quota, and where it goes (callgrind, by crate)
 	$(CARGO) build --release -p payments --features cli,rss-floor --bins
 	scripts/profile-consumer.py
@@ -161,9 +168,9 @@ watch: ## cargo lambda watch on the embedded store (then: cargo lambda invoke co
 deploy-local: ## Deploy template.yaml and the streams template onto ministack (no AWS account), feed them, check, delete them
 	CARGO="$(CARGO)" scripts/deploy-local.sh
 
-deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time; docs/deploy.md)
-	scripts/sam.sh build
-	scripts/sam.sh deploy --guided
+deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the first time; ARCHITECTURE=x86_64 for Intel; docs/deploy.md)
+	scripts/sam.sh build $(ARCH_OVERRIDE)
+	scripts/sam.sh deploy --guided $(ARCH_OVERRIDE)
 
 # make sam-build: what `make deploy` builds, checked without an AWS account or Docker (CI runs it
 # last: 24 min cold on two busy shared cores, seconds warm; docs/deploy.md). SAM_TEMPLATES lists the
@@ -174,7 +181,7 @@ sam-build: ## sam validate --lint + sam build of the templates (template.yaml fo
 
 # make smoke-bootstrap: the bootstraps `make sam-build` kept for template.yaml (arm64 and x86_64),
 # each run on one event against DynamoDB Local under a fake Runtime API; arm64 under qemu-user.
-SAM_ARTIFACTS = $(or $(SQS_CLAIM_SAM_TARGET_DIR),$(HOME)/.cache/sqs-claim/target-sam)/sam-artifacts/template
+SAM_ARTIFACTS = $(or $(SQS_CLAIM_SAM_TARGET_DIR),$(or $(SQS_CLAIM_CACHE),$(HOME)/.cache/sqs-claim)/target-sam)/sam-artifacts/template
 smoke-bootstrap: standins-up ## Run template.yaml's built bootstraps (make sam-build first) on one event against DynamoDB Local; arm64 under qemu-user
 	@ls $(SAM_ARTIFACTS)/*/ConsumerFunction/bootstrap >/dev/null 2>&1 || { echo "no bootstraps under $(SAM_ARTIFACTS): run make sam-build first" >&2; exit 1; }
 	scripts/smoke-bootstrap.py $(SAM_ARTIFACTS)/*/ConsumerFunction/bootstrap

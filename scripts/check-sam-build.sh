@@ -49,21 +49,24 @@ for template in "$@"; do
     [[ -f "$template" ]] || { echo "check-sam-build: no template $template" >&2; exit 1; }
     echo "== sam validate --lint $template" >&2
     scripts/sam.sh validate --lint --template-file "$template"
-    for arch in $(architectures "$template"); do
+    # A failing helper stops the script (set -e), not a silent zero builds.
+    archs=$(architectures "$template")
+    for arch in $archs; do
         n=$((n + 1))
         overrides=() params=() label=default
         if [[ "$arch" != - ]]; then
             overrides=(--parameter-overrides "Architecture=$arch") params=("Architecture=$arch") label=$arch
         fi
-        echo "== sam build $template ${overrides[*]} (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)" >&2
+        echo "== sam build $template${overrides[*]:+ ${overrides[*]}} (CARGO_TARGET_DIR=$CARGO_TARGET_DIR)" >&2
         start=$(date +%s)
         # --beta-features: the rust-cargolambda build method is a SAM beta feature (samconfig.toml
         # opts in for template.yaml; a template elsewhere has no samconfig.toml of its own).
         scripts/sam.sh build --template-file "$template" --build-dir "$tmp/$n/build" \
             --cache-dir "$tmp/$n/cache" --beta-features "${overrides[@]}"
-        echo "== sam build $template ${overrides[*]}: $(($(date +%s) - start)) s" >&2
+        echo "== sam build $template${overrides[*]:+ ${overrides[*]}}: $(($(date +%s) - start)) s" >&2
         "$sam_python" scripts/check-bootstrap.py "$template" "$tmp/$n/build" "${params[@]}"
-        kept="$CARGO_TARGET_DIR/sam-artifacts/${template%.*}/$label"
+        rel=$(realpath --relative-to=. "$template")
+        kept="$CARGO_TARGET_DIR/sam-artifacts/${rel%.*}/$label"
         rm -rf "$kept" && mkdir -p "$kept"
         for d in "$tmp/$n/build"/*/; do
             [[ -f "$d/bootstrap" ]] && cp -r "$d" "$kept/"

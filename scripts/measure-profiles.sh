@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make measure-profiles: the release profile's link-time settings against each other, in one run.
+# scripts/measure-profiles.sh (make measure-profiles): the release profile's link-time settings against each other, in one run.
 #
 #   scripts/measure-profiles.sh [--n 1000] [--runs 3] [--init-runs 20] [VARIANT...]
 #
@@ -20,6 +20,14 @@
 # cli,rss-floor --bins` (CARGO_TARGET_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A section's size in bytes (0 when the binary has none); a table of this run dropped.
+section() { local hex; hex=$(readelf -SW "$1" | awk -v s="$2" '$2 == s { print $6 }'); echo $((16#${hex:-0})); }
+mb() { python3 -c 'import sys; print(f"{int(sys.argv[1]) / 1e6:.1f}")' "$1"; }
+drop_table() {
+    python3 -c 'import importlib.util as u, sys
+s = u.spec_from_file_location("mr", "scripts/measure-rss.py"); m = u.module_from_spec(s)
+s.loader.exec_module(m); m.drop_table(sys.argv[1], sys.argv[2])' "$SQS_CLAIM_DYNAMODB_ENDPOINT" "$1" || true
+}
 n=1000 runs=3 init_runs=20 variants=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -52,12 +60,11 @@ for v in "${variants[@]}"; do
     CARGO_TARGET_DIR="$dir" cargo build --release -p payments --bin consumer "${cfg[@]}"
     relink=$(($(date +%s) - start))
     bin="$dir/release/consumer"
-    text=$(readelf -SW "$bin" | awk '$2 == ".text" { print strtonum("0x" $6) }')
+    text=$(section "$bin" .text)
     stripped=$(mktemp)
     strip -o "$stripped" "$bin"
-    summary+=("$(printf '%-8s cold build %5d s, after a change %4d s, size %5.1f MB (stripped %4.1f MB), .text %4.1f MB' \
-        "$v" "$cold" "$relink" "$(echo "$(stat -c %s "$bin") / 1000000" | bc -l)" \
-        "$(echo "$(stat -c %s "$stripped") / 1000000" | bc -l)" "$(echo "$text / 1000000" | bc -l)")")
+    summary+=("$(printf '%-8s cold build %5d s, after a change %4d s, size %5s MB (stripped %4s MB), .text %4s MB' \
+        "$v" "$cold" "$relink" "$(mb "$(stat -c %s "$bin")")" "$(mb "$(stat -c %s "$stripped")")" "$(mb "$text")")")
     rm -f "$stripped"
     also+=(--also "$v=$bin")
 done
@@ -71,6 +78,7 @@ set +a
 python3 scripts/measure-rss.py --n "$n" --runs "$runs" --no-invoke "${also[@]}"
 table="init-profiles-$$"
 "$target/release/payments" init --store "dynamodb:$table" >/dev/null 2>&1
+trap 'drop_table "$table"; rm -rf "${out:-}"' EXIT
 python3 scripts/measure-init.py --runs "$init_runs" --store "dynamodb:$table" \
     --env "AWS_ENDPOINT_URL_DYNAMODB=$SQS_CLAIM_DYNAMODB_ENDPOINT" \
     --bin "$target/release/consumer" "${also[@]}"

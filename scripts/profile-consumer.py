@@ -9,8 +9,9 @@ under a fake Runtime API, the consumer alone in a cgroup CPU quota of a Lambda's
    median of the same process with a batch of 1 (exec, init, the start-up check, one message),
    divided by N - 1; `--runs` alternated runs of each, medians. Under a CPU quota of `--share`
    of a core (cgroup v1 `cpu` controller, as root: Lambda gives 1,769 MB one vCPU, so 0.58 is
-   1,024 MB and 0.145 is 256 MB), the consumer alone; DynamoDB Local is not limited. Without
-   root or the controller, it runs unlimited and says so.
+   1,024 MB and 0.145 is 256 MB), the consumer alone; DynamoDB Local is not limited (cgroup
+   v2's `cpu.max` where v1's controller is absent). Without root or a controller, it runs
+   unlimited and says so.
 2. Where it goes: the same batch once under valgrind's callgrind (instructions, not seconds;
    repeatable), each function's own instructions summed by crate (the first path segment of its
    demangled name; generic instances count where their code is, `<T as Trait>` by the type's
@@ -32,7 +33,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import uuid
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -44,22 +44,37 @@ ht = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ht)
 
 CGROUP_CPU = "/sys/fs/cgroup/cpu"
+CGROUP_V2 = "/sys/fs/cgroup"
 
 
 class Quota:
-    """A cgroup v1 CPU quota the consumer runs in (its children too); removed by `remove()`."""
+    """A CPU quota the consumer runs in (its children too): a cgroup v1 `cpu` controller's
+    `cpu.cfs_quota_us`, else cgroup v2's `cpu.max`; removed by `remove()`."""
 
     def __init__(self, share, run):
         self.path = None
-        if share >= 1 or os.geteuid() != 0 or not os.path.isdir(CGROUP_CPU):
+        if share >= 1 or os.geteuid() != 0:
             return
-        path = os.path.join(CGROUP_CPU, f"sqs-claim-profile-{run}")
+        if os.path.isdir(CGROUP_CPU):
+            path, files = os.path.join(CGROUP_CPU, f"sqs-claim-profile-{run}"), [
+                ("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", str(int(share * 100000)))]
+        elif os.path.exists(os.path.join(CGROUP_V2, "cgroup.controllers")):
+            with open(os.path.join(CGROUP_V2, "cgroup.subtree_control")) as f:
+                if "cpu" not in f.read().split():
+                    return
+            path, files = os.path.join(CGROUP_V2, f"sqs-claim-profile-{run}"), [
+                ("cpu.max", f"{int(share * 100000)} 100000")]
+        else:
+            return
         os.makedirs(path, exist_ok=True)
-        with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
-            f.write("100000")
-        with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
-            f.write(str(int(share * 100000)))
         self.path = path
+        try:
+            for name, value in files:
+                with open(os.path.join(path, name), "w") as f:
+                    f.write(value)
+        except OSError:
+            self.remove()
+            raise
 
     def wrap(self, cmd):
         if self.path is None:
@@ -74,6 +89,7 @@ class Quota:
                 os.rmdir(self.path)
             except OSError as e:
                 print(f"could not remove the cgroup {self.path}: {e}", file=sys.stderr)
+            self.path = None
 
 
 def demangle(names):
@@ -114,9 +130,7 @@ def main():
            "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
            "AWS_EC2_METADATA_DISABLED": "true", "SQS_CLAIM_STORE": f"dynamodb:{table}",
            "RUST_LOG": "info"}
-    subprocess.run([args.payments, "init", "--store", f"dynamodb:{table}"], env=env, check=True,
-                   capture_output=True)
-    quota = Quota(args.share, run)
+    quota = None
     seq = iter(range(10**6))
 
     def cpu_of(n):
@@ -128,6 +142,11 @@ def main():
         return mr.CPU[os.path.basename(cmd[0])]
 
     try:
+        made = subprocess.run([args.payments, "init", "--store", f"dynamodb:{table}"], env=env,
+                              capture_output=True)
+        if made.returncode:
+            sys.exit(f"payments init failed: {made.stderr.decode(errors='replace')[-2000:]}")
+        quota = Quota(args.share, run)
         where = (f"under a CPU quota of {args.share} of a core" if quota.path
                  else "without a CPU quota (needs root and the cgroup v1 cpu controller)")
         print(f"== the consumer, warm batch of {args.n} fresh payments on DynamoDB Local, {where}")
@@ -146,11 +165,9 @@ def main():
         if not shutil.which("valgrind"):
             sys.exit("valgrind is needed for the profile (apt-get install valgrind)")
         print(f"== where it goes: callgrind, a batch of {args.n} less a batch of 1 (instructions)")
-        tmp = tempfile.mkdtemp(prefix="profile-")
         costs = {}
         for n in (1, args.n):
             costs[n] = ht.profile_consumer(args.bin, env, n, f"{run}-cg{n}", {})
-        shutil.rmtree(tmp, ignore_errors=True)
         names = sorted(set(costs[1]) | set(costs[args.n]))
         readable = demangle(names)
         diff = {k: costs[args.n].get(k, 0) - costs[1].get(k, 0) for k in names}
@@ -169,7 +186,8 @@ def main():
             name = re.sub(r"::h[0-9a-f]{16}$", "", readable[k])
             print(f"     {v / (args.n - 1):9,.0f}  {name[:150]}")
     finally:
-        quota.remove()
+        if quota:
+            quota.remove()
         mr.drop_table(endpoint, table)
 
 

@@ -176,6 +176,43 @@ where
     H: Handler<S::Effect>,
     R: Future<Output = Result<(), Error>> + Send + 'static,
 {
+    run_gated(processor, ready, false).await
+}
+
+/// [`run_when_ready`], except that an event handed over while the check is still in flight
+/// (the first, in a cold start) is processed beside it rather than after it: the batch's first
+/// writes go out with the check, and a cold invocation at a distance saves the check's round
+/// trip. Once the check has answered, every invocation is as [`run_when_ready`]'s.
+///
+/// A check that fails still stops the function, as [`run_when_ready`] says, and the event is
+/// never answered (Lambda redelivers the batch whole when its visibility timeout expires),
+/// whether the check failed before the batch ended (the batch is dropped where it is) or
+/// after. What the batch wrote meanwhile stays as a crash would leave it: a message whose
+/// effects committed is a duplicate on redelivery, a claim still in progress is free again
+/// when its lease ends (leases are bounded by the invocation's deadline, which the visibility
+/// timeout exceeds).
+///
+/// Use it only where a write the check would refuse cannot land where a ready store would not
+/// have it: on DynamoDB, a claims table with a partition key alone (a missing table or a
+/// mismatched key fails the write). With a sort key configured it does not hold (on a table
+/// without one every write succeeds on the wrong item, and only the check sees it): use
+/// [`run_when_ready`]. Outside Lambda the check runs first, as [`run_when_ready`]'s does.
+pub async fn run_while_checking<S, H, R>(processor: Processor<S, H>, ready: R) -> ExitCode
+where
+    S: ClaimStore,
+    H: Handler<S::Effect>,
+    R: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    run_gated(processor, ready, true).await
+}
+
+/// [`run_when_ready`] and [`run_while_checking`]: `overlap` says which.
+async fn run_gated<S, H, R>(processor: Processor<S, H>, ready: R, overlap: bool) -> ExitCode
+where
+    S: ClaimStore,
+    H: Handler<S::Effect>,
+    R: Future<Output = Result<(), Error>> + Send + 'static,
+{
     if !in_lambda() {
         if let Err(e) = ready.await {
             return fail(1, &format!("{e:#}"));
@@ -198,6 +235,7 @@ where
         processor,
         ready: ready.clone(),
         stop,
+        overlap,
     };
     let ready_after = ready.clone();
     let failed = async move {
@@ -236,6 +274,9 @@ struct Gated<S: ClaimStore, H> {
     ready: Ready,
     /// Tells [`run_when_ready`] to stop, with why.
     stop: tokio::sync::mpsc::UnboundedSender<Arc<str>>,
+    /// An event handed over before the check answered is processed beside it
+    /// ([`run_while_checking`]).
+    overlap: bool,
 }
 
 impl<S: ClaimStore, H> Clone for Gated<S, H>
@@ -247,6 +288,7 @@ where
             processor: self.processor.clone(),
             ready: self.ready.clone(),
             stop: self.stop.clone(),
+            overlap: self.overlap,
         }
     }
 }
@@ -270,7 +312,30 @@ where
             self.ready.clone(),
             self.stop.clone(),
         );
+        let overlap = self.overlap && ready.peek().is_none();
         Box::pin(async move {
+            if overlap {
+                // The batch beside the check (run_while_checking); a check that fails, first or
+                // last, stops the process with this event unanswered, as below.
+                let deadline = event.context.deadline;
+                let check = checked(ready, deadline);
+                let batch = processor.process(event);
+                tokio::pin!(check, batch);
+                let answer = tokio::select! {
+                    answer = &mut check => match answer {
+                        Ok(()) => Ok(batch.await),
+                        Err(why) => Err(why),
+                    },
+                    report = &mut batch => check.await.map(|()| report),
+                };
+                return match answer {
+                    Ok(report) => Ok(report?.response()),
+                    Err(why) => {
+                        let _ = stop.send(why);
+                        std::future::pending().await
+                    }
+                };
+            }
             if let Err(why) = checked(ready, event.context.deadline).await {
                 // `run_when_ready` ends the process with `why`: this event is neither
                 // processed nor answered, and Lambda redelivers it.

@@ -300,14 +300,14 @@ impl Ledger for DynamoDbLedger {
         self.create_accounts_table().await
     }
 
-    /// Checks that both tables exist and are active, and that the claims table's key schema
-    /// is the configured layout's ([`StoreAdmin::check_ready`]); creates nothing. The two
-    /// checks run at once, so a dark endpoint costs one timeout, not two.
     /// A partition key alone (the default layout): see [`Ledger::check_may_overlap_writes`].
     fn check_may_overlap_writes(&self) -> bool {
         self.inner.store.key_schema().sort_key().is_none()
     }
 
+    /// Checks that both tables exist and are active, and that the claims table's key schema
+    /// is the configured layout's ([`StoreAdmin::check_ready`]); creates nothing. The two
+    /// checks run at once, so a dark endpoint costs one timeout, not two.
     async fn prepare(&self) -> Result<(), Error> {
         let table = self.accounts_table();
         let (claims, accounts) =

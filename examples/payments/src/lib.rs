@@ -103,13 +103,17 @@ pub trait Ledger: Clone + Send + Sync + 'static {
     }
 
     /// Whether [`prepare`](Ledger::prepare) may run beside a batch's first writes rather than
-    /// before them (`payments invoke` saves its round trip): only where a credit written to a
-    /// store the check would refuse cannot land. The default, `false`, checks first.
+    /// before them (`payments invoke` saves its round trip): only where every write to a store
+    /// the check would refuse either fails or is what a ready store would hold. The caller
+    /// still lets the batch end, so a claim that landed is completed or released by its own
+    /// message. The default, `false`, checks first.
     ///
-    /// On DynamoDB with a partition key alone it holds: a claims or accounts table that is
-    /// missing or not yet `ACTIVE`, or keyed otherwise, fails every transaction whole, with
-    /// nothing written. With a sort key configured it does not: on a table without one every
-    /// write succeeds, each partition's claims on one item, and only the check sees it.
+    /// On DynamoDB with a partition key alone it holds: a claim or credit on a table that is
+    /// missing or keyed otherwise fails (a claim that landed on the claims table is released
+    /// when its credit fails on a missing accounts table); a table still `UPDATING` takes the
+    /// writes as it will once `ACTIVE`. With a sort key configured it does not: on a table
+    /// without one every write succeeds, each partition's claims on one item, and only the
+    /// check sees it.
     fn check_may_overlap_writes(&self) -> bool {
         false
     }

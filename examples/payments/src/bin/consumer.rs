@@ -12,10 +12,13 @@
 //! clear log line rather than a failure per message. The check is bounded
 //! (`SQS_CLAIM_STARTUP_TIMEOUT_MS`, default 15 s, and each round trip by the store's own timeout): a store that does not answer stops the
 //! consumer with one error line and a non-zero exit. It runs beside the runtime's first
-//! `GET /runtime/invocation/next` rather than before it (`sqs_claim::lambda::run_when_ready`),
-//! so its round trip to the store is not part of the cold start; the first event waits for its
-//! answer, and a failed check stops the consumer before any message is processed (Lambda
-//! redelivers the batch; the next invocation starts, and checks, afresh).
+//! `GET /runtime/invocation/next` rather than before it, so its round trip to the store is not
+//! part of the cold start. On DynamoDB with a partition key alone (the default layout) the
+//! first batch is processed beside it too (`sqs_claim::lambda::run_while_checking`): no write
+//! can land on a table the check refuses, and a cold invocation saves a round trip; elsewhere
+//! the first event waits for its answer (`run_when_ready`). A failed check stops the consumer
+//! with the event unanswered (Lambda redelivers the batch; the next invocation starts, and
+//! checks, afresh).
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -52,9 +55,9 @@ fn check_lambda_environment() -> Result<(), lambda_runtime::Error> {
 type Check = std::pin::Pin<Box<dyn Future<Output = Result<(), sqs_claim::Error>> + Send>>;
 
 /// The settings read, the store opened, the consumer built: everything before the first
-/// invocation, with a clear error for whatever is wrong; and the store's start-up check, to run
-/// beside the first `next` (`sqs_claim::lambda::run_when_ready`).
-async fn start() -> Result<(payments::Consumer, Check), lambda_runtime::Error> {
+/// invocation, with a clear error for whatever is wrong; the store's start-up check, to run
+/// beside the first `next`; and whether it may run beside the first batch's writes too.
+async fn start() -> Result<(payments::Consumer, Check, bool), lambda_runtime::Error> {
     let settings = Settings::from_env()?;
     let url = settings.lambda_store()?;
     tracing::info!(
@@ -75,7 +78,10 @@ async fn start() -> Result<(payments::Consumer, Check), lambda_runtime::Error> {
         let ledger = ledger.clone();
         bounded_startup(startup, async move { ledger.prepare().await })
     });
-    Ok((payments::build(ledger, &settings).await?, check))
+    // Beside the first batch's writes where no write can land on a table the check refuses
+    // (a partition key alone on DynamoDB: Ledger::check_may_overlap_writes), else before them.
+    let overlap = ledger.check_may_overlap_writes();
+    Ok((payments::build(ledger, &settings).await?, check, overlap))
 }
 
 /// The runtime: tokio's multi-thread scheduler, a worker per core (what `#[tokio::main]` builds).
@@ -112,7 +118,8 @@ async fn serve() -> ExitCode {
     match start().await {
         // The library's loop: `run_concurrent` under AWS_LAMBDA_MAX_CONCURRENCY (Lambda
         // Managed Instances), `run` otherwise; the check's failure is its one error line.
-        Ok((consumer, check)) => sqs_claim::lambda::run_when_ready(consumer, check).await,
+        Ok((consumer, check, true)) => sqs_claim::lambda::run_while_checking(consumer, check).await,
+        Ok((consumer, check, false)) => sqs_claim::lambda::run_when_ready(consumer, check).await,
         Err(e) => {
             // One JSON line that says what to fix; Lambda reports the init failure and
             // retries the batch later.

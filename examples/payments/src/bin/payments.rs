@@ -20,6 +20,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
@@ -292,6 +293,45 @@ async fn invoke(
     print_report(&report, format, store)
 }
 
+/// Runs the start-up `check` and the `batch` together: `Ok` with the batch's result when the
+/// check passed (a batch that ends first waits for it); else the check's error, with the
+/// batch's result when it ended: a check that fails first gives the batch `grace` more to end
+/// (where the store answers, its claims are completed or released, not left in progress),
+/// then drops it.
+async fn check_beside<E, R>(
+    check: impl Future<Output = Result<(), E>>,
+    batch: impl Future<Output = R>,
+    grace: Duration,
+) -> Result<R, (E, Option<R>)> {
+    tokio::pin!(check, batch);
+    tokio::select! {
+        checked = &mut check => match checked {
+            Ok(()) => Ok(batch.await),
+            Err(e) => Err((e, tokio::time::timeout(grace, batch).await.ok())),
+        },
+        ran = &mut batch => match check.await {
+            Ok(()) => Ok(ran),
+            Err(e) => Err((e, Some(ran))),
+        },
+    }
+}
+
+/// A start-up check that refused the store after (or while) the batch ran: the report of
+/// what the batch applied, if anything, then the check's error.
+fn refused(
+    error: Failure,
+    ran: Option<BatchReport>,
+    format: Option<Report>,
+    store: &str,
+) -> Result<(), Failure> {
+    if let Some(ran) = ran
+        && ran.counts().processed > 0
+    {
+        print_report(&ran, format, store)?;
+    }
+    Err(error)
+}
+
 /// `invoke`'s output: the batch response (or the `--report json` object) on stdout, the
 /// summary on stderr.
 fn print_report(report: &BatchReport, format: Option<Report>, store: &str) -> Result<(), Failure> {
@@ -376,41 +416,34 @@ async fn run(command: Command, flags: Flags) -> Result<(), Failure> {
     match command {
         Command::Invoke { report, .. } => {
             let event = event.unwrap_or_default();
-            let ledger = bounded_startup(startup, payments::open(&app))
-                .await
-                .map_err(cannot_open)?;
+            // Where the check may not overlap the writes, it runs first, in the opening's
+            // start-up bound (as open_prepared); where it may (DynamoDB, whose opening sends
+            // nothing), it gets the bound of its own beside the batch.
+            let ledger = bounded_startup(startup, async {
+                let ledger = payments::open(&app).await?;
+                if !ledger.check_may_overlap_writes() {
+                    ledger.prepare().await?;
+                }
+                Ok(ledger)
+            })
+            .await
+            .map_err(cannot_open)?;
             if !ledger.check_may_overlap_writes() {
-                bounded_startup(startup, ledger.prepare())
-                    .await
-                    .map_err(cannot_open)?;
                 return invoke(&ledger, &settings, event, report, &store).await;
             }
             // The check beside the batch's first writes, not before them: one round trip
-            // less at a distance. Where the check would refuse the store, no write lands
-            // (Ledger::check_may_overlap_writes). A check that fails first is told at once,
-            // the batch dropped where it is (a crash's effect: a write that landed is a
-            // duplicate to the next run); a batch that ends first waits for the check, and
-            // if the check then fails, what the batch applied is printed before its error.
+            // less at a distance (Ledger::check_may_overlap_writes says where that is safe).
+            // A batch that ends first waits for the check. A check that fails first does not
+            // cut the batch short: it runs to its end where the store answers (a claim that
+            // landed on a table the check refuses is completed or released by its message,
+            // not left in progress), given the start-up bound once more; only a store that
+            // answers nothing is dropped after it. What the batch applied is printed before
+            // the check's error.
             let check = bounded_startup(startup, ledger.prepare());
             let batch = invoke_on(ledger.clone(), &settings, event);
-            tokio::pin!(check, batch);
-            let (checked, ran) = tokio::select! {
-                checked = &mut check => match checked {
-                    Err(e) => return Err(cannot_open(e)),
-                    Ok(()) => (Ok(()), batch.await),
-                },
-                ran = &mut batch => (check.await, ran),
-            };
-            match (checked, ran) {
-                (Ok(()), ran) => print_report(&ran?, report, &store),
-                (Err(e), ran) => {
-                    if let Ok(ran) = ran
-                        && ran.counts().processed > 0
-                    {
-                        print_report(&ran, report, &store)?;
-                    }
-                    Err(cannot_open(e))
-                }
+            match check_beside(check, batch, startup).await {
+                Ok(ran) => print_report(&ran?, report, &store),
+                Err((e, ran)) => refused(cannot_open(e), ran.and_then(Result::ok), report, &store),
             }
         }
         Command::Balances => {
@@ -631,5 +664,52 @@ mod tests {
             s.cli_store().expect("url").to_string(),
             "dynamodb:claims (accounts: claims-accounts)"
         );
+    }
+    /// `payments invoke`'s overlap of its start-up check and the batch (time paused: the
+    /// sleeps are the order of events, not waits).
+    mod check_beside {
+        use super::super::check_beside;
+        use std::time::Duration;
+        use tokio::time::sleep;
+
+        const GRACE: Duration = Duration::from_secs(5);
+
+        async fn after<T>(ms: u64, value: T) -> T {
+            sleep(Duration::from_millis(ms)).await;
+            value
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_passed_check_gives_the_batch_whichever_ends_first() {
+            let check_first = check_beside(after(10, Ok::<(), &str>(())), after(50, "ran"), GRACE);
+            assert_eq!(check_first.await, Ok("ran"));
+            let batch_first = check_beside(after(50, Ok::<(), &str>(())), after(10, "ran"), GRACE);
+            assert_eq!(batch_first.await, Ok("ran"));
+        }
+
+        /// A check that fails first lets the batch end (its claims completed or released), not
+        /// dropped mid-write: the mutant that drops it at once fails here.
+        #[tokio::test(start_paused = true)]
+        async fn a_check_that_fails_first_lets_the_batch_end() {
+            let started = tokio::time::Instant::now();
+            let got = check_beside(after(10, Err("refused")), after(500, "ran"), GRACE).await;
+            assert_eq!(got, Err(("refused", Some("ran"))));
+            assert_eq!(started.elapsed(), Duration::from_millis(500));
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_batch_that_does_not_end_is_dropped_after_the_grace() {
+            let started = tokio::time::Instant::now();
+            let never = std::future::pending::<&str>();
+            let got = check_beside(after(10, Err("dark")), never, GRACE).await;
+            assert_eq!(got, Err(("dark", None)));
+            assert_eq!(started.elapsed(), Duration::from_millis(10) + GRACE);
+        }
+
+        #[tokio::test(start_paused = true)]
+        async fn a_check_that_fails_after_the_batch_keeps_its_report() {
+            let got = check_beside(after(50, Err("refused")), after(10, "ran"), GRACE).await;
+            assert_eq!(got, Err(("refused", Some("ran"))));
+        }
     }
 }

@@ -526,3 +526,49 @@ async fn invoke_on_a_mis_made_table_writes_nothing() {
         );
     }
 }
+
+/// An accounts table that does not exist (a typo in `SQS_CLAIM_ACCOUNTS_TABLE`), the claims
+/// table right: `payments invoke` fails with the check's one error line, credits nothing, and
+/// leaves no claim in progress (the batch it ran beside the check released what it claimed):
+/// the next run, on the right table, processes every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invoke_with_its_accounts_table_missing_leaves_no_claim_in_progress() {
+    let event = plain_event().to_str().expect("UTF-8 path").to_owned();
+    let env = aws_env(&dynamodb_local());
+    let store = format!(
+        "dynamodb:startup-accounts-{}",
+        uuid::Uuid::new_v4().simple()
+    );
+    let run = |args: Vec<&str>, env: Env| {
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        async move {
+            tokio::task::spawn_blocking(move || cli(&args, &env))
+                .await
+                .expect("thread")
+        }
+    };
+    let init = run(vec!["init", "--store", &store], env.clone()).await;
+    assert_eq!(init.code, Some(0), "payments init: {}", init.stderr);
+    let mut typo = env.clone();
+    typo.push((
+        "SQS_CLAIM_ACCOUNTS_TABLE".into(),
+        "startup-accounts-nowhere".into(),
+    ));
+    let refused = run(vec!["invoke", &event, "--store", &store], typo).await;
+    assert_one_error_line(&refused, "a missing accounts table");
+    assert!(
+        refused.stderr.contains("startup-accounts-nowhere")
+            && refused.stderr.contains("does not exist"),
+        "the check's error names the missing table: {}",
+        refused.stderr
+    );
+    let right = run(vec!["invoke", &event, "--store", &store], env.clone()).await;
+    assert_eq!(right.code, Some(0), "{}", right.stderr);
+    assert!(
+        right
+            .stderr
+            .contains("4 messages: 4 processed, 0 duplicate"),
+        "a claim of the refused run was left in progress: {}",
+        right.stderr
+    );
+}
