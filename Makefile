@@ -173,7 +173,7 @@ deploy: ## Build with cargo-lambda through SAM and deploy (asks questions the fi
 	scripts/sam.sh deploy --guided $(ARCH_OVERRIDE)
 
 # make sam-build: what `make deploy` builds, checked without an AWS account or Docker (CI runs it
-# last: 24 min cold on two busy shared cores, seconds warm; docs/deploy.md). SAM_TEMPLATES lists the
+# near its end: arm64 and x86_64, each about 10 to 15 min cold and 200 s after a change; docs/deploy.md). SAM_TEMPLATES lists the
 # templates; SQS_CLAIM_SAM_TARGET_DIR moves its cargo target dir (~/.cache/sqs-claim/target-sam).
 SAM_TEMPLATES ?= template.yaml examples/streams/template.yaml
 sam-build: ## sam validate --lint + sam build of the templates (template.yaml for arm64 and x86_64); each bootstrap checked for its architecture

@@ -3,7 +3,7 @@
 front of the `consumer`'s and `payments`' code (the app's build.rs passes it to the linker in
 release builds; docs/performance.md, "The code a batch runs, together").
 
-    scripts/hot-text.py [--bin-dir DIR] [--deployed CONSUMER] [--n 200]
+    scripts/hot-text.py [--bin-dir DIR] [--deployed CONSUMER ...] [--n 200]
                         [--out examples/payments/hot-text.ld]
 
 Runs, under valgrind's callgrind (which lists every function executed), the binaries of
@@ -13,10 +13,12 @@ scripts/measure-rss.py measures: the `consumer` under a fake Runtime API and `pa
 on DynamoDB Local (SQS_CLAIM_DYNAMODB_ENDPOINT / AWS_ENDPOINT_URL_DYNAMODB) and on SQLite, the
 consumer both on its default runtime and with AWS_LAMBDA_MAX_CONCURRENCY (the multi-thread one).
 
-`--deployed` names a `consumer` built as it is deployed (`cargo build --release -p payments --bin
-consumer`: without the feature `cli`, so with other symbol hashes), profiled on the same
-consumer workloads and written beside the first build's (its names do not match there, nor the
-first build's in it, so each build finds its own).
+`--deployed` (repeatable) names a `consumer` built as it is deployed, with other symbol hashes:
+`cargo build --release -p payments --bin consumer` (without the feature `cli`), and the twin of
+what `cargo lambda build --release` makes for x86_64 (`scripts/hot-text-lambda.sh`: the same
+target, flags and features, unstripped), each profiled on the same consumer workloads and
+written beside the first build's (its names do not match there, nor the first build's in it, so
+each build finds its own).
 
 A function's section is named by its mangled symbol, whose hash (`17h<16 hex>E`) changes with
 the crate's features and dependencies. Where only one function of the profiled binary has a
@@ -52,9 +54,11 @@ mr = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mr)
 
 
-def callgrind_costs(path):
-    """{symbol: instructions executed in it} from a callgrind output file (names compressed)."""
-    names, cost, cur = {}, collections.Counter(), None
+def callgrind_costs(path, own=False):
+    """{symbol: instructions} from a callgrind output file (names compressed): by default each
+    function's own instructions plus those of the calls it makes (what the layout ranks by);
+    `own=True`, its own alone (a call's cost line, after `calls=`, left out)."""
+    names, cost, cur, call = {}, collections.Counter(), None, False
     with open(path) as f:
         for line in f:
             m = re.match(r"(c?fn)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
@@ -64,17 +68,21 @@ def callgrind_costs(path):
                 if m.group(1) == "fn":
                     cur = m.group(2)
                 continue
+            if line.startswith("calls="):
+                call = True
+                continue
             if cur and (line[:1].isdigit() or line[:1] in "+-*"):
                 parts = line.split()
-                if len(parts) >= 2:
+                if len(parts) >= 2 and not (own and call):
                     cost[cur] += int(parts[1])
+                call = False
     out = collections.Counter()
     for k, name in names.items():
         out[name] += cost.get(k, 0)
     return out
 
 
-def profile_consumer(binary, env, n, tag, extra):
+def profile_consumer(binary, env, n, tag, extra, own=False):
     rt = mr.FakeRuntime()
     rt.body = json.dumps(mr.event(n, tag)).encode()
     out = tempfile.mktemp(prefix="cg-")
@@ -93,7 +101,7 @@ def profile_consumer(binary, env, n, tag, extra):
         p.terminate()
         p.wait()
         rt.stop()
-    costs = callgrind_costs(out)
+    costs = callgrind_costs(out, own)
     os.unlink(out)
     return costs
 
@@ -116,7 +124,8 @@ def main():
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     ap.add_argument("--bin-dir", default=os.path.join(target, "release"))
     ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--deployed", default=None, help="a consumer built without `cli`")
+    ap.add_argument("--deployed", action="append", default=[],
+                    help="a consumer built as deployed (repeatable)")
     ap.add_argument("--out", default=os.path.join(ROOT, "examples", "payments", "hot-text.ld"))
     args = ap.parse_args()
     if not shutil.which("valgrind"):
@@ -139,7 +148,7 @@ def main():
             subprocess.run([payments, "init", "--store", url], env=env, check=True,
                            capture_output=True)
             for i, extra in enumerate(({}, {"AWS_LAMBDA_MAX_CONCURRENCY": "1"})):
-                for j, binary in enumerate([consumer] + ([args.deployed] if args.deployed else [])):
+                for j, binary in enumerate([consumer] + args.deployed):
                     workloads.append((f"{binary} {store} {extra}", profile_consumer(
                         binary, env, args.n, f"{run}-{store}-c{i}{j}", extra)))
             workloads.append((f"invoke {store}", profile_invoke(
@@ -151,7 +160,7 @@ def main():
 
     # The symbols of the profiled binaries, and how many functions share each hash-less path.
     sizes, shared = {}, collections.Counter()
-    for b in [consumer, payments] + ([args.deployed] if args.deployed else []):
+    for b in [consumer, payments] + args.deployed:
         nm = subprocess.run(["nm", "-S", "--defined-only", b], capture_output=True, text=True,
                             check=True).stdout
         for line in nm.splitlines():

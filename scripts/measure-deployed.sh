@@ -14,7 +14,7 @@
 #     layout: what cargo-lambda made before issue 39).
 # Then, on DynamoDB Local (scripts/standins.sh up), in the same runs: scripts/measure-rss.py
 # (peak RSS of a warm batch of N and CPU, each against the floor) and scripts/measure-init.py
-# (exec to the first `next`, against the floor: a bare lambda_runtime function), and each
+# (exec to the first `next`, against a bare lambda_runtime function: benches/bare_lambda.rs), and each
 # binary's size and `.text`.
 # The arm64 artifact cannot be measured here (under qemu-user the memory and time are the
 # emulator's): its size and `.text` are printed, and make smoke-bootstrap runs it.

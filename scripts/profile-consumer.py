@@ -167,7 +167,7 @@ def main():
         print(f"== where it goes: callgrind, a batch of {args.n} less a batch of 1 (instructions)")
         costs = {}
         for n in (1, args.n):
-            costs[n] = ht.profile_consumer(args.bin, env, n, f"{run}-cg{n}", {})
+            costs[n] = ht.profile_consumer(args.bin, env, n, f"{run}-cg{n}", {}, own=True)
         names = sorted(set(costs[1]) | set(costs[args.n]))
         readable = demangle(names)
         diff = {k: costs[args.n].get(k, 0) - costs[1].get(k, 0) for k in names}
