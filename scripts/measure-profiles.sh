@@ -24,14 +24,7 @@
 # left (so the builds can run while the stand-ins are busy elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# A section's size in bytes (0 when the binary has none); a table of this run dropped.
-section() { local hex; hex=$(readelf -SW "$1" | awk -v s="$2" '$2 == s { print $6 }'); echo $((16#${hex:-0})); }
-mb() { python3 -c 'import sys; print(f"{int(sys.argv[1]) / 1e6:.1f}")' "$1"; }
-drop_table() {
-    python3 -c 'import importlib.util as u, sys
-s = u.spec_from_file_location("mr", "scripts/measure-rss.py"); m = u.module_from_spec(s)
-s.loader.exec_module(m); m.drop_table(sys.argv[1], sys.argv[2])' "$SQS_CLAIM_DYNAMODB_ENDPOINT" "$1" || true
-}
+. scripts/measure-lib.sh
 n=1000 runs=3 init_runs=20 variants=() phase=both
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -85,14 +78,4 @@ echo "== builds (one after the other; wall and CPU seconds, user + system):"
 printf '  %s\n' "${summary[@]}"
 [[ $phase == builds ]] && exit 0
 
-scripts/standins.sh up >/dev/null
-set -a
-. .standins/env
-set +a
-python3 scripts/measure-rss.py --n "$n" --runs "$runs" --no-invoke "${also[@]}"
-table="init-profiles-$$"
-"$target/release/payments" init --store "dynamodb:$table" >/dev/null 2>&1
-trap 'drop_table "$table"; rm -rf "${out:-}"' EXIT
-python3 scripts/measure-init.py --runs "$init_runs" --store "dynamodb:$table" \
-    --env "AWS_ENDPOINT_URL_DYNAMODB=$SQS_CLAIM_DYNAMODB_ENDPOINT" \
-    --bin "$target/release/consumer" "${also[@]}"
+side_by_side profiles "$n" "$runs" "$init_runs" "${also[@]}"

@@ -182,6 +182,18 @@ def lambda_peak(cmd, env, ev_bytes):
     return hwm, rt.response
 
 
+def dynamodb_env(table):
+    """(endpoint, environment) for a process of ours on DynamoDB Local's table `table`: the
+    endpoint from AWS_ENDPOINT_URL_DYNAMODB / SQS_CLAIM_DYNAMODB_ENDPOINT (default
+    127.0.0.1:8000), dummy credentials, no instance metadata, `SQS_CLAIM_STORE=dynamodb:TABLE`."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get(
+        "SQS_CLAIM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
+    return endpoint, {
+        "PATH": os.environ.get("PATH", ""), "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
+        "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true", "SQS_CLAIM_STORE": f"dynamodb:{table}"}
+
+
 def drop_table(endpoint, table):
     """Drops a table of this run (DynamoDB Local keeps them in memory, shared with the tests).
     DynamoDB Local reads the credentials' key id from the header and checks no signature."""

@@ -122,14 +122,10 @@ def main():
     for b in (args.bin, args.payments):
         if not os.path.exists(b):
             sys.exit(f"missing {b}: build with `cargo build --release -p payments --features cli,rss-floor --bins`")
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get(
-        "SQS_CLAIM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
     run = uuid.uuid4().hex[:8]
     table = f"profile-{run}"
-    env = {"PATH": os.environ.get("PATH", ""), "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
-           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
-           "AWS_EC2_METADATA_DISABLED": "true", "SQS_CLAIM_STORE": f"dynamodb:{table}",
-           "RUST_LOG": "info"}
+    endpoint, env = mr.dynamodb_env(table)
+    env["RUST_LOG"] = "info"
     quota = None
     seq = iter(range(10**6))
 

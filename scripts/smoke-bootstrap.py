@@ -77,17 +77,13 @@ def main():
     if not os.path.exists(args.payments):
         subprocess.run(["cargo", "build", "-p", "payments", "--features", "cli", "--bin", "payments"],
                        cwd=ROOT, check=True)
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_DYNAMODB") or os.environ.get(
-        "SQS_CLAIM_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000")
     run = uuid.uuid4().hex[:8]
     table = f"smoke-{run}"
-    env = {"PATH": os.environ.get("PATH", ""), "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
-           "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
-           "AWS_EC2_METADATA_DISABLED": "true", "SQS_CLAIM_STORE": f"dynamodb:{table}",
-           # What template.yaml sets (its ConsumerFunction's Environment), for the tables made here.
-           "SQS_CLAIM_TABLE": table, "SQS_CLAIM_ACCOUNTS_TABLE": f"{table}-accounts",
-           "SQS_CLAIM_KEY": "json:/order_id",
-           "AWS_LAMBDA_LOG_FORMAT": "JSON", "AWS_LAMBDA_LOG_LEVEL": "INFO"}
+    endpoint, env = mr.dynamodb_env(table)
+    # What template.yaml sets (its ConsumerFunction's Environment), for the tables made here.
+    env.update({"SQS_CLAIM_TABLE": table, "SQS_CLAIM_ACCOUNTS_TABLE": f"{table}-accounts",
+                "SQS_CLAIM_KEY": "json:/order_id",
+                "AWS_LAMBDA_LOG_FORMAT": "JSON", "AWS_LAMBDA_LOG_LEVEL": "INFO"})
     failed = []
     try:
         init = subprocess.run([args.payments, "init", "--store", f"dynamodb:{table}"], env=env,
